@@ -1,0 +1,3 @@
+from perfstack.cli.main import entry
+
+entry()

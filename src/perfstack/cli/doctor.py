@@ -1,0 +1,72 @@
+"""perfstack doctor: audit the stack bottom-up and say what to fix first."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import nullcontext
+from pathlib import Path
+
+from rich.console import Console
+
+from perfstack.audit import audit, summary
+from perfstack.errors import UsageError
+from perfstack.host.bundle import BundleHost
+from perfstack.host.live import LiveHost
+from perfstack.model import Run, Severity
+from perfstack.report.fixscript import render_fix_script
+from perfstack.report.text import render_doctor
+from perfstack.rules import fix_first, select_checks
+
+FAIL_ON = ("critical", "warning", "info", "never")
+
+
+def _ids(values: list[str] | None) -> list[str]:
+    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("doctor", parents=[common], help="audit this machine (or a bundle), bottom-up",
+                       description="Audit the stack layer by layer: findings with evidence and the fix.")
+    p.add_argument("--bundle", metavar="DIR", help="audit a recorded bundle instead of this machine")
+    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
+    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="critical",
+                   help="exit 1 when a finding at or above this severity exists (default: critical)")
+    p.add_argument("--select", action="append", metavar="IDS", help="only these check ids or layers (comma-separated)")
+    p.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
+    p.add_argument("--fix-script", metavar="FILE", help="write the fixes as a shell script to review (never run)")
+    p.set_defaults(func=run)
+
+
+def doctor_run(args: argparse.Namespace, err: Console) -> Run:
+    checks = select_checks(_ids(args.select), _ids(args.ignore))
+    host = BundleHost(args.bundle) if args.bundle else LiveHost()
+    source = f"bundle {args.bundle}" if args.bundle else "live machine"
+    status = err.status("auditing the stack…") if err.is_terminal and not args.quiet else nullcontext()
+    with status:
+        return audit(host, checks, source)
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    for path in (args.output, args.fix_script):
+        if path and Path(path).is_dir():
+            raise UsageError(f"{path} is a directory", hint="give a file name")
+    result = doctor_run(args, err)
+    if args.output:
+        result.save(args.output)
+        err.print(f"saved Run to {args.output}")
+    if args.fix_script:
+        Path(args.fix_script).write_text(render_fix_script(result), encoding="utf-8")
+        err.print(f"wrote fixes to {args.fix_script} for review; perfstack did not run them")
+    if args.json:
+        out.out(result.to_json(), highlight=False)
+    else:
+        render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
+    return exit_code(result, args.fail_on)
+
+
+def exit_code(result: Run, fail_on: str) -> int:
+    if fail_on == "never":
+        return 0
+    bar = Severity(fail_on).rank
+    return 1 if any(f.severity.rank >= bar for f in result.findings) else 0

@@ -1,0 +1,77 @@
+"""perfstack's entry point: parse, dispatch to one module per subcommand, map errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import Sequence
+
+from rich.console import Console
+
+from perfstack import __version__
+from perfstack.cli import capture, doctor, explain
+from perfstack.errors import PerfstackError
+
+COMMANDS = (doctor, capture, explain)
+
+EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
+3 cannot run here · 4 internal error · 130 interrupted"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", help="findings and errors only, no progress")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="more detail (-vv: every read)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    common.add_argument("--no-color", action="store_true", help="plain text output")
+    p = argparse.ArgumentParser(prog="perfstack", description="Find what costs your GPU machine its performance.",
+                                epilog=EPILOG, parents=[common])
+    p.add_argument("--version", action="version", version=f"perfstack {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in COMMANDS:
+        mod.register(sub, common)
+    return p
+
+
+def _consoles(args: argparse.Namespace) -> tuple[Console, Console]:
+    color = None if not args.no_color else False
+    out = Console(no_color=color is False, highlight=False, soft_wrap=False)
+    err = Console(stderr=True, no_color=color is False, highlight=False, quiet=args.quiet and not args.debug)
+    return out, err
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.WARNING, stream=sys.stderr,
+                        format="perfstack: %(message)s")
+    out, err = _consoles(args)
+    try:
+        return int(args.func(args, out, err))
+    except PerfstackError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"perfstack: error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("perfstack: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"perfstack: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        print("hint: rerun with --debug and report it with the traceback", file=sys.stderr)
+        return 4
+
+
+def entry() -> None:
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The one seam to the machine.
+
+Only this package reads files, lists directories, runs commands, reads the environment or
+talks to NVML. ``LiveHost`` does it on the real machine; ``BundleHost`` answers the same calls
+from a recorded bundle directory; ``RecordingHost`` wraps a live host and writes a bundle.
+Every call that cannot be answered raises ``Unavailable`` with a reason a user can read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+
+class Unavailable(Exception):
+    """The machine could not answer: the file is absent, permission was denied, a command
+    timed out. Probes turn this into a fact that is "not available (reason)"."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Host(Protocol):
+    kind: str  # "live" or "bundle"
+
+    def read_text(self, path: str) -> str: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> str: ...
+
+    def environ(self) -> dict[str, str]: ...
+
+    def nvml(self) -> dict[str, Any]: ...
+
+    def python_info(self) -> dict[str, Any]: ...
+
+
+# Commands whose output has a fixed name in a bundle's cmd/ directory. Any other command is
+# stored under the argv joined by '-', with leading dashes dropped, and a .txt suffix.
+CMD_FILES: dict[tuple[str, ...], str] = {
+    ("nvidia-smi", "-q", "-x"): "nvidia-smi-q-x.xml",
+    ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo-m.txt",
+    ("dmesg",): "dmesg.txt",
+    ("lspci", "-vvv"): "lspci-vvv.txt",
+}
+
+
+def cmd_file(argv: Sequence[str]) -> str:
+    known = CMD_FILES.get(tuple(argv))
+    if known:
+        return known
+    slug = "-".join(a.lstrip("-").replace("/", "_") for a in argv if a.lstrip("-"))
+    return f"{slug}.txt"

@@ -1,0 +1,105 @@
+"""A recorded machine: a bundle directory answering the same calls as the live host.
+
+Layout (fixed; users and tests build and edit bundles by hand):
+
+    DIR/proc/..., DIR/sys/..., DIR/etc/...   files at their absolute paths
+    DIR/proc/self/{limits,status}            the audited process
+    DIR/cmd/<name>                           command outputs (see host.CMD_FILES)
+    DIR/env.json                             the audited environment, {name: value}
+    DIR/python.json                          optional: Python/torch/CUDA/NCCL versions
+    DIR/nvml.json                            optional: NVML answers
+    DIR/unavailable.json                     optional: {path or cmd/<name>: reason} for reads
+                                             that failed at capture time
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from perfstack.errors import InputError
+from perfstack.host import Unavailable, cmd_file
+
+RECAPTURE = "re-capture with 'perfstack capture DIR' on the GPU host, or fix the file by hand"
+
+
+class BundleHost:
+    kind = "bundle"
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        if not self.root.exists():
+            raise InputError(f"bundle {root} does not exist", hint="give the directory 'perfstack capture DIR' wrote")
+        if not self.root.is_dir():
+            raise InputError(f"bundle {root} is a file, not a directory",
+                             hint="a bundle is the directory 'perfstack capture DIR' wrote (unpack it first if archived)")
+        self._failed: dict[str, str] = self._json("unavailable.json", {}, expect=dict) or {}
+
+    def origin(self, rel: str) -> str:
+        return f"bundle file {rel.lstrip('/')}"
+
+    def _missing(self, rel: str) -> Unavailable:
+        rel = rel.lstrip("/")
+        reason = self._failed.get(rel)
+        return Unavailable(f"{reason} (at capture)" if reason else f"{rel} not in bundle")
+
+    def _file(self, rel: str) -> Path:
+        p = (self.root / rel.lstrip("/")).resolve()
+        # A hand-edited bundle must not be able to point reads outside itself.
+        if self.root.resolve() not in p.parents and p != self.root.resolve():
+            raise Unavailable(f"{rel} is outside the bundle")
+        return p
+
+    def read_text(self, path: str) -> str:
+        p = self._file(path)
+        if not p.is_file():
+            raise self._missing(path)
+        try:
+            return p.read_bytes().decode("utf-8", errors="replace")
+        except OSError as e:
+            raise Unavailable(f"{self.origin(path)}: {e.strerror}") from None
+
+    def listdir(self, path: str) -> list[str]:
+        p = self._file(path)
+        if not p.is_dir():
+            raise self._missing(path)
+        return sorted(x.name for x in p.iterdir())
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> str:
+        return self.read_text(f"cmd/{cmd_file(argv)}")
+
+    def environ(self) -> dict[str, str]:
+        env = self._json("env.json", None, expect=dict)
+        if env is None:
+            raise self._missing("env.json")
+        return {str(k): str(v) for k, v in env.items()}
+
+    def nvml(self) -> dict[str, Any]:
+        data = self._json("nvml.json", None, expect=dict)
+        if data is None:
+            raise self._missing("nvml.json")
+        if "error" in data:
+            raise Unavailable(f"{data['error']} (at capture)")
+        return data
+
+    def python_info(self) -> dict[str, Any]:
+        data = self._json("python.json", None, expect=dict)
+        if data is None:
+            raise self._missing("python.json")
+        return data
+
+    def _json(self, rel: str, default: Any, expect: type) -> Any:
+        p = self.root / rel
+        if not p.is_file():
+            return default
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read {self.origin(rel)}: {e}", hint=RECAPTURE) from None
+        except json.JSONDecodeError as e:
+            raise InputError(f"{self.origin(rel)} is not valid JSON (line {e.lineno})", hint=RECAPTURE) from None
+        if not isinstance(data, expect):
+            raise InputError(f"{self.origin(rel)} is not a JSON {'object' if expect is dict else expect.__name__}",
+                             hint=RECAPTURE)
+        return data

@@ -1,0 +1,164 @@
+"""Record what the probes read from the live machine into a bundle, redacted.
+
+``RecordingHost`` wraps a live host: every answer passes through unchanged and is also kept,
+along with the reason for every read that failed. ``write`` then redacts serials, UUIDs,
+hostnames and secret-looking environment variables and lays the bundle out as BundleHost
+expects. Bundles get attached to bug reports, so redaction errs on the side of removing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from perfstack.errors import UsageError
+from perfstack.host import Host, Unavailable, cmd_file
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+UUID = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+XML_SECRET_TAGS = re.compile(r"<(serial|board_id|gpu_module_id|module_id)>([^<]*)</\1>")
+HOSTNAME_FILES = ("/proc/sys/kernel/hostname", "/etc/hostname")
+REDACTED = "REDACTED"
+
+
+@dataclass
+class RecordingHost:
+    inner: Host
+    files: dict[str, str] = field(default_factory=dict)  # bundle-relative path -> text
+    listings: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] | None = None
+    nvml_answers: dict[str, Any] | None = None
+    pyinfo: dict[str, Any] | None = None
+    kind: str = "live"
+
+    def _keep(self, rel: str, fn: Any) -> Any:
+        try:
+            value = fn()
+        except Unavailable as e:
+            self.failed[rel] = e.reason
+            raise
+        return value
+
+    def read_text(self, path: str) -> str:
+        text = self._keep(path.lstrip("/"), lambda: self.inner.read_text(path))
+        self.files[path.lstrip("/")] = text
+        return text
+
+    def listdir(self, path: str) -> list[str]:
+        names = self._keep(path.lstrip("/"), lambda: self.inner.listdir(path))
+        self.listings[path.lstrip("/")] = names
+        return names
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> str:
+        rel = f"cmd/{cmd_file(argv)}"
+        out = self._keep(rel, lambda: self.inner.run(argv, timeout))
+        self.files[rel] = out
+        return out
+
+    def environ(self) -> dict[str, str]:
+        self.env = self._keep("env.json", self.inner.environ)
+        return self.env
+
+    def nvml(self) -> dict[str, Any]:
+        try:
+            self.nvml_answers = self.inner.nvml()
+        except Unavailable as e:
+            self.nvml_answers = {"error": e.reason}
+            raise
+        return self.nvml_answers
+
+    def python_info(self) -> dict[str, Any]:
+        self.pyinfo = self._keep("python.json", self.inner.python_info)
+        return self.pyinfo
+
+
+class Redactor:
+    """Replaces every identifying string found while capturing, consistently across files."""
+
+    def __init__(self, rec: RecordingHost) -> None:
+        self.literal: dict[str, str] = {}
+        for path in HOSTNAME_FILES:
+            name = rec.files.get(path.lstrip("/"), "").strip()
+            if name:
+                self.literal[name] = "redacted-host"
+                self.literal.setdefault(name.split(".")[0], "redacted-host")
+        if rec.env and rec.env.get("HOSTNAME"):
+            self.literal.setdefault(rec.env["HOSTNAME"], "redacted-host")
+        for gpu in (rec.nvml_answers or {}).get("gpus", []):
+            serial = gpu.get("serial")
+            if isinstance(serial, str) and len(serial) >= 4:
+                self.literal[serial] = REDACTED
+        self.uuids: dict[str, str] = {}
+        self.count = 0
+
+    def _uuid(self, m: re.Match[str]) -> str:
+        full = m.group(0)
+        if full not in self.uuids:
+            n = len(self.uuids)
+            self.uuids[full] = f"{m.group(1)}-00000000-0000-0000-0000-{n:012d}"
+        return self.uuids[full]
+
+    def text(self, s: str) -> str:
+        before = s
+        s = XML_SECRET_TAGS.sub(lambda m: f"<{m.group(1)}>{REDACTED}</{m.group(1)}>", s)
+        s = UUID.sub(self._uuid, s)
+        for secret, repl in sorted(self.literal.items(), key=lambda kv: -len(kv[0])):
+            # Short hostnames like "gpu1" would mangle unrelated text; only whole words.
+            s = re.sub(rf"(?<![\w.-]){re.escape(secret)}(?![\w-])", repl, s)
+        self.count += s != before
+        return s
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {k: (REDACTED if SECRET_NAME.search(k) else self.text(v)) for k, v in sorted(env.items())}
+
+    def json(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (REDACTED if k == "serial" and isinstance(v, str) else self.json(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.json(v) for v in value]
+        if isinstance(value, str):
+            return self.text(value)
+        return value
+
+
+def host_id(rec: RecordingHost) -> str:
+    """A stable id for the machine that reveals nothing about it (for fleet views)."""
+    seed = "".join(rec.files.get(p.lstrip("/"), "") for p in HOSTNAME_FILES)
+    seed += (rec.env or {}).get("HOSTNAME", "")
+    return hashlib.sha256(seed.encode()).hexdigest()[:12]
+
+
+def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str, int]:
+    """Write the bundle; refuse to write into a non-empty directory (we never overwrite)."""
+    root = Path(out)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise UsageError(f"{out} exists and is not an empty directory", hint="give a new directory for the bundle")
+    red = Redactor(rec)
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, text in rec.files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(red.text(text), encoding="utf-8")
+    # Listed entries nothing was read from still exist in the bundle, as empty directories.
+    for rel, names in rec.listings.items():
+        for name in names:
+            p = root / rel / name
+            if not p.exists():
+                p.mkdir(parents=True, exist_ok=True)
+    dump = lambda name, obj: (root / name).write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")  # noqa: E731
+    if rec.env is not None:
+        dump("env.json", red.env(rec.env))
+    if rec.nvml_answers is not None:
+        dump("nvml.json", red.json(rec.nvml_answers))
+    if rec.pyinfo is not None:
+        dump("python.json", red.json(rec.pyinfo))
+    if rec.failed:
+        dump("unavailable.json", {k: red.text(v) for k, v in sorted(rec.failed.items())})
+    dump("meta.json", dict(meta, host_id=host_id(rec)))
+    return {"files": len(rec.files), "unavailable": len(rec.failed), "redacted_files": red.count,
+            "gpu_uuids": len(red.uuids)}

@@ -1,0 +1,101 @@
+"""NVML answers as one JSON-able dict, the same shape live and in a bundle's nvml.json.
+
+Each per-GPU field holds the answer, or ``{"error": "<NVML error>"}`` when that call is not
+supported or failed, so "not supported on this GPU" is data rather than an exception.
+The nvidia-smi equivalent of each field is in the comment beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        value = fn(*args)
+    except Exception as e:  # pynvml.NVMLError and friends; a missing symbol on an old driver too
+        return {"error": str(e) or type(e).__name__}
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _gpu(nv: Any, i: int) -> dict[str, Any]:
+    h = nv.nvmlDeviceGetHandleByIndex(i)
+    g: dict[str, Any] = {"index": i}
+    c = lambda name, *a: _call(getattr(nv, name, _absent(name)), h, *a)  # noqa: E731
+    g["name"] = c("nvmlDeviceGetName")  # --query-gpu=name
+    g["uuid"] = c("nvmlDeviceGetUUID")
+    g["serial"] = c("nvmlDeviceGetSerial")
+    pci = c("nvmlDeviceGetPciInfo")
+    g["pci_bus_id"] = pci if isinstance(pci, dict) else _text(getattr(pci, "busId", None))
+    g["compute_capability"] = _list(c("nvmlDeviceGetCudaComputeCapability"))
+    g["persistence_mode"] = c("nvmlDeviceGetPersistenceMode")  # 1 = enabled
+    g["compute_mode"] = c("nvmlDeviceGetComputeMode")  # 0 default, 3 exclusive process
+    g["mig_mode"] = _list(c("nvmlDeviceGetMigMode"))  # [current, pending]
+    g["ecc_mode"] = _list(c("nvmlDeviceGetEccMode"))  # [current, pending]
+    for kind, code in (("volatile", 0), ("aggregate", 1)):
+        for err, ecode in (("corrected", 0), ("uncorrected", 1)):
+            g[f"ecc_{kind}_{err}"] = c("nvmlDeviceGetTotalEccErrors", ecode, code)
+    g["remapped_rows"] = _list(c("nvmlDeviceGetRemappedRows"))  # [corr, unc, pending, failure]
+    g["clocks_event_reasons"] = c("nvmlDeviceGetCurrentClocksEventReasons")  # -q -d PERFORMANCE
+    g["sm_clock_mhz"] = c("nvmlDeviceGetClockInfo", 1)
+    g["sm_clock_max_mhz"] = c("nvmlDeviceGetMaxClockInfo", 1)
+    g["mem_clock_mhz"] = c("nvmlDeviceGetClockInfo", 2)
+    g["power_limit_mw"] = c("nvmlDeviceGetEnforcedPowerLimit")
+    g["power_default_mw"] = c("nvmlDeviceGetPowerManagementDefaultLimit")
+    g["power_usage_mw"] = c("nvmlDeviceGetPowerUsage")
+    g["temperature_c"] = c("nvmlDeviceGetTemperature", 0)
+    g["temp_slowdown_c"] = c("nvmlDeviceGetTemperatureThreshold", 1)
+    g["pcie_gen"] = c("nvmlDeviceGetCurrPcieLinkGeneration")
+    g["pcie_gen_max"] = c("nvmlDeviceGetMaxPcieLinkGeneration")  # system (host and GPU) max
+    g["pcie_gen_gpu_max"] = c("nvmlDeviceGetGpuMaxPcieLinkGeneration")
+    g["pcie_width"] = c("nvmlDeviceGetCurrPcieLinkWidth")
+    g["pcie_width_max"] = c("nvmlDeviceGetMaxPcieLinkWidth")
+    util = c("nvmlDeviceGetUtilizationRates")
+    g["utilization_gpu"] = util if isinstance(util, dict) else getattr(util, "gpu", None)
+    mem = c("nvmlDeviceGetMemoryInfo")
+    g["memory_total"] = mem if isinstance(mem, dict) else getattr(mem, "total", None)
+    g["memory_used"] = mem if isinstance(mem, dict) else getattr(mem, "used", None)
+    procs = c("nvmlDeviceGetComputeRunningProcesses")
+    g["compute_processes"] = procs if isinstance(procs, dict) else len(procs)
+    return g
+
+
+def _absent(name: str) -> Callable[..., Any]:
+    def missing(*_: Any) -> Any:
+        raise RuntimeError(f"{name} not in this nvidia-ml-py")
+    return missing
+
+
+def _text(v: Any) -> Any:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _list(v: Any) -> Any:
+    return list(v) if isinstance(v, (tuple, list)) else v
+
+
+def query() -> dict[str, Any]:
+    """Ask NVML everything the probes use. Returns ``{"error": reason}`` when NVML is unusable
+    (no driver, no libnvidia-ml, version mismatch) — that is a normal answer on a CPU box."""
+    try:
+        import pynvml as nv
+    except ImportError:
+        return {"error": "nvidia-ml-py is not installed"}
+    try:
+        nv.nvmlInit()
+    except Exception as e:
+        return {"error": f"NVML could not start: {e}"}
+    try:
+        out: dict[str, Any] = {
+            "driver_version": _call(nv.nvmlSystemGetDriverVersion),
+            "cuda_driver_version": _call(nv.nvmlSystemGetCudaDriverVersion_v2),  # 12040 = 12.4
+            "nvml_version": _call(nv.nvmlSystemGetNVMLVersion),
+        }
+        count = _call(nv.nvmlDeviceGetCount)
+        out["gpus"] = [_gpu(nv, i) for i in range(count)] if isinstance(count, int) else []
+        return out
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass

@@ -1,0 +1,246 @@
+"""The Run record and the pieces it is made of.
+
+Every command produces a Run; reports and diffs are functions of Runs. A Run saves to JSON
+and loads back losslessly. Bump SCHEMA_VERSION whenever the shape of the JSON changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from perfstack.errors import InputError
+
+SCHEMA_VERSION = 1
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """Higher is worse; used for sorting and for --fail-on."""
+        return {"info": 1, "warning": 2, "critical": 3}[self.value]
+
+
+# Stack layers, bottom-up: the order the doctor reports in and the order a user should fix in.
+LAYERS: dict[str, str] = {
+    "kernel": "Kernel / OS",
+    "driver": "Driver & GPU health",
+    "pcie-topology": "PCIe / topology / NUMA",
+    "compiler-runtime": "Compiler / runtime",
+    "mathlib-nccl": "Math libraries & NCCL",
+    "allocator": "Allocator",
+    "framework": "Framework",
+    "container-orch": "Containers / cgroups",
+    "storage": "Storage",
+    "network": "Network",
+}
+
+
+def layer_rank(layer: str) -> int:
+    return list(LAYERS).index(layer)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing read from the machine, or the reason it could not be read.
+
+    ``value`` is JSON-able. When ``available`` is False the value is None and ``reason``
+    says why (file absent, permission denied, command timed out, ...).
+    """
+
+    key: str
+    value: Any
+    source: str = ""
+    available: bool = True
+    reason: str = ""
+
+    @classmethod
+    def missing(cls, key: str, reason: str, source: str = "") -> "Fact":
+        return cls(key, None, source, False, reason)
+
+
+class NotChecked(Exception):
+    """Raised inside a rule when a fact it needs is unavailable."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NotApplicable(Exception):
+    """Raised inside a rule when the check does not apply to this machine (no GPU, one node)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Facts(Mapping[str, Fact]):
+    """The facts of one machine, keyed by dotted name.
+
+    Rules read facts through ``need`` (raises NotChecked when unavailable) or ``get``; every key
+    looked up is remembered in ``used`` so a finding can cite where its evidence came from.
+    """
+
+    def __init__(self, facts: Mapping[str, Fact] | None = None) -> None:
+        self._facts: dict[str, Fact] = dict(facts or {})
+        self.used: set[str] = set()
+
+    def __getitem__(self, key: str) -> Fact:
+        return self._facts[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._facts)
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def add(self, fact: Fact) -> None:
+        self._facts[fact.key] = fact
+
+    def view(self) -> "Facts":
+        """A view over the same facts with its own record of what was used."""
+        v = Facts()
+        v._facts = self._facts
+        return v
+
+    def need(self, key: str) -> Any:
+        self.used.add(key)
+        fact = self._facts.get(key)
+        if fact is None:
+            raise NotChecked(f"{key} was not collected")
+        if not fact.available:
+            raise NotChecked(f"{key}: {fact.reason}" if fact.reason else f"{key} not available")
+        return fact.value
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """The value when available, else ``default``; never raises."""
+        self.used.add(key)
+        fact = self._facts.get(key)
+        return fact.value if fact is not None and fact.available else default
+
+    def sources(self) -> list[str]:
+        return sorted({self._facts[k].source for k in self.used if k in self._facts and self._facts[k].source})
+
+
+@dataclass
+class Finding:
+    id: str
+    layer: str
+    severity: Severity
+    title: str
+    evidence: str  # what was observed, with the values
+    fix: str  # the exact action
+    why: str = ""  # why it matters, with the impact figure where the sources give one
+    sources: list[str] = field(default_factory=list)  # where the evidence was read
+    fix_commands: list[str] = field(default_factory=list)  # shell lines for --fix-script
+    subject: str = ""  # "gpu0", "eth0", ... when the check is per-device
+    host_action: bool = False  # must be done on the host, not inside this container
+    recoverable_ms: float | None = None  # profile findings: time per step a fix would recover
+    recoverable_pct: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = self.severity.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Finding":
+        d = dict(d)
+        d["severity"] = Severity(d["severity"])
+        return cls(**d)
+
+
+@dataclass
+class CheckResult:
+    """What happened to one check: passed, found, not-checked or not-applicable."""
+
+    id: str
+    status: str
+    reason: str = ""
+
+
+@dataclass
+class Run:
+    meta: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
+    findings: list[Finding] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
+    estimates: dict[str, Any] | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "meta": self.meta,
+            "facts": {k: _fact_dict(f) for k, f in sorted(self.facts.items())},
+            "findings": [f.to_dict() for f in self.findings],
+            "checks": [asdict(c) for c in self.checks],
+            "measurements": self.measurements,
+            "profile": self.profile,
+            "estimates": self.estimates,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Run":
+        version = d.get("schema_version")
+        if not isinstance(version, int):
+            raise InputError("not a perfstack Run: it has no schema_version")
+        if version > SCHEMA_VERSION:
+            raise InputError(
+                f"this Run has schema_version {version}; this perfstack reads up to {SCHEMA_VERSION}",
+                hint="upgrade perfstack: pip install -U perfstack",
+            )
+        facts = Facts({k: Fact(key=k, **{f: v for f, v in fd.items() if f != "key"}) for k, fd in d.get("facts", {}).items()})
+        return cls(
+            meta=dict(d.get("meta", {})),
+            facts=facts,
+            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            checks=[CheckResult(**c) for c in d.get("checks", [])],
+            measurements=list(d.get("measurements", [])),
+            profile=d.get("profile"),
+            estimates=d.get("estimates"),
+            schema_version=version,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Run":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"Run file {p} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read Run file {p}: {e}") from None
+        except json.JSONDecodeError as e:
+            raise InputError(f"Run file {p} is not valid JSON (line {e.lineno})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{p} is not a perfstack Run (expected a JSON object)")
+        try:
+            return cls.from_dict(data)
+        except InputError as e:
+            raise InputError(f"{p}: {e.message}", e.hint) from None
+        except (TypeError, KeyError, ValueError) as e:
+            raise InputError(f"{p} is not a valid perfstack Run ({e})") from None
+
+
+def _fact_dict(f: Fact) -> dict[str, Any]:
+    d = {"value": f.value, "source": f.source}
+    if not f.available:
+        d.update(available=False, reason=f.reason)
+    return d

@@ -1,0 +1,31 @@
+"""The environment variables that steer the GPU stack (NCCL_*, CUDA_*, PYTORCH_*, ...).
+
+Only variables with these prefixes become facts, and any whose name looks like a secret is
+replaced, so a saved Run never carries credentials.
+"""
+
+from __future__ import annotations
+
+import re
+
+from perfstack.probes.collector import Collector, probe
+
+PREFIXES = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH", "NVIDIA_", "CUBLAS", "CUDNN_", "OMP_", "MKL_",
+            "OPENBLAS_", "KMP_", "NVSHMEM_", "UCX_", "FI_", "HF_", "TRANSFORMERS_", "LD_PRELOAD",
+            "LD_LIBRARY_PATH", "MALLOC_", "SLURM_", "KUBERNETES_", "LOCAL_RANK", "RANK", "WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "GLOO_", "TRITON_")
+SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def relevant(env: dict[str, str]) -> dict[str, str]:
+    return {k: ("REDACTED" if SECRET.search(k) else v) for k, v in sorted(env.items()) if k.startswith(PREFIXES)}
+
+
+@probe
+def environment(c: Collector) -> None:
+    """Source: the audited process's environment (env.json in a bundle). Shell: env"""
+    env = c.env()
+    if env is None:
+        c.missing("env", "environment not available (env.json missing from bundle)", "environment")
+    else:
+        c.put("env", relevant(env), "environment")

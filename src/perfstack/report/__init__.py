@@ -1,0 +1,1 @@
+"""Renderers: functions of a Run that only format."""

@@ -1,0 +1,85 @@
+"""The doctor's terminal report, built with rich."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.text import Text
+
+from perfstack.model import LAYERS, Finding, Run
+
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _badge(sev: str) -> Text:
+    return Text(f" {sev.upper():<8}", style=STYLE[sev])
+
+
+def _finding(f: Finding, verbose: bool) -> RenderableType:
+    head = Text.assemble(_badge(f.severity.value), " ", (f.id, "bold"), "  ", f.title)
+    if f.subject:
+        head.append(f"  [{f.subject}]", style="dim")
+    lines: list[RenderableType] = [head]
+    body = [("observed", f.evidence + (f"  (read from {', '.join(f.sources)})" if f.sources else ""))]
+    if f.why:
+        body.append(("why", f.why))
+    body.append(("fix", ("on the host: " if f.host_action else "") + f.fix))
+    if verbose and f.fix_commands:
+        body.append(("commands", "; ".join(f.fix_commands)))
+    for label, value in body:
+        lines.append(Padding(Text.assemble((f"{label}: ", "dim"), value), (0, 0, 0, 11)))
+    return Group(*lines)
+
+
+def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], console: Console,
+                  verbose: bool = False) -> None:
+    meta = run.meta
+    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
+    console.print(Text.assemble(("perfstack doctor", "bold"), f"  {meta.get('source', '')}  ·  {gpus}"))
+    if fix_first:
+        items = "\n".join(f"• {f.id}{f' [{f.subject}]' if f.subject else ''}: {f.evidence}" for f in fix_first)
+        console.print(Panel(items, title=f"Fix this first — {LAYERS[fix_first[0].layer]}",
+                            subtitle="critical in a lower layer: fix it before tuning above it",
+                            border_style="red"))
+    for layer, name in LAYERS.items():
+        fs = [f for f in run.findings if f.layer == layer]
+        if not fs and not verbose:
+            continue
+        console.print(Rule(Text(name, style="bold"), align="left", style="dim"))
+        if not fs:
+            console.print(Text("  no findings", style="dim"))
+        for f in fs:
+            console.print(_finding(f, verbose))
+    if verbose:
+        _not_checked(run, console)
+    console.print()
+    console.print(_summary_line(summary))
+
+
+def _not_checked(run: Run, console: Console) -> None:
+    skipped = [c for c in run.checks if c.status in ("not-checked", "not-applicable")]
+    if skipped:
+        console.print(Rule(Text("Not checked", style="bold"), align="left", style="dim"))
+        for c in skipped:
+            console.print(Text.assemble(f"  {c.id:<28}", (f"{c.status}: {c.reason}", "dim")))
+
+
+def _summary_line(s: dict[str, Any]) -> Text:
+    f = s["findings"]
+    st = s["status"]
+    t = Text.assemble(
+        (f"{f['critical']} critical", STYLE["critical"] if f["critical"] else "dim"), ", ",
+        (f"{f['warning']} warning", STYLE["warning"] if f["warning"] else "dim"), ", ",
+        (f"{f['info']} info", STYLE["info"] if f["info"] else "dim"),
+        f"  ·  {s['checks']} checks: {st.get('passed', 0)} passed, {st.get('found', 0)} with findings",
+    )
+    skipped = st.get("not-checked", 0) + st.get("not-applicable", 0)
+    if skipped:
+        top = "; ".join(f"{n}× {r}" for r, n in list(s["reasons"].items())[:3])
+        t.append(f", {skipped} not checked ({top}{'; …' if len(s['reasons']) > 3 else ''}; -v lists them)",
+                 style="dim")
+    return t

@@ -1,0 +1,65 @@
+"""The check registry: each check is a pure function of facts, with its metadata.
+
+    @check("swappiness", "kernel", "warning", "vm.swappiness above 10",
+           doc="...what it reads and when it fires...", why="...impact...", fix="...")
+    def swappiness(f: Facts) -> Hits:
+        v = f.need("kernel.swappiness")          # NotChecked if unavailable
+        if v > 10:
+            yield Hit(f"vm.swappiness = {v}", commands=["sysctl -w vm.swappiness=10"])
+
+A rule yields zero or more Hits; the engine turns each into a Finding with the check's id,
+layer, title and docs, and cites the sources of the facts the rule read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Union
+
+from perfstack.model import LAYERS, Facts, Severity
+
+
+@dataclass
+class Hit:
+    evidence: str  # what was observed, with values
+    fix: str | None = None  # specific fix; defaults to the check's
+    severity: str | None = None  # overrides the check's default severity
+    commands: list[str] = field(default_factory=list)  # idempotent shell lines for --fix-script
+    subject: str = ""
+    host_action: bool = False
+    why: str | None = None
+
+
+Hits = Union[Iterator[Hit], Iterable[Hit], Hit, None]
+Rule = Callable[[Facts], Hits]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    layer: str
+    severity: Severity  # the worst severity this check reports
+    title: str
+    doc: str  # what it checks and when it fires
+    why: str  # why it matters, with impact figures from the sources
+    fix: str  # the general fix
+    fn: Rule
+    refs: str = ""  # where the knowledge comes from
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def check(id: str, layer: str, severity: str, title: str, *, doc: str, why: str, fix: str,
+          refs: str = "") -> Callable[[Rule], Rule]:
+    if layer not in LAYERS:
+        raise ValueError(f"check {id}: unknown layer {layer}")
+
+    def register(fn: Rule) -> Rule:
+        if id in CHECKS:
+            raise ValueError(f"check {id} registered twice")
+        CHECKS[id] = Check(id, layer, Severity(severity), title, " ".join(doc.split()), " ".join(why.split()),
+                           fix.strip(), fn, refs)
+        return fn
+
+    return register
