@@ -109,7 +109,7 @@ class Redactor:
         s = UUID.sub(self._uuid, s)
         for secret, repl in sorted(self.literal.items(), key=lambda kv: -len(kv[0])):
             # Short hostnames like "gpu1" would mangle unrelated text; only whole words.
-            s = re.sub(rf"(?<![\w.-]){re.escape(secret)}(?![\w-])", repl, s)
+            s = re.sub(rf"(?<![\w.-]){re.escape(secret)}(?![\w.-])", repl, s)
         self.count += s != before
         return s
 

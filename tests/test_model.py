@@ -1,0 +1,47 @@
+import json
+
+import pytest
+
+from perfstack.errors import InputError
+from perfstack.model import SCHEMA_VERSION, CheckResult, Fact, Facts, Finding, Run, Severity
+
+
+def sample_run():
+    facts = Facts({"a.b": Fact("a.b", {"x": [1, 2]}, "/proc/x"), "c": Fact.missing("c", "absent", "/c")})
+    finding = Finding("swappiness", "kernel", Severity.WARNING, "t", "vm.swappiness = 60", "fix it", why="w",
+                      sources=["/proc/sys/vm/swappiness"], fix_commands=["sysctl -w vm.swappiness=10"])
+    return Run(meta={"command": "doctor"}, facts=facts, findings=[finding],
+               checks=[CheckResult("swappiness", "found"), CheckResult("x", "not-checked", "c: absent")])
+
+
+def test_run_round_trips_losslessly(tmp_path):
+    run = sample_run()
+    run.save(tmp_path / "r.json")
+    back = Run.load(tmp_path / "r.json")
+    assert back.to_dict() == run.to_dict()
+    assert back.facts["c"].available is False and back.facts["c"].reason == "absent"
+    assert back.findings[0].severity is Severity.WARNING
+
+
+def test_newer_schema_says_upgrade(tmp_path):
+    d = sample_run().to_dict()
+    d["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "r.json").write_text(json.dumps(d))
+    with pytest.raises(InputError) as e:
+        Run.load(tmp_path / "r.json")
+    assert "upgrade" in e.value.hint
+
+
+@pytest.mark.parametrize("text,msg", [("{", "not valid JSON"), ("[]", "expected a JSON object"),
+                                      ('{"a": 1}', "no schema_version")])
+def test_not_a_run(tmp_path, text, msg):
+    (tmp_path / "r.json").write_text(text)
+    with pytest.raises(InputError, match=msg):
+        Run.load(tmp_path / "r.json")
+
+
+def test_need_records_sources_and_reasons():
+    f = sample_run().facts.view()
+    assert f.need("a.b") == {"x": [1, 2]}
+    assert f.value("c", "dflt") == "dflt"
+    assert f.sources() == ["/c", "/proc/x"]
