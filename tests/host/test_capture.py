@@ -72,3 +72,10 @@ def test_refuses_to_overwrite(tmp_path):
     (tmp_path / "b" / "keep").write_text("x")
     with pytest.raises(UsageError, match="not an empty directory"):
         write(RecordingHost(FakeHost()), tmp_path / "b", {})
+
+
+def test_empty_listing_survives_capture(tmp_path):
+    rec = RecordingHost(FakeHost(dirs={"/sys/class/iommu": []}))
+    assert rec.listdir("/sys/class/iommu") == []
+    write(rec, tmp_path / "b", {})
+    assert BundleHost(tmp_path / "b").listdir("/sys/class/iommu") == []

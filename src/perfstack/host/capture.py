@@ -146,6 +146,7 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
         p.write_text(red.text(text), encoding="utf-8")
     # Listed entries nothing was read from still exist in the bundle, as empty directories.
     for rel, names in rec.listings.items():
+        (root / rel).mkdir(parents=True, exist_ok=True)  # an empty listing is a fact too
         for name in names:
             p = root / rel / name
             if not p.exists():

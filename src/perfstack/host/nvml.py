@@ -19,8 +19,12 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _gpu(nv: Any, i: int) -> dict[str, Any]:
-    h = nv.nvmlDeviceGetHandleByIndex(i)
     g: dict[str, Any] = {"index": i}
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+    except Exception as e:  # a GPU that fell off the bus answers here with "Unknown Error" / GPU_IS_LOST
+        g["error"] = str(e) or type(e).__name__
+        return g
     c = lambda name, *a: _call(getattr(nv, name, _absent(name)), h, *a)  # noqa: E731
     g["name"] = c("nvmlDeviceGetName")  # --query-gpu=name
     g["uuid"] = c("nvmlDeviceGetUUID")
@@ -37,6 +41,10 @@ def _gpu(nv: Any, i: int) -> dict[str, Any]:
             g[f"ecc_{kind}_{err}"] = c("nvmlDeviceGetTotalEccErrors", ecode, code)
     g["remapped_rows"] = _list(c("nvmlDeviceGetRemappedRows"))  # [corr, unc, pending, failure]
     g["clocks_event_reasons"] = c("nvmlDeviceGetCurrentClocksEventReasons")  # -q -d PERFORMANCE
+    if isinstance(g["clocks_event_reasons"], dict):  # drivers before R535 only know the old name
+        g["clocks_event_reasons"] = c("nvmlDeviceGetCurrentClocksThrottleReasons")
+    g["app_clock_mhz"] = c("nvmlDeviceGetApplicationsClock", 0)  # -q -d CLOCK: Applications Clocks
+    g["app_clock_default_mhz"] = c("nvmlDeviceGetDefaultApplicationsClock", 0)
     g["sm_clock_mhz"] = c("nvmlDeviceGetClockInfo", 1)
     g["sm_clock_max_mhz"] = c("nvmlDeviceGetMaxClockInfo", 1)
     g["mem_clock_mhz"] = c("nvmlDeviceGetClockInfo", 2)
@@ -57,7 +65,20 @@ def _gpu(nv: Any, i: int) -> dict[str, Any]:
     g["memory_used"] = mem if isinstance(mem, dict) else getattr(mem, "used", None)
     procs = c("nvmlDeviceGetComputeRunningProcesses")
     g["compute_processes"] = procs if isinstance(procs, dict) else len(procs)
+    g["numa_node"] = c("nvmlDeviceGetNumaNodeId")  # topo -m: NUMA Affinity
+    g["nvlink_states"] = _nvlink_states(nv, h)  # nvlink -s
     return g
+
+
+def _nvlink_states(nv: Any, h: Any) -> Any:
+    """1/0 per NVLink the GPU has (active/inactive), or the error when it has none."""
+    states: list[int] = []
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _call(getattr(nv, "nvmlDeviceGetNvLinkState", _absent("nvmlDeviceGetNvLinkState")), h, link)
+        if isinstance(state, dict):  # past the last link, or no NVLink at all ("Not Supported")
+            return states or state
+        states.append(int(state))
+    return states
 
 
 def _absent(name: str) -> Callable[..., Any]:
@@ -92,6 +113,8 @@ def query() -> dict[str, Any]:
             "nvml_version": _call(nv.nvmlSystemGetNVMLVersion),
         }
         count = _call(nv.nvmlDeviceGetCount)
+        # Keep the count's own answer: an error here is "could not ask", not "zero GPUs".
+        out["device_count"] = count
         out["gpus"] = [_gpu(nv, i) for i in range(count)] if isinstance(count, int) else []
         return out
     finally:

@@ -1,1 +1,346 @@
-"""(being written)"""
+"""The GPUs as the NVIDIA driver reports them: identity, health, clocks, power, PCIe link, NUMA node.
+
+Two sources, merged per GPU by PCI bus id: ``nvidia-smi -q -x`` and NVML (nvidia-ml-py). NVML
+wins field by field where both answer; either alone is enough. Every per-GPU field is a value
+or None ("this driver/GPU did not say"). sysfs adds the NUMA node and a second view of the link.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any, Callable
+
+from perfstack.errors import InputError
+from perfstack.host import Unavailable
+from perfstack.host.bundle import RECAPTURE
+from perfstack.probes.collector import Collector, Malformed, probe
+
+KEYS = ("driver.version", "driver.cuda_version", "gpu.count", "gpu.list", "gpu.summary")
+SMI = ("nvidia-smi", "-q", "-x")
+# nvidia-smi -q on an 8-GPU host takes a few seconds; a GPU that fell off the bus can hang it.
+SMI_TIMEOUT = 45.0
+NA = {"", "n/a", "not supported", "not available", "unknown", "unknown error", "none",
+      "insufficient permissions", "requested functionality has been deprecated"}
+# Bit i of NVML's clocks-event mask, named as nvidia-smi names them (without the prefix).
+EVENT_BITS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+              "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting")
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+GTS_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+# -- value helpers (shared by the XML and NVML readers) -------------------------------------
+def norm_bus_id(text: Any) -> str | None:
+    """'00000000:19:00.0' (nvidia-smi, NVML) or '0000:19:00' (Xid lines) -> '0000:19:00.0'."""
+    if not isinstance(text, str):
+        return None
+    m = re.fullmatch(r"(?:PCI:)?(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?",
+                     text.strip())
+    if not m:
+        return None
+    dom, bus, dev, fn = m.groups()
+    return f"{int(dom or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn or '0'}"
+
+
+def _text(el: ET.Element | None, path: str) -> str | None:
+    """The stripped text at ``path``; None for absent, N/A, [Not Supported] and friends."""
+    node = el.find(path) if el is not None else None
+    if node is None or node.text is None:
+        return None
+    t = node.text.strip()
+    return None if t.strip("[]").strip().lower() in NA else t
+
+
+def _num(s: str | None) -> float | None:
+    m = re.match(r"\s*(-?\d+(?:\.\d+)?)", s) if s else None
+    return float(m.group(1)) if m else None
+
+
+def _int(s: str | None) -> int | None:
+    v = _num(s)
+    return int(v) if v is not None else None
+
+
+def _flag(s: str | None) -> bool | None:
+    """Enabled/Disabled, Active/Not Active, Yes/No -> bool."""
+    if s is None:
+        return None
+    return {"enabled": True, "active": True, "yes": True, "disabled": False, "not active": False,
+            "no": False}.get(s.lower())
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+# -- nvidia-smi -q -x -----------------------------------------------------------------------
+def parse_smi_xml(text: str) -> dict[str, Any]:
+    """``nvidia-smi -q -x`` -> {"driver_version", "cuda_version", "attached_gpus", "gpus": [...]}."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        raise Malformed(f"not valid XML (line {e.position[0]})") from None
+    if root.tag != "nvidia_smi_log":
+        raise Malformed(f"not nvidia-smi XML (root element <{root.tag}>)")
+    gpus = [_smi_gpu(g, i) for i, g in enumerate(root.findall("gpu"))]
+    return {"driver_version": _text(root, "driver_version"), "cuda_version": _text(root, "cuda_version"),
+            "attached_gpus": _int(_text(root, "attached_gpus")), "gpus": gpus}
+
+
+def _smi_gpu(g: ET.Element, position: int) -> dict[str, Any]:
+    t = lambda path: _text(g, path)  # noqa: E731
+    link = "pci/pci_gpu_link_info/"
+    # Newer drivers (R530+) moved power into gpu_power_readings and renamed the limit fields.
+    power = g.find("gpu_power_readings")
+    power = power if power is not None else g.find("power_readings")
+    events = g.find("clocks_event_reasons")
+    events = events if events is not None else g.find("clocks_throttle_reasons")
+    mib = _int(t("fb_memory_usage/total"))
+    temp = _int(t("temperature/gpu_temp"))
+    # R565+ Hopper reports thresholds relative to T.Limit: slowdown is at headroom == slow threshold.
+    headroom, slow_rel = _int(t("temperature/gpu_temp_tlimit")), _int(t("temperature/gpu_temp_slow_tlimit_threshold"))
+    slowdown = _int(t("temperature/gpu_temp_slow_threshold"))
+    if slowdown is None and None not in (temp, headroom, slow_rel):
+        slowdown = temp + headroom - slow_rel  # type: ignore[operator]
+    procs = g.findall("processes/process_info")
+    types = [(_text(p, "type") or "") for p in procs]
+    names = [(_text(p, "process_name") or "") for p in procs]
+    return {
+        "index": position,
+        "name": t("product_name"),
+        "pci_bus_id": norm_bus_id(t("pci/pci_bus_id") or g.get("id")),
+        "compute_capability": None,  # not in the XML; NVML supplies it
+        "memory_total_bytes": mib * 2**20 if mib is not None else None,
+        "persistence_mode": _flag(t("persistence_mode")),
+        "compute_mode": t("compute_mode"),
+        "mig_current": _flag(t("mig_mode/current_mig")),
+        "mig_pending": _flag(t("mig_mode/pending_mig")),
+        "ecc_current": _flag(t("ecc_mode/current_ecc")),
+        "ecc_pending": _flag(t("ecc_mode/pending_ecc")),
+        **_ecc_counts(g.find("ecc_errors")),
+        "retired_pages": _retired(g),
+        "retired_pending": _flag(_first(t("retired_pages/pending_retirement"), t("retired_pages/pending_blacklist"))),
+        "remapped_uncorrected": _int(t("remapped_rows/remapped_row_unc")),
+        "remapped_corrected": _int(t("remapped_rows/remapped_row_corr")),
+        "remap_pending": _flag(t("remapped_rows/remapped_row_pending")),
+        "remap_failure": _flag(t("remapped_rows/remapped_row_failure")),
+        "clocks_event_reasons": None if events is None else sorted(
+            re.sub(r"^clocks_(event|throttle)_reason_", "", e.tag) for e in events if _flag(_text(e, ".")) is True),
+        "utilization_gpu": _int(t("utilization/gpu_util")),
+        "power_limit_w": _num(_first(_text(power, "current_power_limit"), _text(power, "enforced_power_limit"),
+                                     _text(power, "power_limit"))),
+        "power_default_w": _num(_text(power, "default_power_limit")),
+        "power_max_w": _num(_text(power, "max_power_limit")),
+        "power_draw_w": _num(_first(_text(power, "average_power_draw"), _text(power, "power_draw"))),
+        "temperature_c": temp,
+        "temp_slowdown_c": slowdown,
+        "sm_clock_mhz": _int(t("clocks/sm_clock")),
+        "sm_clock_max_mhz": _int(t("max_clocks/sm_clock")),
+        "app_clock_mhz": _int(t("applications_clocks/graphics_clock")),
+        "app_clock_default_mhz": _int(t("default_applications_clocks/graphics_clock")),
+        "pcie_gen": _int(t(link + "pcie_gen/current_link_gen")),
+        "pcie_gen_max": _int(t(link + "pcie_gen/max_link_gen")),
+        "pcie_gen_gpu_max": _int(t(link + "pcie_gen/max_device_link_gen")),
+        "pcie_gen_host_max": _int(t(link + "pcie_gen/max_host_link_gen")),
+        "pcie_width": _int(t(link + "link_widths/current_link_width")),
+        "pcie_width_max": _int(t(link + "link_widths/max_link_width")),
+        "compute_processes": None if g.find("processes") is None else sum("C" in x for x in types),
+        "mps": any(x.startswith("M") for x in types) or any(n.endswith("nvidia-cuda-mps-server") for n in names),
+        "fabric_state": t("fabric/state"),
+        "fabric_status": t("fabric/status"),
+    }
+
+
+def _ecc_counts(ecc: ET.Element | None) -> dict[str, int | None]:
+    """Sum the error counters of each section. Names differ by generation: sram_/dram_(un)correctable
+    (Hopper), single_bit/double_bit totals (Volta/Ampere)."""
+    out: dict[str, int | None] = {}
+    for kind in ("volatile", "aggregate"):
+        sec = ecc.find(kind) if ecc is not None else None
+        corr = unc = None
+        if sec is not None:
+            for leaf in sec.iter():
+                v = _int(_text(leaf, ".")) if len(leaf) == 0 else None
+                tag = leaf.tag
+                if v is None or "threshold" in tag:
+                    continue
+                if "uncorrectable" in tag:
+                    unc = (unc or 0) + v
+                elif "correctable" in tag:
+                    corr = (corr or 0) + v
+            old_sbe, old_dbe = _int(_text(sec, "single_bit/total")), _int(_text(sec, "double_bit/total"))
+            corr, unc = _first(corr, old_sbe), _first(unc, old_dbe)
+        out[f"ecc_{kind}_corrected"], out[f"ecc_{kind}_uncorrected"] = corr, unc
+    return out
+
+
+def _retired(g: ET.Element) -> int | None:
+    counts = [_int(_text(g, f"retired_pages/{k}/retired_count"))
+              for k in ("multiple_single_bit_retirement", "double_bit_retirement")]
+    known = [c for c in counts if c is not None]
+    return sum(known) if known else None
+
+
+# -- NVML (host.nvml(), nvml.json in a bundle) ----------------------------------------------
+def parse_nvml(data: dict[str, Any]) -> dict[str, Any]:
+    """host.nvml()'s dict -> the same shape as parse_smi_xml. Error fields become None."""
+    gpus = data.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise Malformed("not in the expected format ('gpus' must be a list of objects)")
+    cuda = _ok(data.get("cuda_driver_version"))
+    count = _ok(data.get("device_count"))
+    return {"driver_version": _ok(data.get("driver_version")),
+            "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
+            "attached_gpus": count if isinstance(count, int) else (len(gpus) if "device_count" not in data else None),
+            "gpus": [_nvml_gpu(g) for g in gpus]}
+
+
+def _ok(v: Any) -> Any:
+    return None if isinstance(v, dict) and "error" in v else v
+
+
+def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
+    v = lambda k: _ok(g.get(k))  # noqa: E731
+    pair = lambda k, i: (bool(x[i]) if isinstance(x := v(k), list) and len(x) > i else None)  # noqa: E731
+    num = lambda k, scale=1: (x / scale if isinstance(x := v(k), (int, float)) and not isinstance(x, bool) else None)  # noqa: E731
+    cc, rows, mask, links = v("compute_capability"), v("remapped_rows"), v("clocks_event_reasons"), v("nvlink_states")
+    numa = v("numa_node")
+    return {
+        "index": v("index"),
+        "nvml_error": g.get("error"),
+        "name": v("name"),
+        "pci_bus_id": norm_bus_id(v("pci_bus_id")),
+        "compute_capability": f"{cc[0]}.{cc[1]}" if isinstance(cc, list) and len(cc) == 2 else None,
+        "memory_total_bytes": v("memory_total"),
+        "persistence_mode": None if v("persistence_mode") is None else bool(v("persistence_mode")),
+        "compute_mode": COMPUTE_MODES.get(v("compute_mode")),
+        "mig_current": pair("mig_mode", 0), "mig_pending": pair("mig_mode", 1),
+        "ecc_current": pair("ecc_mode", 0), "ecc_pending": pair("ecc_mode", 1),
+        **{f"ecc_{k}_{e}": v(f"ecc_{k}_{e}") for k in ("volatile", "aggregate") for e in ("corrected", "uncorrected")},
+        "remapped_corrected": rows[0] if isinstance(rows, list) and len(rows) == 4 else None,
+        "remapped_uncorrected": rows[1] if isinstance(rows, list) and len(rows) == 4 else None,
+        "remap_pending": bool(rows[2]) if isinstance(rows, list) and len(rows) == 4 else None,
+        "remap_failure": bool(rows[3]) if isinstance(rows, list) and len(rows) == 4 else None,
+        "clocks_event_reasons": sorted(n for i, n in enumerate(EVENT_BITS) if mask & (1 << i))
+        if isinstance(mask, int) else None,
+        "utilization_gpu": v("utilization_gpu"),
+        "power_limit_w": num("power_limit_mw", 1000), "power_default_w": num("power_default_mw", 1000),
+        "power_draw_w": num("power_usage_mw", 1000),
+        "temperature_c": v("temperature_c"), "temp_slowdown_c": v("temp_slowdown_c"),
+        "sm_clock_mhz": v("sm_clock_mhz"), "sm_clock_max_mhz": v("sm_clock_max_mhz"),
+        "app_clock_mhz": v("app_clock_mhz"), "app_clock_default_mhz": v("app_clock_default_mhz"),
+        "pcie_gen": v("pcie_gen"), "pcie_gen_max": v("pcie_gen_max"), "pcie_gen_gpu_max": v("pcie_gen_gpu_max"),
+        "pcie_width": v("pcie_width"), "pcie_width_max": v("pcie_width_max"),
+        "compute_processes": v("compute_processes"),
+        "nvml_numa_node": numa if isinstance(numa, int) and numa >= 0 else None,
+        "nvlink_active": sum(links) if isinstance(links, list) else None,
+        "nvlink_links": len(links) if isinstance(links, list) else None,
+    }
+
+
+def merge(smi: dict[str, Any] | None, nvml: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One dict per GPU: the XML's fields, overridden by every field NVML answered. Both sources
+    list GPUs in PCI bus order, so a GPU whose bus id NVML could not read is matched by position."""
+    out = [dict(g) for g in (smi or {}).get("gpus", [])]
+    nvml_gpus = (nvml or {}).get("gpus", [])
+    fields = set().union(*out, *nvml_gpus)
+    by_bus = {g["pci_bus_id"]: g for g in out if g["pci_bus_id"]}
+    for pos, n in enumerate(nvml_gpus):
+        into = by_bus.get(n["pci_bus_id"]) if n["pci_bus_id"] else (out[pos] if pos < len(out) else None)
+        if into is None:
+            into = {}
+            out.append(into)
+        into.update({k: v for k, v in n.items() if v is not None})
+    for g in out:  # every GPU carries every field, None where no source answered
+        for k in fields:
+            g.setdefault(k, None)
+    return sorted(out, key=lambda g: (not isinstance(g["index"], int), g["index"] or 0))
+
+
+# -- the probe ------------------------------------------------------------------------------
+def parse_sysfs_speed(text: str) -> int | None:
+    """'32.0 GT/s PCIe' (or '8 GT/s', or 'Unknown') -> PCIe generation."""
+    v = _num(text)
+    return GTS_TO_GEN.get(v) if v is not None else None
+
+
+def _sysfs(c: Collector, bus: str, name: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return c.parsed(f"/sys/bus/pci/devices/{bus}/{name}", parse)
+    except Unavailable:
+        return None
+
+
+def _nvml(c: Collector) -> tuple[dict[str, Any] | None, str]:
+    try:
+        data = c.host.nvml()
+    except Unavailable as e:
+        return None, e.reason
+    try:
+        return parse_nvml(data), ""
+    except Exception as e:
+        detail = str(e) if isinstance(e, Malformed) else f"not in the expected format ({type(e).__name__}: {e})"
+        if c.host.kind == "bundle":
+            raise InputError(f"bundle file nvml.json is {detail}", hint=RECAPTURE) from None
+        return None, f"NVML answer is {detail}"
+
+
+def summary(gpus: list[dict[str, Any]], driver: str | None, cuda: str | None) -> str:
+    names: dict[str, int] = {}
+    for g in gpus:
+        names[g.get("name") or "unknown GPU"] = names.get(g.get("name") or "unknown GPU", 0) + 1
+    parts = [f"{n}× {name}" for name, n in names.items()] or ["no NVIDIA GPU"]
+    parts += [f"driver {driver}"] if driver else []
+    parts += [f"CUDA {cuda}"] if cuda else []
+    return " · ".join(parts)
+
+
+@probe
+def gpu(c: Collector) -> None:
+    """Sources: nvidia-smi -q -x; NVML (nvml.json in a bundle); /sys/bus/pci/devices/<bus>/{numa_node,
+    current_link_speed,max_link_speed,current_link_width,max_link_width}.
+    Shell: nvidia-smi -q; cat /sys/bus/pci/devices/0000:19:00.0/numa_node"""
+    try:
+        smi, smi_reason = c.command(SMI, parse_smi_xml, timeout=SMI_TIMEOUT), ""
+    except Unavailable as e:
+        smi, smi_reason = None, e.reason
+        if "No devices were found" in e.reason:  # the driver is up and positively sees no GPU
+            smi = {"driver_version": None, "cuda_version": None, "attached_gpus": 0, "gpus": []}
+    nv, nv_reason = _nvml(c)
+    sources = "; ".join(s for s, ok in ((" ".join(SMI), smi), ("nvml", nv)) if ok)
+    if smi is None and nv is None:
+        c.missing_all(KEYS, f"{smi_reason}; {nv_reason}", " ".join(SMI))
+        return
+    gpus = merge(smi, nv)
+    for i, g in enumerate(gpus):
+        g["index"] = g.get("index") if isinstance(g.get("index"), int) else i
+        bus = g.get("pci_bus_id")
+        node = _sysfs(c, bus, "numa_node", int) if bus else None
+        # -1: the firmware did not tell the kernel which node the slot hangs off.
+        nvml_node = g.pop("nvml_numa_node", None)
+        g["numa_node"] = node if isinstance(node, int) and node >= 0 else nvml_node
+        for key, name, parse in (("sysfs_pcie_gen", "current_link_speed", parse_sysfs_speed),
+                                 ("sysfs_pcie_gen_max", "max_link_speed", parse_sysfs_speed),
+                                 ("sysfs_pcie_width", "current_link_width", _int_or_none),
+                                 ("sysfs_pcie_width_max", "max_link_width", _int_or_none)):
+            g[key] = _sysfs(c, bus, name, parse) if bus else None
+    driver = _first((nv or {}).get("driver_version"), (smi or {}).get("driver_version"))
+    cuda = _first((nv or {}).get("cuda_version"), (smi or {}).get("cuda_version"))
+    count = _first((nv or {}).get("attached_gpus"), (smi or {}).get("attached_gpus"))
+    for key, value in (("driver.version", driver), ("driver.cuda_version", cuda)):
+        if value is None:
+            c.missing(key, "neither nvidia-smi nor NVML reported it", sources)
+        else:
+            c.put(key, value, sources)
+    if isinstance(count, int) or gpus:
+        c.put("gpu.count", count if isinstance(count, int) else len(gpus), sources)
+    else:
+        c.missing("gpu.count", f"the driver did not say how many GPUs it sees; {smi_reason or nv_reason}", sources)
+    c.put("gpu.list", gpus, sources)
+    c.put("gpu.summary", summary(gpus, driver, cuda), sources)
+
+
+def _int_or_none(text: str) -> int | None:
+    """sysfs link width: '16'; some virtual and older devices say '0' or nothing useful."""
+    v = _int(text)
+    return v if v else None
