@@ -167,6 +167,7 @@ def test_garbage_cgroup_file_live_is_not_available_with_reason():
     f = run_probes(host, [container])
     assert not f["cgroup.version"].available
     assert "not a cgroup membership list (line 1" in f["cgroup.version"].reason
+    assert "not a cgroup membership list" in f["cgroup.memory_limit_bytes"].reason
     assert f["container.in_container"].value is True  # detection still works
 
 

@@ -195,6 +195,45 @@ def test_xml_parser_returns_a_dict_or_raises(text):
 @given(st.one_of(st.text(), st.sampled_from([XML[:n] for n in range(0, len(XML), 997)])))
 def test_through_the_collector_a_bundle_only_raises_input_errors(text):
     try:
-        run_probes(host(xml=text, nvml=None, kind="bundle"), [gpu])
+        f = run_probes(host(xml=text, nvml=None, kind="bundle"), [gpu])
     except InputError:
-        pass
+        return
+    assert "probe.gpu" not in f  # the probe did not crash
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+GPU_FIELDS = st.fixed_dictionaries({}, optional={k: JSON for k in NVML["gpus"][0]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.fixed_dictionaries({}, optional={"driver_version": JSON, "cuda_driver_version": JSON,
+                                           "device_count": JSON, "gpus": st.lists(GPU_FIELDS, max_size=3) | JSON}))
+def test_any_nvml_answer_gives_facts_or_an_input_error(data):
+    try:
+        f = run_probes(host(nvml=data, kind="bundle"), [gpu])
+    except InputError:
+        return
+    assert "probe.gpu" not in f
+    json.dumps(f["gpu.list"].value)
+
+
+def test_a_bundle_of_the_recorded_h100_reads_like_the_live_machine(tmp_path):
+    from perfstack.host.bundle import BundleHost
+    from perfstack.probes.kernel_log import kernel_log
+    from perfstack.probes.pcie import pcie
+
+    (tmp_path / "cmd").mkdir()
+    (tmp_path / "cmd" / "nvidia-smi-q-x.xml").write_text(XML_LOAD)
+    (tmp_path / "cmd" / "nvidia-smi-topo-m.txt").write_text((RAW / "topo.txt").read_text())
+    (tmp_path / "cmd" / "dmesg.txt").write_text((RAW / "dmesg.txt").read_text())
+    (tmp_path / "nvml.json").write_text(json.dumps(NVML))
+    for path, text in dict(SYSFS, **{f"{BUS}/vendor": "0x10de\n", f"{BUS}/class": "0x030200\n"}).items():
+        (tmp_path / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path.lstrip("/")).write_text(text)
+    f = run_probes(BundleHost(tmp_path), [gpu, pcie, kernel_log])
+    assert f["gpu.summary"].value == "1× NVIDIA H100 80GB HBM3 · driver 580.159.04 · CUDA 13.0"
+    assert f["pcie.nvidia_gpus"].value == [gpu0(f)["pci_bus_id"]]
+    assert f["pcie.topology"].value["cpu_affinity"] == {"GPU0": "0-15"}
+    assert f["kernel_log.xid"].value == [] and "not in bundle" in f["pcie.lspci"].reason

@@ -16,6 +16,7 @@ MOUNTINFO = """\
 31 28 259:1 / /boot/efi rw,relatime shared:30 - vfat /dev/nvme0n1p1 rw,fmask=0077,dmask=0077
 33 28 259:3 / /data rw,noatime shared:31 - xfs /dev/nvme1n1 rw,attr2,inode64,logbufs=8,logbsize=32k,noquota
 35 28 253:0 / /home rw shared:32 - ext4 /dev/mapper/vg0-home rw
+41 28 9:0 / /raid rw,relatime shared:41 - xfs /dev/md0 rw,attr2,inode64,sunit=1024,swidth=2048
 40 28 0:52 / /mnt/shared\\040data rw,relatime shared:40 - nfs4 nas01:/export/data rw,vers=4.2,rsize=524288,wsize=1048576,namlen=255,hard,proto=tcp,timeo=600
 """
 
@@ -27,7 +28,9 @@ def server() -> FakeHost:
             ("nvme1n1", "259:3", {}, "0", "none [mq-deadline] kyber bfq", "4096", "0"),
             ("sda", "8:0", {"sda1": "8:1", "sda2": "8:2"}, "1", "mq-deadline kyber [bfq] none", "128", "75000"),
             ("dm-0", "253:0", {}, "1", "none", "128", None),
-            ("loop0", "7:0", {}, "0", "[none] mq-deadline", "128", "2000")):
+            ("loop0", "7:0", {}, "0", "[none] mq-deadline", "128", "2000"),
+            ("md0", "9:0", {}, "0", "none", "8192", None),
+            ("nvme2n1", "259:4", {}, "0", "[none] mq-deadline", "128", "2000")):
         files[f"/sys/block/{name}/dev"] = dev + "\n"
         for part, number in parts.items():
             files[f"/sys/block/{name}/{part}/dev"] = number + "\n"
@@ -38,7 +41,7 @@ def server() -> FakeHost:
     d = "/sys/class/nvme/nvme0/device"
     files.update({f"{d}/current_link_speed": "8.0 GT/s PCIe\n", f"{d}/max_link_speed": "16.0 GT/s PCIe\n",
                   f"{d}/current_link_width": "4\n", f"{d}/max_link_width": "4\n"})
-    return FakeHost(files=files, dirs={"/sys/block/dm-0/slaves": ["sda2"], "/sys/class/nvme": ["nvme0", "nvme1"]})
+    return FakeHost(files=files, dirs={"/sys/block/dm-0/slaves": ["sda2"], "/sys/block/md0/slaves": ["nvme2n1"], "/sys/class/nvme": ["nvme0", "nvme1"]})
 
 
 def test_mounts_devices_and_links():
@@ -49,7 +52,8 @@ def test_mounts_devices_and_links():
     assert mounts["/mnt/shared data"]["source"] == "nas01:/export/data"
     assert "rsize=524288" in mounts["/mnt/shared data"]["options"]
     devices = {d["name"]: d for d in f["storage.block_devices"].value}
-    assert set(devices) == {"nvme0n1", "nvme1n1", "sda"}  # loop and dm devices skipped
+    assert set(devices) == {"nvme0n1", "nvme1n1", "nvme2n1", "sda", "md0"}  # loop and dm devices skipped
+    assert devices["md0"]["kind"] == "md" and devices["nvme2n1"]["mountpoints"] == ["/raid"]  # RAID member
     assert devices["nvme0n1"] == {"name": "nvme0n1", "kind": "nvme", "rotational": False, "scheduler": "none",
                                   "read_ahead_kb": 128, "wbt_lat_usec": 2000, "mountpoints": ["/", "/boot/efi"]}
     assert devices["nvme1n1"]["scheduler"] == "mq-deadline" and devices["nvme1n1"]["mountpoints"] == ["/data"]

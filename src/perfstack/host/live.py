@@ -13,6 +13,7 @@ from perfstack.host import nvml as nvml_mod
 
 # A torch import with a broken CUDA install can take long; the interpreter is the user's.
 PYTHON_INFO_TIMEOUT = 60.0
+MAX_READ = 8 << 20
 
 
 def _os_reason(e: OSError) -> str:
@@ -32,9 +33,13 @@ class LiveHost:
 
     def read_text(self, path: str) -> str:
         try:
-            # Bounded: /proc and /sys files are small; a path that is not stops here.
+            # Read in small chunks: sysctl files under /proc/sys refuse one large read with
+            # ENOMEM on recent kernels. Bounded at 8 MiB so a path that is not a small file stops.
+            chunks: list[bytes] = []
             with open(path, "rb") as f:
-                return f.read(8 << 20).decode("utf-8", errors="replace")
+                while sum(map(len, chunks)) < MAX_READ and (chunk := f.read(64 << 10)):
+                    chunks.append(chunk)
+            return b"".join(chunks).decode("utf-8", errors="replace")
         except OSError as e:
             raise Unavailable(f"{path}: {_os_reason(e)}") from None
 

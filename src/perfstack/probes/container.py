@@ -22,6 +22,10 @@ CGROUP = "/sys/fs/cgroup"
 # A v1 limit this large is the kernel's "unlimited" (PAGE_COUNTER_MAX pages, e.g. 9223372036854771712).
 UNLIMITED = 1 << 60
 
+CGROUP_KEYS = ("cgroup.version", "cgroup.path", "cgroup.memory_limit_bytes", "cgroup.memory_current_bytes",
+               "cgroup.memory_working_set_bytes", "cgroup.memory_oom_kills", "cgroup.cpu_quota_cpus", "cgroup.cpu_stat",
+               "cgroup.pids_max", "cgroup.pids_current", "cgroup.cpuset_cpus", "cgroup.cpuset_mems")
+
 # Words in a cgroup path that name the runtime that made it, most specific first.
 RUNTIME_PATHS = (("kubepods", "kubernetes"), ("libpod", "podman"), ("docker", "docker"),
                  ("cri-containerd", "containerd"), ("containerd", "containerd"), ("crio", "cri-o"),
@@ -292,7 +296,7 @@ def container(c: Collector) -> None:
         groups: dict[str, str] | None = c.parsed("/proc/self/cgroup", parse_proc_cgroup)
     except Unavailable as e:
         groups = None
-        c.missing_all(["cgroup.version", "cgroup.path"], e.reason, "/proc/self/cgroup")
+        c.missing_all(CGROUP_KEYS, e.reason, "/proc/self/cgroup")
     _detect(c, mounts)
     _mount_facts(c, mounts, reason)
     _device_nodes(c, "container.nvidia_device_nodes", "/dev", lambda n: bool(re.fullmatch(r"nvidia(\d+|ctl)", n)),

@@ -183,59 +183,71 @@ def _retired(g: ET.Element) -> int | None:
 
 # -- NVML (host.nvml(), nvml.json in a bundle) ----------------------------------------------
 def parse_nvml(data: dict[str, Any]) -> dict[str, Any]:
-    """host.nvml()'s dict -> the same shape as parse_smi_xml. Error fields become None."""
+    """host.nvml()'s dict -> the same shape as parse_smi_xml. Error fields (and, in a hand-edited
+    nvml.json, values of the wrong type) become None."""
     gpus = data.get("gpus", [])
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         raise Malformed("not in the expected format ('gpus' must be a list of objects)")
-    cuda = _ok(data.get("cuda_driver_version"))
-    count = _ok(data.get("device_count"))
-    return {"driver_version": _ok(data.get("driver_version")),
-            "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
-            "attached_gpus": count if isinstance(count, int) else (len(gpus) if "device_count" not in data else None),
+    cuda, count = _typed(data.get("cuda_driver_version"), int), _typed(data.get("device_count"), int)
+    return {"driver_version": _typed(data.get("driver_version"), str),
+            "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda is not None else None,
+            "attached_gpus": count if count is not None else (len(gpus) if "device_count" not in data else None),
             "gpus": [_nvml_gpu(g) for g in gpus]}
 
 
-def _ok(v: Any) -> Any:
-    return None if isinstance(v, dict) and "error" in v else v
+def _typed(v: Any, kind: type) -> Any:
+    """``v`` when it is of ``kind`` (bool is not an int here), else None: NVML errors are dicts."""
+    if kind is int:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if kind is float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return v if isinstance(v, kind) else None
+
+
+def _ints(v: Any, n: int) -> list[int] | None:
+    return v if isinstance(v, list) and len(v) == n and all(_typed(x, int) is not None for x in v) else None
 
 
 def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
-    v = lambda k: _ok(g.get(k))  # noqa: E731
-    pair = lambda k, i: (bool(x[i]) if isinstance(x := v(k), list) and len(x) > i else None)  # noqa: E731
-    num = lambda k, scale=1: (x / scale if isinstance(x := v(k), (int, float)) and not isinstance(x, bool) else None)  # noqa: E731
-    cc, rows, mask, links = v("compute_capability"), v("remapped_rows"), v("clocks_event_reasons"), v("nvlink_states")
-    numa = v("numa_node")
+    i = lambda k: _typed(g.get(k), int)  # noqa: E731
+    watts = lambda k: (x / 1000 if (x := _typed(g.get(k), float)) is not None else None)  # noqa: E731
+    cc, mig, ecc, rows = (_ints(g.get("compute_capability"), 2), _ints(g.get("mig_mode"), 2),
+                          _ints(g.get("ecc_mode"), 2), _ints(g.get("remapped_rows"), 4))
+    mask, links, numa = i("clocks_event_reasons"), g.get("nvlink_states"), i("numa_node")
+    links = links if isinstance(links, list) and all(_typed(x, int) is not None for x in links) else None
+    persistence = i("persistence_mode")
     return {
-        "index": v("index"),
-        "nvml_error": g.get("error"),
-        "name": v("name"),
-        "pci_bus_id": norm_bus_id(v("pci_bus_id")),
-        "compute_capability": f"{cc[0]}.{cc[1]}" if isinstance(cc, list) and len(cc) == 2 else None,
-        "memory_total_bytes": v("memory_total"),
-        "persistence_mode": None if v("persistence_mode") is None else bool(v("persistence_mode")),
-        "compute_mode": COMPUTE_MODES.get(v("compute_mode")),
-        "mig_current": pair("mig_mode", 0), "mig_pending": pair("mig_mode", 1),
-        "ecc_current": pair("ecc_mode", 0), "ecc_pending": pair("ecc_mode", 1),
-        **{f"ecc_{k}_{e}": v(f"ecc_{k}_{e}") for k in ("volatile", "aggregate") for e in ("corrected", "uncorrected")},
-        "remapped_corrected": rows[0] if isinstance(rows, list) and len(rows) == 4 else None,
-        "remapped_uncorrected": rows[1] if isinstance(rows, list) and len(rows) == 4 else None,
-        "remap_pending": bool(rows[2]) if isinstance(rows, list) and len(rows) == 4 else None,
-        "remap_failure": bool(rows[3]) if isinstance(rows, list) and len(rows) == 4 else None,
-        "clocks_event_reasons": sorted(n for i, n in enumerate(EVENT_BITS) if mask & (1 << i))
-        if isinstance(mask, int) else None,
-        "utilization_gpu": v("utilization_gpu"),
-        "power_limit_w": num("power_limit_mw", 1000), "power_default_w": num("power_default_mw", 1000),
-        "power_draw_w": num("power_usage_mw", 1000),
-        "temperature_c": v("temperature_c"), "temp_slowdown_c": v("temp_slowdown_c"),
-        "sm_clock_mhz": v("sm_clock_mhz"), "sm_clock_max_mhz": v("sm_clock_max_mhz"),
-        "app_clock_mhz": v("app_clock_mhz"), "app_clock_default_mhz": v("app_clock_default_mhz"),
-        "pcie_gen": v("pcie_gen"), "pcie_gen_max": v("pcie_gen_max"), "pcie_gen_gpu_max": v("pcie_gen_gpu_max"),
-        "pcie_width": v("pcie_width"), "pcie_width_max": v("pcie_width_max"),
-        "compute_processes": v("compute_processes"),
-        "nvml_numa_node": numa if isinstance(numa, int) and numa >= 0 else None,
-        "nvlink_active": sum(links) if isinstance(links, list) else None,
-        "nvlink_links": len(links) if isinstance(links, list) else None,
+        "index": i("index"),
+        "nvml_error": _typed(g.get("error"), str),
+        "name": _typed(g.get("name"), str),
+        "pci_bus_id": norm_bus_id(g.get("pci_bus_id")),
+        "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        "memory_total_bytes": i("memory_total"),
+        "persistence_mode": None if persistence is None else bool(persistence),
+        "compute_mode": COMPUTE_MODES.get(i("compute_mode")),  # type: ignore[arg-type]
+        "mig_current": bool(mig[0]) if mig else None, "mig_pending": bool(mig[1]) if mig else None,
+        "ecc_current": bool(ecc[0]) if ecc else None, "ecc_pending": bool(ecc[1]) if ecc else None,
+        **{f"ecc_{k}_{e}": i(f"ecc_{k}_{e}") for k in ("volatile", "aggregate") for e in ("corrected", "uncorrected")},
+        "remapped_corrected": rows[0] if rows else None, "remapped_uncorrected": rows[1] if rows else None,
+        "remap_pending": bool(rows[2]) if rows else None, "remap_failure": bool(rows[3]) if rows else None,
+        "clocks_event_reasons": None if mask is None else sorted(n for b, n in enumerate(EVENT_BITS) if mask & (1 << b)),
+        "utilization_gpu": i("utilization_gpu"),
+        "power_limit_w": watts("power_limit_mw"), "power_default_w": watts("power_default_mw"),
+        "power_draw_w": watts("power_usage_mw"),
+        "temperature_c": i("temperature_c"), "temp_slowdown_c": i("temp_slowdown_c"),
+        "sm_clock_mhz": i("sm_clock_mhz"), "sm_clock_max_mhz": i("sm_clock_max_mhz"),
+        "app_clock_mhz": i("app_clock_mhz"), "app_clock_default_mhz": i("app_clock_default_mhz"),
+        "pcie_gen": i("pcie_gen"), "pcie_gen_max": i("pcie_gen_max"), "pcie_gen_gpu_max": i("pcie_gen_gpu_max"),
+        "pcie_width": i("pcie_width"), "pcie_width_max": i("pcie_width_max"),
+        "compute_processes": i("compute_processes"),
+        "nvml_numa_node": numa if numa is not None and numa >= 0 else None,
+        "nvlink_active": sum(1 for x in links if x) if links is not None else None,
+        "nvlink_links": len(links) if links is not None else None,
     }
+
+
+# Every field either source can give; a GPU dict always has them all.
+FIELDS = tuple(sorted(set(_smi_gpu(ET.Element("gpu"), 0)) | set(_nvml_gpu({})) - {"nvml_numa_node"}))
 
 
 def merge(smi: dict[str, Any] | None, nvml: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -243,7 +255,6 @@ def merge(smi: dict[str, Any] | None, nvml: dict[str, Any] | None) -> list[dict[
     list GPUs in PCI bus order, so a GPU whose bus id NVML could not read is matched by position."""
     out = [dict(g) for g in (smi or {}).get("gpus", [])]
     nvml_gpus = (nvml or {}).get("gpus", [])
-    fields = set().union(*out, *nvml_gpus)
     by_bus = {g["pci_bus_id"]: g for g in out if g["pci_bus_id"]}
     for pos, n in enumerate(nvml_gpus):
         into = by_bus.get(n["pci_bus_id"]) if n["pci_bus_id"] else (out[pos] if pos < len(out) else None)
@@ -252,7 +263,7 @@ def merge(smi: dict[str, Any] | None, nvml: dict[str, Any] | None) -> list[dict[
             out.append(into)
         into.update({k: v for k, v in n.items() if v is not None})
     for g in out:  # every GPU carries every field, None where no source answered
-        for k in fields:
+        for k in FIELDS:
             g.setdefault(k, None)
     return sorted(out, key=lambda g: (not isinstance(g["index"], int), g["index"] or 0))
 

@@ -155,7 +155,8 @@ def parse_nccl_conf(text: str) -> dict[str, str]:
 
 
 def _absent(reason: str) -> bool:
-    return reason.endswith("absent") or "absent (at capture)" in reason
+    # "not in bundle": a bundle recorded before this probe existed, or made by hand without the file.
+    return reason.endswith(("absent", "absent (at capture)", "not in bundle"))
 
 
 @probe

@@ -91,8 +91,8 @@ def problems(pairs: list[tuple[str, str]]) -> list[str]:
            "unknown options, bad values (booleans must be True/False, max_split_size_mb >= 20, "
            "garbage_collection_threshold in (0, 1), power-of-2 roundups, backend native|cudaMallocAsync), options "
            "cudaMallocAsync ignores, torch's own rejection of the setting, both variables set to different "
-           "values, and the new name alone on a torch that ignores it (before 2.8; 2.9 for expandable_segments). Info when expandable_segments:True "
-           "is missing with the native backend.",
+           "values, and the new name alone where torch ignores it (before 2.8; expandable_segments on 2.9). "
+           "Info when expandable_segments:True is missing with the native backend.",
        why="torch parses the setting at CUDA start-up: a bad option makes the first CUDA call raise, and an "
            "ignored one silently leaves the default. With fixed-size segments, varying allocation sizes "
            "(variable sequence lengths, dynamic batches, LLM serving) fragment memory and end in OOMs while "
@@ -116,7 +116,8 @@ def alloc_conf(f: Facts) -> Hits:
     if legacy is not None and unified is not None and legacy.strip() != unified.strip():
         yield Hit(f"PYTORCH_CUDA_ALLOC_CONF={legacy!r} and PYTORCH_ALLOC_CONF={unified!r}: torch uses the first",
                   fix="set only one of them (or both to the same value)")
-    if legacy is None and unified is not None and tv is not None and (tv < (2, 8) or tv == (2, 9)):
+    if legacy is None and unified is not None and tv is not None and \
+            (tv < (2, 8) or (tv == (2, 9) and "expandable_segments" in unified)):
         broken = "predates this name and ignores it" if tv < (2, 8) else \
             "ignores expandable_segments given this way (pytorch/pytorch#183387)"
         yield Hit(f"only PYTORCH_ALLOC_CONF={unified!r} is set, and torch {torch} {broken}",
@@ -125,6 +126,7 @@ def alloc_conf(f: Facts) -> Hits:
     rejected = (f.value("python.errors") or {}).get("cuda_init", "")
     if value is not None and re.search(r"[Aa]llocator|ConfigTokenizer|max_split|garbage_collect|roundup", rejected):
         yield Hit(f"{name}={value!r}: torch {torch} refuses it at CUDA start-up: {rejected}")
+        return
     try:
         pairs = parse_alloc_conf(value or "")
     except ValueError as e:
@@ -133,7 +135,7 @@ def alloc_conf(f: Facts) -> Hits:
     issues = problems(pairs)
     if issues:
         yield Hit(f"{name}={value!r}: " + "; ".join(issues))
-    if ("backend", "cudaMallocAsync") not in pairs and ("expandable_segments", "True") not in pairs:
+    elif ("backend", "cudaMallocAsync") not in pairs and ("expandable_segments", "True") not in pairs:
         yield Hit((f"{name}={value!r}" if value else "PYTORCH_CUDA_ALLOC_CONF is unset")
                   + ": expandable segments are off, so variable-size allocations fragment GPU memory",
                   severity="info")

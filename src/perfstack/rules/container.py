@@ -10,9 +10,9 @@ from perfstack.rules.registry import Hit, Hits, check
 
 MiB, GiB = 1 << 20, 1 << 30
 LAYER = "container-orch"
-# Mount points a runtime fills with its own bind mounts (driver libraries, /etc/hosts, secrets).
-SYSTEM_PREFIXES = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc", "/sys", "/run", "/var/run",
-                   "/var/lib/kubelet", "/tmp")
+# Mount points that never hold data: /boot, and where a container runtime puts its own bind mounts
+# (driver libraries under /usr, /etc/hosts, /dev/shm, service-account secrets under /run).
+SYSTEM_MOUNT = re.compile(r"^/(boot|etc|usr|lib|lib64|bin|sbin|dev|proc|sys|run|var/run|var/lib/kubelet)(/|$)")
 
 
 def size(n: float) -> str:
@@ -217,7 +217,7 @@ def overlay_io(f: Facts) -> Hits:
     if f.need("container.root_fstype") != "overlay":
         return
     volumes = [m for m in f.need("storage.mounts")
-               if m["mountpoint"] != "/" and not m["mountpoint"].startswith(SYSTEM_PREFIXES)
+               if m["mountpoint"] != "/" and not SYSTEM_MOUNT.match(m["mountpoint"])
                and m["fstype"] not in ("tmpfs", "overlay", "ramfs")]
     if not volumes:
         yield Hit("/ is overlayfs and no data volume is mounted", host_action=True)

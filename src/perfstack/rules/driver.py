@@ -41,6 +41,10 @@ def label(g: dict[str, Any]) -> str:
     return f"GPU {g.get('index')} ({g.get('name') or g.get('pci_bus_id') or 'unknown'})"
 
 
+def watts(w: float | None) -> str:
+    return "? W" if w is None else f"{w:.0f} W"
+
+
 def busy(g: dict[str, Any]) -> bool:
     return (g.get("utilization_gpu") or 0) > BUSY_PCT
 
@@ -284,7 +288,8 @@ def clock_throttle(f: Facts) -> Hits:
         elif "sw_power_cap" in active and busy(g):
             limit, top = g.get("power_limit_w"), g.get("power_max_w")
             capped = limit is not None and top is not None and limit < top - 1
-            power = f"; power {g.get('power_draw_w')} W at a {limit} W limit" + (f" (board max {top} W)" if top else "")
+            power = f"; drawing {watts(g.get('power_draw_w'))} at a {watts(limit)} limit" + (
+                f" (board max {watts(top)})" if top else "")
             yield Hit(f"{label(g)}: SW power cap active{util}{clocks}{power}" +
                       ("" if capped else ": the GPU is at its full board power, normal for dense math"),
                       severity="warning" if capped else "info", subject=sub, host_action=capped,

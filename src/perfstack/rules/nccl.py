@@ -154,9 +154,11 @@ def nccl_socket_threads(f: Facts) -> Hits:
             nums[name] = n
     threads, socks = nums.get("NCCL_SOCKET_NTHREADS", 1), nums.get("NCCL_NSOCKS_PERTHREAD", 1)
     if threads > 16:
-        yield Hit(f"NCCL_SOCKET_NTHREADS={threads}: above NCCL's maximum of 16", subject="NCCL_SOCKET_NTHREADS")
+        yield Hit(f"{s['NCCL_SOCKET_NTHREADS'].show('NCCL_SOCKET_NTHREADS')}: above NCCL's maximum of 16",
+                  subject="NCCL_SOCKET_NTHREADS")
     if len(nums) == 2 and threads * socks > 64:
-        yield Hit(f"NCCL_SOCKET_NTHREADS={threads} x NCCL_NSOCKS_PERTHREAD={socks} = {threads * socks} sockets, "
+        yield Hit(f"{s['NCCL_SOCKET_NTHREADS'].show('NCCL_SOCKET_NTHREADS')} x "
+                  f"{s['NCCL_NSOCKS_PERTHREAD'].show('NCCL_NSOCKS_PERTHREAD')} = {threads * socks} sockets, "
                   f"above NCCL's limit of 64")
 
 

@@ -155,6 +155,7 @@ def tcp_stack_tuning(f: Facts) -> Hits:
         target *= 2
     values = {"net.core.rmem_max": f.need("network.rmem_max"), "net.core.wmem_max": f.need("network.wmem_max"),
               "net.ipv4.tcp_rmem": f.need("network.tcp_rmem")[-1], "net.ipv4.tcp_wmem": f.need("network.tcp_wmem")[-1]}
+    label = {"net.ipv4.tcp_rmem": "net.ipv4.tcp_rmem max", "net.ipv4.tcp_wmem": "net.ipv4.tcp_wmem max"}
     low = {k: v for k, v in values.items() if v < bdp}
     if not low:
         return
@@ -165,7 +166,7 @@ def tcp_stack_tuning(f: Facts) -> Hits:
         else:
             current = f.need(f"network.{name.split('.')[-1]}")
             commands += _sysctl_list(name, current[:-1] + [target])
-    shown = ", ".join(f"{k}={v}" for k, v in low.items())
+    shown = ", ".join(f"{label.get(k, k)}={v}" for k, v in low.items())
     yield Hit(f"{shown}: below {bdp / 2**20:.1f} MiB, the bandwidth-delay product of {max(speeds) / 1000:g} Gb/s "
               "at 1 ms", severity="info" if active_rdma(f) else "warning", commands=commands, host_action=True)
 

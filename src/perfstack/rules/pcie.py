@@ -9,7 +9,8 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.driver import busy, gpu_list, label
 from perfstack.rules.registry import Hit, Hits, check
 
-GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+# Usable GB/s per lane and direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3).
+GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
 SLOW_PATHS = {"SYS": "crosses the CPU interconnect", "NODE": "crosses PCIe host bridges",
               "PHB": "goes through the CPU's host bridge"}
 RECHECK = "nvidia-smi -q -d PCIE while the job runs, or perfstack doctor during training"
@@ -41,16 +42,16 @@ def pcie_link_downgraded(f: Facts) -> Hits:
     for g in gpus:
         gen, gen_max, width, width_max = _link(g)
         sub, now = f"gpu{g['index']}", f"PCIe Gen{gen} x{width}, capable of Gen{gen_max} x{width_max}"
-        rate = GT_PER_LANE.get(gen, 0) * width
-        full = GT_PER_LANE.get(gen_max, 0) * width_max
+        rate = GBS_PER_LANE.get(gen, 0) * width
+        full = GBS_PER_LANE.get(gen_max, 0) * width_max
         loss = f" (about {full / rate:.0f}× less host-GPU bandwidth)" if rate and full / rate >= 1.5 else ""
         util = g.get("utilization_gpu")
         if gen < gen_max or width < width_max:
             if busy(g):
-                yield Hit(f"{label(g)}: {now} while {util}% busy{loss}", subject=sub)
+                yield Hit(f"{label(g)}: {now}, while {util}% busy{loss}", subject=sub)
             else:
-                state = "idle" if util is not None else "utilization unknown"
-                yield Hit(f"{label(g)}: {now} ({state}){loss}. Idle GPUs lower the link speed to save power: "
+                state = "while idle" if util is not None else "(utilization unknown)"
+                yield Hit(f"{label(g)}: {now} {state}{loss}. Idle GPUs lower the link speed to save power: "
                           f"re-check under load ({RECHECK})", subject=sub,
                           severity="warning" if width < width_max else "info",
                           fix=f"re-check under load ({RECHECK}); if it stays low, reseat and check the BIOS")

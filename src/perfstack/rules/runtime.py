@@ -55,9 +55,10 @@ def gpus(f: Facts) -> list[Gpu]:
     out = [Gpu(g.get("index", i), g.get("name") or f"GPU {i}", cc)
            for i, g in enumerate(f.value("gpu.list") or []) if (cc := parse_cc(g.get("compute_capability")))]
     if not out:
-        out = [Gpu(i, f"GPU {i}", cc) for i, c in enumerate(f.value("python.device_capabilities") or [])
+        out = [Gpu(i, f"cuda:{i}", cc) for i, c in enumerate(f.value("python.device_capabilities") or [])
                if (cc := parse_cc(c))]
     if not out:
+        f.need("gpu.count")  # no driver answer at all: say why, in the driver's words
         raise NotChecked("no GPU compute capability known (gpu.list and python.device_capabilities lack it)")
     return out
 
@@ -244,6 +245,8 @@ def inductor_cache(f: Facts) -> Hits:
     env = env_of(f)
     if f.need("python.torch") is None:
         raise NotApplicable("torch is not installed")
+    if not f.value("gpu.count"):
+        raise NotApplicable("no NVIDIA GPU found")
     if env.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") == "1":
         yield Hit("TORCHINDUCTOR_FORCE_DISABLE_CACHES=1: every torch.compile recompiles from scratch",
                   fix="unset TORCHINDUCTOR_FORCE_DISABLE_CACHES")

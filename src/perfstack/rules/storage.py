@@ -5,25 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable
-from perfstack.rules.container import gpu_count
+from perfstack.rules.container import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, check
 
 LAYER = "storage"
 ATIME_FS = ("ext4", "ext3", "xfs", "btrfs", "f2fs", "nfs", "nfs4")
-SYSTEM_MOUNTS = ("/boot", "/boot/efi")
 NFS_MIN_IO = 1 << 20
 UDEV_RULE = "/etc/udev/rules.d/60-perfstack-storage.rules"
 
 
+def _data_mounts(d: dict[str, Any]) -> list[str]:
+    return [m for m in d.get("mountpoints") or [] if not SYSTEM_MOUNT.match(m)]
+
+
 def _data_devices(f: Facts) -> list[dict[str, Any]]:
-    """Disks that hold a filesystem other than /boot; all disks when the mount table is unknown."""
-    devices = f.need("storage.block_devices")
-    return [d for d in devices
-            if d.get("mountpoints") is None or set(d["mountpoints"]) - set(SYSTEM_MOUNTS)]
+    """Disks that hold a data filesystem (not /boot, not a container runtime's bind mounts of
+    /etc or driver libraries); every disk when the mount table is unknown."""
+    return [d for d in f.need("storage.block_devices") if d.get("mountpoints") is None or _data_mounts(d)]
 
 
 def _where(d: dict[str, Any]) -> str:
-    mounts = d.get("mountpoints")
+    mounts = _data_mounts(d)
     return f" (mounted at {', '.join(mounts)})" if mounts else ""
 
 
@@ -58,7 +60,7 @@ def io_scheduler(f: Facts) -> Hits:
 
 
 @check("read-ahead", LAYER, "info", "Small read-ahead on a data disk",
-       doc="Reads /sys/block/<dev>/queue/read_ahead_kb for disks that hold a filesystem other than /boot; "
+       doc="Reads /sys/block/<dev>/queue/read_ahead_kb for disks that hold a data filesystem (not /boot); "
            "fires (info) at 128 KiB or less.",
        why="A larger read-ahead keeps sequential reads of large dataset shards pipelined with fewer "
            "requests; the book suggests a few MB for streaming training data. Random small-file reads gain "
