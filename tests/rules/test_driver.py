@@ -99,6 +99,11 @@ def test_fallen_off_bus_without_xid_line_counts_as_79_for_a_lost_gpu():
     assert hit.severity.value == "critical" and hit.subject == "0000:3b:00.0" and "Xid 79" in hit.evidence
 
 
+def test_xid_not_applicable_without_gpu_says_why():
+    _, res = run("gpu-xid-errors", facts(kernel_log__xid=[], gpu__count=Unavailable("NVML could not start: x")))
+    assert (res.status, res.reason) == ("not-applicable", "no NVIDIA driver/GPU found: NVML could not start: x")
+
+
 def test_xid_quiet_when_clean_and_not_checked_without_root():
     assert run("gpu-xid-errors", gpus(gpu(), kernel_log__xid=[]))[1].status == "passed"
     _, res = run("gpu-xid-errors", gpus(gpu(), kernel_log__xid=Unavailable("dmesg: ... needs root")))

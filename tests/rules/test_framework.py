@@ -54,8 +54,8 @@ def test_torch_cuda_unavailable_carries_torch_s_reason():
 def test_low_precision_opportunity():
     found, _ = run("low-precision-opportunity")
     assert found[0].severity.value == "info" and "FP8 Tensor Cores" in found[0].evidence
-    found, _ = run("low-precision-opportunity", gpu__list=[{**H100, "name": "NVIDIA B200", "compute_capability": "10.0"}],
-                   python__packages={"transformer-engine": "2.8.0"})
+    b200 = {**H100, "name": "NVIDIA B200", "compute_capability": "10.0"}
+    found, _ = run("low-precision-opportunity", gpu__list=[b200], python__packages={"transformer-engine": "2.8.0"})
     assert "FP8 and FP4" in found[0].evidence and "transformer-engine 2.8.0 is installed" in found[0].evidence
     a100 = {**H100, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
     assert run("low-precision-opportunity", gpu__list=[a100])[1].status == "not-applicable"

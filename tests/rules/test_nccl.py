@@ -37,7 +37,8 @@ def run(check_id, **over):
 def test_p2p_disabled_is_critical_and_names_each_variable():
     found, res = run("nccl-p2p-disabled", env={"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"})
     assert res.status == "found"
-    assert {f.subject: f.severity.value for f in found} == {"NCCL_P2P_DISABLE": "critical", "NCCL_SHM_DISABLE": "warning"}
+    assert {f.subject: f.severity.value for f in found} == {"NCCL_P2P_DISABLE": "critical",
+                                                            "NCCL_SHM_DISABLE": "warning"}
     assert "NCCL_P2P_DISABLE=1" in found[0].evidence and found[0].fix == "unset NCCL_P2P_DISABLE"
 
 
@@ -96,7 +97,8 @@ def test_socket_threads():
     assert "maximum of 16" in found[0].evidence
     found, _ = run("nccl-socket-threads", env={"NCCL_NSOCKS_PERTHREAD": "four"})
     assert "not a positive number" in found[0].evidence
-    assert run("nccl-socket-threads", env={"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"})[1].status == "passed"
+    four = {"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
+    assert run("nccl-socket-threads", env=four)[1].status == "passed"
 
 
 def test_manual_overrides():

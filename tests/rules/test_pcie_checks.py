@@ -68,15 +68,17 @@ def topo(*rows):
 
 def test_p2p_topology():
     pcie_only = topo(("GPU0", "GPU1", "PIX"), ("GPU0", "GPU2", "SYS"), ("GPU1", "GPU2", "SYS"))
-    (hit,) = run("gpu-p2p-topology", facts(pcie__topology=pcie_only))[0]
+    (hit,) = run("gpu-p2p-topology", gpus(gpu(), gpu(index=1), gpu(index=2), pcie__topology=pcie_only))[0]
     assert "2 GPU pair(s)" in hit.evidence and "GPU0–GPU2 SYS" in hit.evidence
     mixed = topo(("GPU0", "GPU1", "NV18"), ("GPU0", "GPU2", "NODE"), ("GPU1", "GPU2", "NODE"))
-    assert "1 pair(s) are on NVLink" in run("gpu-p2p-topology", facts(pcie__topology=mixed))[0][0].evidence
+    assert "1 pair(s) are on NVLink" in run("gpu-p2p-topology", gpus(gpu(), pcie__topology=mixed))[0][0].evidence
     nvlink = topo(("GPU0", "GPU1", "NV18"), ("GPU0", "NIC0", "SYS"), ("GPU1", "NIC0", "SYS"))
-    assert run("gpu-p2p-topology", facts(pcie__topology=nvlink))[1].status == "passed"
+    assert run("gpu-p2p-topology", gpus(gpu(), pcie__topology=nvlink))[1].status == "passed"
     one = {"devices": ["GPU0"], "links": {"GPU0": {}}}
-    assert run("gpu-p2p-topology", facts(pcie__topology=one))[1].status == "not-applicable"
-    assert run("gpu-p2p-topology", facts(pcie__topology=Unavailable("x")))[1].status == "not-checked"
+    assert run("gpu-p2p-topology", gpus(gpu(), pcie__topology=one))[1].status == "not-applicable"
+    assert run("gpu-p2p-topology", gpus(gpu(), pcie__topology=Unavailable("x")))[1].status == "not-checked"
+    _, res = run("gpu-p2p-topology", facts(gpu__count=0, pcie__topology=Unavailable("nvidia-smi: command not found")))
+    assert (res.status, res.reason) == ("not-applicable", "no NVIDIA GPU")
 
 
 def test_nvlink_health():

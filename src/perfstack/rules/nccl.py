@@ -263,8 +263,8 @@ def nccl_socket_ifname(f: Facts) -> Hits:
     up = [i for i in matched if i.get("operstate") not in ("down", "lowerlayerdown", "notpresent")]
     real = [i for i in up if not i.get("is_virtual") and i.get("link_type") != "loopback"]
     if not matched:
-        yield Hit(f"{v.show('NCCL_SOCKET_IFNAME')} matches no interface (present: {names})", fix=v.undo("NCCL_SOCKET_IFNAME")
-                  + " or name an interface that exists")
+        yield Hit(f"{v.show('NCCL_SOCKET_IFNAME')} matches no interface (present: {names})",
+                  fix=v.undo("NCCL_SOCKET_IFNAME") + " or name an interface that exists")
     elif not up:
         yield Hit(f"{v.show('NCCL_SOCKET_IFNAME')} matches only interfaces that are down: "
                   + ", ".join(str(i.get("name")) for i in matched))
@@ -346,8 +346,9 @@ def cpu_thread_env(f: Facts) -> Hits:
     env = env_of(f)
     cpus = f.need("cpu.logical_count")
     quota = f.value("cgroup.cpu_quota_cpus")
-    budget, where = (quota, f"the cgroup quota of {quota:g} CPUs") if isinstance(quota, (int, float)) and \
-        0 < quota < cpus else (cpus, f"{cpus} logical CPUs")
+    budget, where = cpus, f"{cpus} logical CPUs"
+    if isinstance(quota, (int, float)) and 0 < quota < cpus:  # a container allowed fewer CPUs than the host has
+        budget, where = quota, f"the cgroup quota of {quota:g} CPUs"
     ranks = as_int(env.get("LOCAL_WORLD_SIZE", "")) or 1
     for name in THREAD_VARS:
         value = env.get(name)

@@ -94,6 +94,7 @@ def gpu_numa_affinity(f: Facts) -> Hits:
            "(CUDA_VISIBLE_DEVICES, scheduler topology hints); keep a job inside one NUMA node where it fits",
        refs="Book ch. 4 (topology-aware placement); blog S001 §10; catalog P04")
 def gpu_p2p_topology(f: Facts) -> Hits:
+    gpu_list(f)  # not applicable without a GPU, however the matrix fared
     topo = f.need("pcie.topology")
     gpus = [d for d in topo["devices"] if d.startswith("GPU")]
     if len(gpus) < 2:

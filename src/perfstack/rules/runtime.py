@@ -222,7 +222,7 @@ def cuda_jit_cache(f: Facts) -> Hits:
     require_gpu(f)
     jit = jit_needed(f)
     if is_true(env.get("CUDA_CACHE_DISABLE")):
-        yield Hit(f"CUDA_CACHE_DISABLE={env['CUDA_CACHE_DISABLE']}" + (": and a GPU runs torch from PTX" if jit else ""),
+        yield Hit(f"CUDA_CACHE_DISABLE={env['CUDA_CACHE_DISABLE']}" + (", and a GPU runs torch from PTX" if jit else ""),
                   severity="warning" if jit else "info", fix="unset CUDA_CACHE_DISABLE")
     path = env.get("CUDA_CACHE_PATH")
     if path and (path.rstrip("/") + "/").startswith(EPHEMERAL):
