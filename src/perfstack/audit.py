@@ -35,12 +35,12 @@ def summary(run: Run) -> dict[str, Any]:
     """Counts the report's summary line shows."""
     by_sev = {s: sum(1 for f in run.findings if f.severity.value == s) for s in ("critical", "warning", "info")}
     by_status: dict[str, int] = {}
-    reasons: dict[str, int] = {}
+    reasons: dict[str, dict[str, int]] = {"not-checked": {}, "not-applicable": {}}
     for c in run.checks:
         by_status[c.status] = by_status.get(c.status, 0) + 1
-        if c.status in ("not-checked", "not-applicable"):
-            reasons[c.reason] = reasons.get(c.reason, 0) + 1
+        if c.status in reasons:
+            reasons[c.status][c.reason] = reasons[c.status].get(c.reason, 0) + 1
     return {"findings": by_sev, "checks": len(run.checks), "status": by_status,
-            "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+            "reasons": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])) for k, v in reasons.items()}}
 
 

@@ -77,9 +77,12 @@ def _summary_line(s: dict[str, Any]) -> Text:
         (f"{f['info']} info", STYLE["info"] if f["info"] else "dim"),
         f"  ·  {s['checks']} checks: {st.get('passed', 0)} passed, {st.get('found', 0)} with findings",
     )
-    skipped = st.get("not-checked", 0) + st.get("not-applicable", 0)
-    if skipped:
-        top = "; ".join(f"{n}× {r}" for r, n in list(s["reasons"].items())[:3])
-        t.append(f", {skipped} not checked ({top}{'; …' if len(s['reasons']) > 3 else ''}; -v lists them)",
-                 style="dim")
+    for status, label in (("not-applicable", "not applicable"), ("not-checked", "could not be checked")):
+        n = st.get(status, 0)
+        if n:
+            reasons = s["reasons"][status]
+            top = "; ".join(f"{k}× {r}" if k > 1 else r for r, k in list(reasons.items())[:2])
+            t.append(f", {n} {label} ({top}{'; …' if len(reasons) > 2 else ''})", style="dim")
+    if st.get("not-applicable", 0) or st.get("not-checked", 0):
+        t.append(" — -v lists them", style="dim")
     return t
