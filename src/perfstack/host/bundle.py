@@ -10,6 +10,9 @@ Layout (fixed; users and tests build and edit bundles by hand):
     DIR/nvml.json                            optional: NVML answers
     DIR/unavailable.json                     optional: {path or cmd/<name>: reason} for reads
                                              that failed at capture time
+    DIR/listdir.json                         optional: {dir: [entries]} as listed at capture;
+                                             merged with what the directory holds
+    DIR/meta.json                            optional: capture time, perfstack version, host id
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class BundleHost:
         if not self.root.is_dir():
             raise InputError(f"bundle {root} is a file, not a directory",
                              hint="a bundle is the directory 'perfstack capture DIR' wrote (unpack it first if archived)")
-        self._failed: dict[str, str] = self._json("unavailable.json", {}, expect=dict) or {}
+        self._failed: dict[str, str] = self._json("unavailable.json", {}, expect=dict)
+        self._listings: dict[str, list[str]] = self._json("listdir.json", {}, expect=dict)
 
     def origin(self, rel: str) -> str:
         return f"bundle file {rel.lstrip('/')}"
@@ -62,9 +66,11 @@ class BundleHost:
 
     def listdir(self, path: str) -> list[str]:
         p = self._file(path)
-        if not p.is_dir():
+        listed = self._listings.get(path.strip("/"))
+        if not p.is_dir() and listed is None:
             raise self._missing(path)
-        return sorted(x.name for x in p.iterdir())
+        present = {x.name for x in p.iterdir()} if p.is_dir() else set()
+        return sorted(present | set(listed or []))
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> str:
         return self.read_text(f"cmd/{cmd_file(argv)}")

@@ -144,13 +144,6 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(red.text(text), encoding="utf-8")
-    # Listed entries nothing was read from still exist in the bundle, as empty directories.
-    for rel, names in rec.listings.items():
-        (root / rel).mkdir(parents=True, exist_ok=True)  # an empty listing is a fact too
-        for name in names:
-            p = root / rel / name
-            if not p.exists():
-                p.mkdir(parents=True, exist_ok=True)
     dump = lambda name, obj: (root / name).write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")  # noqa: E731
     if rec.env is not None:
         dump("env.json", red.env(rec.env))
@@ -158,6 +151,9 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
         dump("nvml.json", red.json(rec.nvml_answers))
     if rec.pyinfo is not None:
         dump("python.json", red.json(rec.pyinfo))
+    if rec.listings:
+        # Git keeps no empty directories, so listings live in a file rather than as mkdirs.
+        dump("listdir.json", {k: v for k, v in sorted(rec.listings.items())})
     if rec.failed:
         dump("unavailable.json", {k: red.text(v) for k, v in sorted(rec.failed.items())})
     dump("meta.json", dict(meta, host_id=host_id(rec)))
