@@ -31,7 +31,7 @@ def _finding(f: Finding, verbose: bool) -> RenderableType:
     if verbose and f.fix_commands:
         body.append(("commands", "; ".join(f.fix_commands)))
     for label, value in body:
-        lines.append(Padding(Text.assemble((f"{label}: ", "dim"), value), (0, 0, 0, 11)))
+        lines.append(Padding(Text.assemble((f"{label}: ", "dim"), value), (0, 0, 0, 11), expand=False))
     return Group(*lines)
 
 
