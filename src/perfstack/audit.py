@@ -1,34 +1,48 @@
-"""The doctor's pipeline: host → probes → facts → rules → findings → Run."""
+"""The doctor's pipeline: host → probes → facts → (benchmarks) → rules → findings → Run."""
 
 from __future__ import annotations
 
 import platform
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from perfstack import __version__
 from perfstack.host import Host
-from perfstack.model import Facts, Run
+from perfstack.model import Fact, Facts, Measurement, Run, Severity
 from perfstack.probes import collect
 from perfstack.rules import Check, evaluate
 
+BenchFn = Callable[[Facts], "list[Measurement]"]
+FAIL_ON = ("critical", "warning", "info", "never")
 
-def audit(host: Host, checks: list[Check], source: str) -> Run:
+
+def audit(host: Host, checks: list[Check], source: str, bench: BenchFn | None = None,
+          command: str = "doctor") -> Run:
     t0 = time.perf_counter()
     facts = collect(host)
+    measurements = bench(facts) if bench else []
+    if measurements:
+        facts.add(results_fact(measurements))
     findings, results = evaluate(facts, checks)
     meta: dict[str, Any] = {
         "tool": "perfstack",
         "tool_version": __version__,
-        "command": "doctor",
+        "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source": source,
         "host_id": facts.value("system.host_id"),
         "python": platform.python_version(),
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
-    return Run(meta=meta, facts=facts, findings=findings, checks=results)
+    return Run(meta=meta, facts=facts, findings=findings, checks=results, measurements=measurements)
+
+
+def results_fact(measurements: list[Measurement]) -> Fact:
+    """Benchmark figures as one fact, so rules stay pure functions of facts."""
+    keep = ("value", "unit", "peak", "fraction", "expected_fraction", "verdict", "params", "notes", "telemetry")
+    return Fact("bench.results", {m.name: {k: getattr(m, k) for k in keep} for m in measurements if m.status == "ok"},
+                "perfstack bench")
 
 
 def summary(run: Run) -> dict[str, Any]:
@@ -44,3 +58,9 @@ def summary(run: Run) -> dict[str, Any]:
             "reasons": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])) for k, v in reasons.items()}}
 
 
+def exit_code(run: Run, fail_on: str) -> int:
+    """1 when a finding is at or above ``fail_on`` ("never" disables), else 0."""
+    if fail_on == "never":
+        return 0
+    bar = Severity(fail_on).rank
+    return 1 if any(f.severity.rank >= bar for f in run.findings) else 0

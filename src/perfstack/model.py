@@ -159,6 +159,40 @@ class Finding:
 
 
 @dataclass
+class Measurement:
+    """One benchmark figure with the raw samples behind it and how it compares with the SKU's peak.
+
+    ``samples`` are the raw timings in seconds (one per timed repetition); ``value`` is derived
+    from their median, in ``unit``. ``status`` is "ok", "skipped" or "error" (with ``reason``).
+    """
+
+    bench: str  # "gemm", "hbm", "h2d", ...
+    name: str  # stable id of this figure: "gemm.bf16.best", "h2d.pinned.256MiB"
+    value: float | None
+    unit: str  # "TFLOP/s", "GB/s", "us"
+    params: dict[str, Any] = field(default_factory=dict)  # shape, dtype, bytes, device ...
+    samples: list[float] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)  # median, p10, p90, cv, n (seconds)
+    peak: float | None = None  # theoretical peak in ``unit`` for this SKU
+    peak_source: str = ""
+    fraction: float | None = None  # value / peak
+    expected_fraction: float | None = None  # the known practical ceiling, as a fraction of peak
+    verdict: str = ""  # "good", "low", "very low", "no reference", ...
+    notes: list[str] = field(default_factory=list)  # wide spread, throttled, GPU busy with others
+    telemetry: dict[str, Any] = field(default_factory=dict)  # clocks/temp/power/throttle before & after
+    method_version: int = 1
+    status: str = "ok"
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
+        return cls(**d)
+
+
+@dataclass
 class CheckResult:
     """What happened to one check: passed, found, not-checked or not-applicable."""
 
@@ -173,7 +207,7 @@ class Run:
     facts: Facts = field(default_factory=Facts)
     findings: list[Finding] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
     profile: dict[str, Any] | None = None
     estimates: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
@@ -185,7 +219,7 @@ class Run:
             "facts": {k: _fact_dict(f) for k, f in sorted(self.facts.items())},
             "findings": [f.to_dict() for f in self.findings],
             "checks": [asdict(c) for c in self.checks],
-            "measurements": self.measurements,
+            "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile,
             "estimates": self.estimates,
         }
@@ -212,7 +246,7 @@ class Run:
             facts=facts,
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
             checks=[CheckResult(**c) for c in d.get("checks", [])],
-            measurements=list(d.get("measurements", [])),
+            measurements=[Measurement.from_dict(m) for m in d.get("measurements", [])],
             profile=d.get("profile"),
             estimates=d.get("estimates"),
             schema_version=version,

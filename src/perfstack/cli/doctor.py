@@ -8,16 +8,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from perfstack.audit import audit, summary
+from perfstack.audit import FAIL_ON, audit, exit_code, summary
+from perfstack.bench import SUITES
+from perfstack.cli.bench import bench_fn
 from perfstack.errors import UsageError
 from perfstack.host.bundle import BundleHost
 from perfstack.host.live import LiveHost
-from perfstack.model import Run, Severity
+from perfstack.model import Run
 from perfstack.report.fixscript import render_fix_script
 from perfstack.report.text import render_doctor
 from perfstack.rules import fix_first, select_checks
-
-FAIL_ON = ("critical", "warning", "info", "never")
 
 
 def _ids(values: list[str] | None) -> list[str]:
@@ -35,13 +35,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--select", action="append", metavar="IDS", help="only these check ids or layers (comma-separated)")
     p.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
     p.add_argument("--fix-script", metavar="FILE", help="write the fixes as a shell script to review (never run)")
+    p.add_argument("--bench", choices=SUITES, metavar="SUITE",
+                   help="also run the benchmark suite (quick or full) and judge its results")
     p.set_defaults(func=run)
 
 
 def doctor_run(args: argparse.Namespace, err: Console) -> Run:
     checks = select_checks(_ids(args.select), _ids(args.ignore))
+    if args.bench and args.bundle:
+        raise UsageError("--bench measures this machine; it cannot be combined with --bundle")
     host = BundleHost(args.bundle) if args.bundle else LiveHost()
     source = f"bundle {args.bundle}" if args.bundle else "live machine"
+    if args.bench:
+        return audit(host, checks, source, bench=bench_fn(args, err, args.bench, [], None))
     status = err.status("auditing the stack…") if err.is_terminal and not args.quiet else nullcontext()
     with status:
         return audit(host, checks, source)
@@ -64,9 +70,3 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
     return exit_code(result, args.fail_on)
 
-
-def exit_code(result: Run, fail_on: str) -> int:
-    if fail_on == "never":
-        return 0
-    bar = Severity(fail_on).rank
-    return 1 if any(f.severity.rank >= bar for f in result.findings) else 0

@@ -11,10 +11,10 @@ from typing import Sequence
 from rich.console import Console
 
 from perfstack import __version__
-from perfstack.cli import capture, doctor, explain
+from perfstack.cli import bench, capture, doctor, explain
 from perfstack.errors import PerfstackError
 
-COMMANDS = (doctor, capture, explain)
+COMMANDS = (doctor, capture, bench, explain)
 
 EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
 3 cannot run here · 4 internal error · 130 interrupted"""

@@ -7,7 +7,8 @@ The nvidia-smi equivalent of each field is in the comment beside it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -95,30 +96,67 @@ def _list(v: Any) -> Any:
     return list(v) if isinstance(v, (tuple, list)) else v
 
 
-def query() -> dict[str, Any]:
-    """Ask NVML everything the probes use. Returns ``{"error": reason}`` when NVML is unusable
-    (no driver, no libnvidia-ml, version mismatch) — that is a normal answer on a CPU box."""
+@contextmanager
+def _session() -> Iterator[Any]:
+    """pynvml, initialized; raises RuntimeError with a readable reason when NVML is unusable."""
     try:
         import pynvml as nv
     except ImportError:
-        return {"error": "nvidia-ml-py is not installed"}
+        raise RuntimeError("nvidia-ml-py is not installed") from None
     try:
         nv.nvmlInit()
     except Exception as e:
-        return {"error": f"NVML could not start: {e}"}
+        raise RuntimeError(f"NVML could not start: {e}") from None
     try:
-        out: dict[str, Any] = {
-            "driver_version": _call(nv.nvmlSystemGetDriverVersion),
-            "cuda_driver_version": _call(nv.nvmlSystemGetCudaDriverVersion_v2),  # 12040 = 12.4
-            "nvml_version": _call(nv.nvmlSystemGetNVMLVersion),
-        }
-        count = _call(nv.nvmlDeviceGetCount)
-        # Keep the count's own answer: an error here is "could not ask", not "zero GPUs".
-        out["device_count"] = count
-        out["gpus"] = [_gpu(nv, i) for i in range(count)] if isinstance(count, int) else []
-        return out
+        yield nv
     finally:
         try:
             nv.nvmlShutdown()
         except Exception:
             pass
+
+
+def query() -> dict[str, Any]:
+    """Ask NVML everything the probes use. Returns ``{"error": reason}`` when NVML is unusable
+    (no driver, no libnvidia-ml, version mismatch) — that is a normal answer on a CPU box."""
+    try:
+        with _session() as nv:
+            out: dict[str, Any] = {
+                "driver_version": _call(nv.nvmlSystemGetDriverVersion),
+                "cuda_driver_version": _call(nv.nvmlSystemGetCudaDriverVersion_v2),  # 12040 = 12.4
+                "nvml_version": _call(nv.nvmlSystemGetNVMLVersion),
+            }
+            count = _call(nv.nvmlDeviceGetCount)
+            # Keep the count's own answer: an error here is "could not ask", not "zero GPUs".
+            out["device_count"] = count
+            out["gpus"] = [_gpu(nv, i) for i in range(count)] if isinstance(count, int) else []
+            return out
+    except RuntimeError as e:
+        return {"error": str(e)}
+
+
+def telemetry(index: int) -> dict[str, Any]:
+    """The few fields a benchmark samples before and after it runs (nvidia-smi -q -d
+    CLOCK,TEMPERATURE,POWER,PERFORMANCE). ``{"error": reason}`` when NVML is unusable."""
+    try:
+        with _session() as nv:
+            h = nv.nvmlDeviceGetHandleByIndex(index)
+            util = _call(nv.nvmlDeviceGetUtilizationRates, h)
+            procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+            return {
+                "sm_clock_mhz": _call(nv.nvmlDeviceGetClockInfo, h, 1),
+                "mem_clock_mhz": _call(nv.nvmlDeviceGetClockInfo, h, 2),
+                "temperature_c": _call(nv.nvmlDeviceGetTemperature, h, 0),
+                "power_w": _scale(_call(nv.nvmlDeviceGetPowerUsage, h), 1e-3),
+                "power_limit_w": _scale(_call(nv.nvmlDeviceGetEnforcedPowerLimit, h), 1e-3),
+                "clocks_event_reasons": _call(getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons",
+                                                      _absent("nvmlDeviceGetCurrentClocksEventReasons")), h),
+                "utilization_gpu": getattr(util, "gpu", None),
+                "compute_pids": [p.pid for p in procs] if isinstance(procs, list) else None,
+            }
+    except Exception as e:
+        return {"error": str(e)}
+
+
+def _scale(v: Any, k: float) -> Any:
+    return round(v * k, 1) if isinstance(v, (int, float)) else v

@@ -11,7 +11,7 @@ from perfstack.model import LAYERS, CheckResult, Facts, Finding, NotApplicable, 
 from perfstack.rules.registry import CHECKS, Check, Hit
 
 MODULES = ("kernel", "driver", "pcie", "runtime", "nccl", "allocator", "framework", "container", "storage",
-           "network")
+           "network", "measured")
 
 
 def load() -> dict[str, Check]:

@@ -1,0 +1,69 @@
+"""perfstack bench: what this machine really delivers, as a fraction of the SKU's peak."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from perfstack import bench as benches
+from perfstack.audit import FAIL_ON, audit, exit_code
+from perfstack.errors import UsageError
+from perfstack.host.live import LiveHost
+from perfstack.model import Facts, Measurement
+from perfstack.report.bench_text import render_bench
+from perfstack.rules import select_checks
+from perfstack.rules.measured import MEASURED
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("bench", parents=[common], help="microbenchmarks against the SKU's physical peak",
+                       description="Measure GEMM per dtype, HBM, host<->device copies, launch overhead, "
+                                   "GPU<->GPU copies, collectives, host memory and storage.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: the suite)")
+    p.add_argument("--suite", choices=benches.SUITES, default="quick", help="quick (default, about a minute) or full")
+    p.add_argument("--path", dest="storage_path", metavar="PATH", help="file or directory for the storage benchmark")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
+    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
+    p.set_defaults(func=run)
+
+
+def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str], storage_path: str | None):
+    """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
+    chosen = benches.select(names, suite, storage_path)
+    if storage_path and not Path(storage_path).exists():
+        raise UsageError(f"storage path {storage_path} does not exist", hint="give a file or directory to read")
+
+    def run_benches(facts: Facts) -> list[Measurement]:
+        show = err.is_terminal and not args.quiet
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                      transient=True, disable=not show) as progress:
+            task = progress.add_task("benchmarks", total=len(chosen))
+
+            def step(name: str) -> None:
+                progress.update(task, description=f"bench {name}", advance=1)
+                if not show and args.verbose:
+                    err.print(f"bench {name}…")
+
+            ctx = benches.BenchContext(suite=suite, facts=facts, device=args.device,
+                                       storage_path=storage_path, progress=step)
+            return benches.run(chosen, ctx)
+
+    return run_benches
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    fn = bench_fn(args, err, args.suite, args.names, args.storage_path)
+    result = audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=fn, command="bench")
+    if args.output:
+        result.save(args.output)
+        err.print(f"saved Run to {args.output}")
+    if args.json:
+        out.out(result.to_json(), highlight=False)
+    else:
+        render_bench(result, out, verbose=args.verbose > 0)
+    return exit_code(result, args.fail_on)

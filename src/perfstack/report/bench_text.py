@@ -1,0 +1,48 @@
+"""The bench's terminal table: value, peak, % of peak and verdict for every figure."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from perfstack.model import Measurement, Run
+
+VERDICT_STYLE = {"good": "green", "below expected": "yellow", "low": "bold red", "skipped": "dim", "error": "red"}
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}" if abs(v) >= 10 else f"{v:,.2f}"
+
+
+def _row(m: Measurement) -> list[Text | str]:
+    if m.status != "ok":
+        return [m.bench, m.name, "—", "—", "—", Text(m.status, style=VERDICT_STYLE[m.status]), m.reason]
+    pct = f"{m.fraction:.0%}" if m.fraction is not None else "—"
+    if m.expected_fraction and m.fraction is not None:
+        pct += f" (≈{m.expected_fraction:.0%} typical)"
+    notes = "; ".join(m.notes)
+    spread = m.stats.get("cv")
+    if spread is not None and m.stats.get("n", 0) > 1:
+        notes = f"±{spread:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
+    return [m.bench, m.name, f"{_num(m.value)} {m.unit}", f"{_num(m.peak)} {m.unit}" if m.peak else "—", pct,
+            Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), notes]
+
+
+def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
+    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
+    console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {gpus}"))
+    t = Table("bench", "figure", "measured", "peak", "% of peak", "verdict", "notes", box=None, pad_edge=False,
+              header_style="bold")
+    for m in run.measurements:
+        if verbose or not m.params.get("sweep"):
+            t.add_row(*_row(m))
+    console.print(t)
+    hidden = sum(1 for m in run.measurements if m.params.get("sweep"))
+    if hidden and not verbose:
+        console.print(Text(f"{hidden} sweep points not shown (-v shows them; --json has every raw sample)", style="dim"))
+    for f in run.findings:
+        console.print(Text.assemble((f" {f.severity.value.upper()} ", "bold"), (f.id, "bold"), f"  {f.evidence}"))
+        console.print(Text(f"   fix: {f.fix}", style="dim"))
