@@ -42,7 +42,7 @@ def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], c
     console.print(Text.assemble(("perfstack doctor", "bold"), f"  {meta.get('source', '')}  ·  {gpus}"))
     if fix_first:
         items = "\n".join(f"• {f.id}{f' [{f.subject}]' if f.subject else ''}: {f.evidence}" for f in fix_first)
-        console.print(Panel(items, title=f"Fix this first — {LAYERS[fix_first[0].layer]}",
+        console.print(Panel(Text(items), title=f"Fix this first — {LAYERS[fix_first[0].layer]}",
                             subtitle="critical in a lower layer: fix it before tuning above it",
                             border_style="red"))
     for layer, name in LAYERS.items():
