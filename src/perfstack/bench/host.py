@@ -84,7 +84,11 @@ def _bandwidth(name: str, seconds: list[float], nbytes: int, params: dict[str, A
 @benchmark("host", needs_cuda=False, doc="""CPU memory bandwidth (copy and triad over arrays far larger than
            the caches, one pinned thread per CPU, per NUMA node and local vs remote) and CPU fp32 GEMM GFLOP/s.""")
 def host(ctx: BenchContext) -> list[Measurement]:
-    import numpy as np
+    try:
+        import numpy as np
+    except ImportError:
+        return [Measurement(bench="host", name="host", value=None, unit="", status="skipped",
+                            reason="numpy is not installed: pip install 'perfstack[bench]'")]
 
     nbytes = COPY_BYTES_FULL if ctx.full else COPY_BYTES_QUICK
     n = nbytes // 8

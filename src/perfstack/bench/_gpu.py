@@ -1,0 +1,287 @@
+"""Helpers the GPU benchmarks share: which GPU this is (facts + spec table), free-memory checks,
+clock/power telemetry before and after with the notes it implies, an L2 flush, and building
+Measurements from raw samples the same way everywhere.
+
+Everything that touches torch takes the module as an argument (torch is imported lazily by each
+benchmark), so the pure parts are tested on a CPU box with hand-built facts.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from perfstack.bench import timing
+from perfstack.bench.verdict import judge
+from perfstack.host import nvml
+from perfstack.model import Facts, Measurement
+from perfstack.probes.gpu import EVENT_BITS
+
+KIB, MIB, GIB = 2**10, 2**20, 2**30
+# Left free on top of a benchmark's own buffers: cuBLAS workspace, NCCL buffers, the allocator's rounding.
+RESERVE_BYTES = 512 * MIB
+# L2 size when the spec table does not know the GPU: larger than any current L2 (B200: 126 MB).
+DEFAULT_L2_BYTES = 128 * MIB
+# Clock-event reasons that mean the clocks were held down (gpu_idle, app clocks, sync boost do not).
+LIMITING = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown", "sw_thermal_slowdown": "thermal (software)",
+            "hw_thermal_slowdown": "thermal (hardware)", "hw_power_brake_slowdown": "power brake"}
+
+
+# -- sizes ----------------------------------------------------------------------------------
+def size_label(n: int) -> str:
+    """4096 -> '4KiB', 2**30 -> '1GiB'; sizes that are not a whole unit keep their bytes ('1000B')."""
+    for unit, k in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return f"{n}B"
+
+
+def fits(need_bytes: int, free_bytes: int | None, reserve: int = RESERVE_BYTES) -> bool:
+    """Whether ``need_bytes`` of new buffers fit in the free device memory, leaving ``reserve``.
+    An unknown free figure (None) is optimistic: the allocation itself will then say."""
+    return free_bytes is None or need_bytes + reserve <= free_bytes
+
+
+def no_room(need_bytes: int, free_bytes: int | None) -> str:
+    return (f"needs {need_bytes / GIB:.2f} GiB of GPU memory (+{RESERVE_BYTES // MIB} MiB headroom), "
+            f"{(free_bytes or 0) / GIB:.2f} GiB free")
+
+
+def largest_fitting(candidates: list[int], buffers: int, free_bytes: int | None) -> int | None:
+    """The largest per-buffer size among ``candidates`` for which ``buffers`` buffers fit."""
+    for size in sorted(candidates, reverse=True):
+        if fits(size * buffers, free_bytes):
+            return size
+    return None
+
+
+def free_bytes(torch: Any, device: int) -> int | None:
+    """Free device memory as the driver sees it, after handing the allocator's cache back."""
+    try:
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info(device)[0])
+    except Exception:
+        return None
+
+
+@contextmanager
+def on_device(torch: Any, device: int) -> Iterator[None]:
+    """Run a benchmark on ``device`` and give every buffer it made back to the driver afterwards."""
+    try:
+        with torch.cuda.device(device):
+            yield
+    finally:
+        gc.collect()
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:
+            pass
+        torch.cuda.empty_cache()
+
+
+# -- which GPU, and its spec ----------------------------------------------------------------
+def bus_id(props: Any) -> str | None:
+    """torch device properties -> '0000:19:00.0' (the form gpu.list uses), when torch says."""
+    try:
+        return f"{int(props.pci_domain_id):04x}:{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def gpu_entry(facts: Facts, device: int, bus: str | None = None) -> dict[str, Any]:
+    """This CUDA device's entry in gpu.list: matched by PCI bus id where known (CUDA_VISIBLE_DEVICES
+    renumbers devices, NVML does not), else by position. {} when the doctor saw no GPUs."""
+    gpus = facts.value("gpu.list") or []
+    if bus:
+        for g in gpus:
+            if isinstance(g, dict) and g.get("pci_bus_id") == bus:
+                return g
+    return gpus[device] if 0 <= device < len(gpus) and isinstance(gpus[device], dict) else {}
+
+
+def device_entry(torch: Any, facts: Facts, device: int) -> dict[str, Any]:
+    try:
+        props = torch.cuda.get_device_properties(device)
+    except Exception:
+        props = None
+    entry = dict(gpu_entry(facts, device, bus_id(props) if props is not None else None))
+    if not entry.get("name") and props is not None:
+        entry["name"] = getattr(props, "name", None)
+    return entry
+
+
+def spec_for(name: str | None) -> Any:
+    """The spec table's row for this GPU name, or None (unknown SKU, or no spec table)."""
+    if not name:
+        return None
+    try:
+        from perfstack.specs import lookup
+    except ImportError:
+        return None
+    try:
+        return lookup(name)
+    except Exception:
+        return None
+
+
+def spec_value(spec: Any, field: str) -> Any:
+    return getattr(spec, field, None) if spec is not None else None
+
+
+def peak_tflops(spec: Any, dtype: str) -> float | None:
+    if spec is None:
+        return None
+    try:
+        v = spec.peak_tflops(dtype)
+    except Exception:
+        return None
+    return float(v) if v else None
+
+
+def practical(key: str) -> float | None:
+    """The known practical ceiling (fraction of peak) for ``key`` ("gemm_bf16", "hbm_copy", ...)."""
+    try:
+        from perfstack.specs import practical_fraction
+    except ImportError:
+        return None
+    v = practical_fraction.get(key) if isinstance(practical_fraction, dict) else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def pcie_peak(gen: int | None, width: int | None) -> float | None:
+    """GB/s per direction of a PCIe link."""
+    if not gen or not width:
+        return None
+    try:
+        from perfstack.specs import pcie_gbps
+    except ImportError:
+        return None
+    try:
+        return float(pcie_gbps(gen, width))
+    except Exception:
+        return None
+
+
+def pcie_link(entry: dict[str, Any]) -> dict[str, int | None]:
+    """The link's max and current generation and width: NVML/nvidia-smi fields, sysfs as fallback.
+    pcie_gen_max is NVML's system max (the lower of host and GPU), the link's real ceiling."""
+    def first(*keys: str) -> int | None:
+        return next((entry[k] for k in keys if isinstance(entry.get(k), int) and entry[k] > 0), None)
+    return {"gen_max": first("pcie_gen_max", "sysfs_pcie_gen_max", "pcie_gen_gpu_max"),
+            "width_max": first("pcie_width_max", "sysfs_pcie_width_max"),
+            "gen": first("pcie_gen", "sysfs_pcie_gen"), "width": first("pcie_width", "sysfs_pcie_width")}
+
+
+def link_notes(link: dict[str, int | None]) -> list[str]:
+    gen, width, gmax, wmax = link["gen"], link["width"], link["gen_max"], link["width_max"]
+    if gen and gmax and width and wmax and (gen < gmax or width < wmax):
+        return [f"the link was at Gen{gen} x{width} when probed (max Gen{gmax} x{wmax}); GPUs lower the link "
+                "speed at idle, so this matters only if the measured bandwidth is low too"]
+    return []
+
+
+def source(spec: Any, what: str) -> str:
+    """Where a peak came from, for the report: the spec row's name and its own source."""
+    if spec is None:
+        return ""
+    cite = getattr(spec, "source", "") or ""
+    return f"{getattr(spec, 'name', 'spec')} {what}" + (f" ({cite})" if cite else "")
+
+
+def l2_bytes(spec: Any) -> int:
+    mb = spec_value(spec, "l2_mb")
+    return int(mb * 1e6) if isinstance(mb, (int, float)) and mb > 0 else DEFAULT_L2_BYTES
+
+
+class L2Flush:
+    """Writes a buffer twice the L2 size, evicting whatever the previous repetition left there."""
+
+    def __init__(self, torch: Any, device: int, l2: int) -> None:
+        self.buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device=f"cuda:{device}")
+
+    def __call__(self) -> None:
+        self.buf.fill_(1.0)
+
+
+# -- telemetry ------------------------------------------------------------------------------
+def telemetry(index: int) -> dict[str, Any]:
+    return nvml.telemetry(index)
+
+
+def limiting_reasons(mask: Any) -> list[str]:
+    if not isinstance(mask, int):
+        return []
+    return [LIMITING[n] for b, n in enumerate(EVENT_BITS) if mask & (1 << b) and n in LIMITING]
+
+
+def telemetry_notes(before: dict[str, Any], after: dict[str, Any], own_processes: int = 1) -> list[str]:
+    """Clock limits seen after the run, a hot GPU, and other processes using the GPU.
+
+    ``own_processes`` is how many processes of this benchmark hold a CUDA context on the GPU. NVML
+    lists host PIDs, which inside a container differ from ours, so other users are counted, not named.
+    """
+    notes: list[str] = []
+    reasons = limiting_reasons(after.get("clocks_event_reasons"))
+    if reasons:
+        clock = after.get("sm_clock_mhz")
+        notes.append(f"clocks limited at the end of the run by {', '.join(reasons)}"
+                     + (f" (SM {clock} MHz)" if isinstance(clock, int) else ""))
+    pids = [p for tel in (before, after) for p in (tel.get("compute_pids") or [])]
+    others = set(pids) - {os.getpid()}
+    n_others = max(len(set(pids)) - own_processes, 0) if os.getpid() not in pids else len(others)
+    if n_others:
+        notes.append(f"GPU busy: {n_others} other process(es) had a CUDA context on this GPU during the run; "
+                     "figures may be low")
+    return notes
+
+
+@contextmanager
+def sampled(index: int, own_processes: int = 1) -> Iterator[dict[str, Any]]:
+    """Telemetry before and after the block; ``tel["notes"]`` holds what it implies once it ends."""
+    tel: dict[str, Any] = {"before": telemetry(index)}
+    try:
+        yield tel
+    finally:
+        tel["after"] = telemetry(index)
+        tel["notes"] = telemetry_notes(tel["before"], tel["after"], own_processes)
+
+
+# -- measurements ---------------------------------------------------------------------------
+def measurement(bench: str, name: str, samples: list[float], to_value: Callable[[float], float], unit: str,
+                params: dict[str, Any], notes: list[str] | None = None) -> Measurement:
+    """A Measurement whose value is ``to_value(median seconds)``, with raw samples and spread.
+    Telemetry is attached by ``finish`` once the block that measured it has ended."""
+    stats = timing.summarize(samples)
+    m = Measurement(bench=bench, name=name, value=to_value(stats["median"]) if stats else None, unit=unit,
+                    params=params, samples=list(samples), stats=stats, method_version=1)
+    m.notes = list(notes or []) + timing.spread_notes(stats)
+    return m
+
+
+def finish(measurements: list[Measurement], tel: dict[str, Any]) -> list[Measurement]:
+    """Attach the block's telemetry (taken after the measurements were built) to each of them."""
+    for m in measurements:
+        if m.status == "ok":
+            m.telemetry = {"before": tel.get("before", {}), "after": tel.get("after", {})}
+            m.notes += [n for n in tel.get("notes", []) if n not in m.notes]
+    return measurements
+
+
+def skip(bench: str, name: str, reason: str, unit: str = "", params: dict[str, Any] | None = None) -> Measurement:
+    return Measurement(bench=bench, name=name, value=None, unit=unit, params=params or {}, status="skipped",
+                       reason=reason)
+
+
+def error(bench: str, name: str, reason: str, unit: str = "", params: dict[str, Any] | None = None) -> Measurement:
+    return Measurement(bench=bench, name=name, value=None, unit=unit, params=params or {}, status="error",
+                       reason=reason[:500])
+
+
+def judged(m: Measurement, peak: float | None, source: str, expected: float | None) -> Measurement:
+    return judge(m, peak, source, expected) if m.status == "ok" else m
+
+
+def is_oom(e: BaseException) -> bool:
+    return "out of memory" in str(e).lower() or type(e).__name__ == "OutOfMemoryError"
