@@ -37,7 +37,7 @@ def test_torch_cpu_build():
     assert "ROCm build" in found[0].evidence
     assert run("torch-cpu-build")[1].status == "passed"
     assert run("torch-cpu-build", gpu__count=0, python__torch_cuda=None)[1].status == "not-applicable"
-    assert run("torch-cpu-build", gpu__count=Unavailable("no driver"))[1].status == "not-checked"
+    assert run("torch-cpu-build", gpu__count=Unavailable("no driver"))[1].status == "not-applicable"
 
 
 def test_torch_cuda_unavailable_carries_torch_s_reason():

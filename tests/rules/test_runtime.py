@@ -81,7 +81,7 @@ def test_arch_not_checked_without_arch_list_and_capability_falls_back_to_torch()
     assert found[0].evidence.startswith("GPU 0 (cuda:0) is compute capability 12.0")
     _, res = run("torch-cuda-arch", gpu__list=Unavailable("x"), gpu__count=Unavailable("NVML not found"),
                  python__device_capabilities=Unavailable("y"))
-    assert res.status == "not-checked" and "NVML not found" in res.reason
+    assert res.status == "not-applicable" and "NVML not found" in res.reason
 
 
 def test_coverage_rules():

@@ -234,5 +234,6 @@ def test_practical_fractions_have_sources() -> None:
     assert practical_fraction["hbm_copy"].fraction == pytest.approx(0.9)
     assert practical_fraction["pcie_pinned"].fraction == pytest.approx(0.85)
     for key, pf in practical_fraction.items():
+        assert isinstance(pf, float) and f"{pf}" == str(pf.fraction)  # usable as a plain number
         assert 0 < pf.fraction < 1 and pf.source and pf.applies_to, key
         assert pf.of in DTYPES or pf.of in ("hbm_tbps", "pcie_gbps"), key

@@ -1,1 +1,408 @@
-"""(being written)"""
+"""NCCL collectives over every GPU of this host: all_reduce, all_gather, reduce_scatter, all_to_all
+and broadcast, swept over message sizes, reported as bus bandwidth (nccl-tests definitions).
+
+perfstack starts one worker process per GPU itself (``python -c`` children on localhost with a free
+TCP port); ``init_process_group`` gets a timeout, and the parent kills the remaining workers
+shortly after any one fails, so a broken rank yields an error figure, never a hang. The children
+run with ``NCCL_NVLS_ENABLE=0`` and ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` (NVLink multicast off).
+
+Per op and size S, every rank: checks one result against its analytic value, warms up, times a
+few calls to choose the repetition count (rank 0 decides and broadcasts it, since every rank must
+issue the same collectives), passes a barrier, then records CUDA events around each repetition.
+The time of a repetition is the slowest rank's (all ranks' samples are gathered to rank 0).
+algbw = S / t; busbw = algbw × factor, where the factor is 2(n−1)/n for all_reduce, (n−1)/n for
+all_gather, reduce_scatter and all_to_all, and 1 for broadcast, and S is the whole array for
+all_gather / reduce_scatter (per-rank size × n). Sweep figures "collective.<op>.<size>" carry the
+busbw in GB/s; "collective.<op>.best" is the best busbw of the sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench.p2p import peer_peak
+from perfstack.model import Measurement
+
+KIB, MIB, GIB = _gpu.KIB, _gpu.MIB, _gpu.GIB
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+SIZES_QUICK = (MIB, 64 * MIB, GIB)
+SIZES_FULL = tuple(KIB * 4**i for i in range(11))  # 1 KiB, 4 KiB, ... 1 GiB
+ELEM = 4  # float32, as nccl-tests' default
+TIMING = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
+MIN_REPS, MAX_REPS = 20, 500
+INIT_TIMEOUT_S = 60
+FAIL_GRACE_S = 10.0  # after one rank fails, how long the others get to exit before they are killed
+CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+PATTERN = 7  # values are (small int) + i % PATTERN: sums stay exact in float32
+
+
+# -- arithmetic (nccl-tests doc/PERFORMANCE.md) ---------------------------------------------
+def busbw_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {op}")
+
+
+def algbw_gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+def busbw_gbps(op: str, n: int, nbytes: int, seconds: float) -> float:
+    return algbw_gbps(nbytes, seconds) * busbw_factor(op, n)
+
+
+def sizes(suite: str) -> tuple[int, ...]:
+    return SIZES_FULL if suite == "full" else SIZES_QUICK
+
+
+def count_for(nbytes: int, n: int) -> int:
+    """Elements of the whole array: S / 4 rounded down to a multiple of n (each rank's chunk is whole)."""
+    return max(n, nbytes // ELEM // n * n)
+
+
+def buffer_elems(op: str, count: int, n: int) -> tuple[int, int]:
+    """(input, output) elements per rank for an op over an array of ``count`` elements (0 = in place)."""
+    chunk = count // n
+    return {"all_reduce": (count, 0), "all_gather": (chunk, count), "reduce_scatter": (count, chunk),
+            "all_to_all": (count, count), "broadcast": (count, 0)}[op]
+
+
+def bytes_needed(op: str, count: int, n: int) -> int:
+    """Device memory per rank: input, output and the expected result used by the check."""
+    i, o = buffer_elems(op, count, n)
+    return (i + o + (o or i)) * ELEM
+
+
+# -- inputs and analytic results (torch passed in; CPU tensors in the tests) ----------------
+def _pattern(torch: Any, length: int, device: Any, start: int = 0) -> Any:
+    return (torch.arange(start, start + length, device=device) % PATTERN).to(torch.float32)
+
+
+def make_input(torch: Any, op: str, rank: int, n: int, count: int, device: Any = "cpu") -> Any:
+    i, _ = buffer_elems(op, count, n)
+    chunk = count // n
+    if op == "all_to_all":  # chunk k goes to rank k and carries both ends' numbers
+        return torch.cat([_pattern(torch, chunk, device) + (rank * n + k + 1) for k in range(n)])
+    if op == "broadcast" and rank != 0:
+        return torch.full((i,), -float(rank + 1), device=device)
+    return _pattern(torch, i, device) + float(rank + 1)
+
+
+def expected(torch: Any, op: str, rank: int, n: int, count: int, device: Any = "cpu") -> Any:
+    chunk = count // n
+    tri = n * (n + 1) / 2
+    if op == "all_reduce":
+        return _pattern(torch, count, device) * n + tri
+    if op == "all_gather":
+        return torch.cat([_pattern(torch, chunk, device) + (k + 1) for k in range(n)])
+    if op == "reduce_scatter":
+        return _pattern(torch, chunk, device, start=rank * chunk) * n + tri
+    if op == "all_to_all":
+        return torch.cat([_pattern(torch, chunk, device) + (k * n + rank + 1) for k in range(n)])
+    if op == "broadcast":
+        return _pattern(torch, count, device) + 1.0
+    raise ValueError(f"unknown collective {op}")
+
+
+def simulate(torch: Any, op: str, inputs: list[Any]) -> list[Any]:
+    """What each rank holds after ``op`` on ``inputs`` (one per rank), computed without any backend:
+    the reference the analytic results are tested against."""
+    n = len(inputs)
+    if op == "all_reduce":
+        return [sum(inputs) for _ in inputs]
+    if op == "all_gather":
+        return [torch.cat(inputs) for _ in inputs]
+    if op == "reduce_scatter":
+        return list(sum(inputs).chunk(n))
+    if op == "all_to_all":
+        return [torch.cat([x.chunk(n)[r] for x in inputs]) for r in range(n)]
+    if op == "broadcast":
+        return [inputs[0].clone() for _ in inputs]
+    raise ValueError(f"unknown collective {op}")
+
+
+def call(dist: Any, op: str, inp: Any, out: Any) -> Any:
+    """Issue one collective; returns the tensor holding this rank's result."""
+    if op == "all_reduce":
+        dist.all_reduce(inp)
+        return inp
+    if op == "all_gather":
+        dist.all_gather_into_tensor(out, inp)
+        return out
+    if op == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, inp)
+        return out
+    if op == "all_to_all":
+        dist.all_to_all_single(out, inp)
+        return out
+    if op == "broadcast":
+        dist.broadcast(inp, src=0)
+        return inp
+    raise ValueError(f"unknown collective {op}")
+
+
+def slowest(per_rank: list[list[float]]) -> list[float]:
+    """Per repetition, the slowest rank's time."""
+    return [max(x) for x in zip(*per_rank)]
+
+
+# -- the worker (one process per GPU) -------------------------------------------------------
+def worker() -> None:
+    """Child entry point: config from PERFSTACK_COLL_CFG, rank from RANK; writes rank<r>.json."""
+    cfg = json.loads(Path(os.environ["PERFSTACK_COLL_CFG"]).read_text())
+    rank = int(os.environ["RANK"])
+    status = Path(cfg["dir"]) / f"rank{rank}.json"
+    try:
+        results = _work(cfg, rank)
+        status.write_text(json.dumps({"ok": True, "results": results}))
+    except BaseException as e:  # the parent reports it; never leave the other ranks guessing
+        status.write_text(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"[:600],
+                                      "traceback": traceback.format_exc()[-2000:]}))
+        sys.stderr.flush()
+        os._exit(1)  # skip NCCL teardown, which can block on peers that are stuck
+
+
+def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    n, backend = cfg["world_size"], cfg["backend"]
+    gpu = backend == "nccl"
+    device = torch.device(f"cuda:{rank}") if gpu else torch.device("cpu")
+    kw: dict[str, Any] = {}
+    if gpu:
+        torch.cuda.set_device(rank)
+        kw["device_id"] = device
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=n,
+                            timeout=timedelta(seconds=cfg["timeout_s"]), **kw)
+    timer: Any = timing.CudaTimer(torch) if gpu else timing.HostTimer()
+    meta = {"nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None,
+            "torch": torch.__version__}
+    warm = torch.ones(1024, device=device)
+    for _ in range(5):
+        dist.all_reduce(warm)
+    dist.barrier()
+    rows = []
+    for op in cfg["ops"]:
+        for nbytes in cfg["sizes"]:
+            rows.append(_one(torch, dist, timer, cfg, op, nbytes, rank, n, device))
+    dist.destroy_process_group()
+    return {"meta": meta, "rows": rows}
+
+
+def _flags(torch: Any, dist: Any, value: bool, device: Any) -> list[bool]:
+    """Every rank's boolean, on every rank."""
+    t = torch.tensor([1.0 if value else 0.0], device=device)
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return [bool(x.item()) for x in out]
+
+
+def _one(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes: int, rank: int, n: int,
+         device: Any) -> dict[str, Any]:
+    count = count_for(nbytes, n)
+    row: dict[str, Any] = {"op": op, "requested_bytes": nbytes, "bytes": count * ELEM}
+    need = bytes_needed(op, count, n)
+    free = int(torch.cuda.mem_get_info(device)[0]) if device.type == "cuda" else None
+    fit = _flags(torch, dist, _gpu.fits(need, free), device)
+    if not all(fit):
+        row["skipped"] = f"ranks {[r for r, f in enumerate(fit) if not f]}: {_gpu.no_room(need, free)}"
+        return row
+    i_elems, o_elems = buffer_elems(op, count, n)
+    inp = make_input(torch, op, rank, n, count, device)
+    out = torch.empty(o_elems, device=device) if o_elems else None
+    got = call(dist, op, inp, out)
+    good = _flags(torch, dist, bool(torch.equal(got, expected(torch, op, rank, n, count, device))), device)
+    row["wrong_ranks"] = [r for r, g in enumerate(good) if not g]
+    fn = lambda: call(dist, op, inp, out)  # noqa: E731
+    for _ in range(2):
+        timer.call(fn)
+    estimate = timing.summarize(timer.samples(fn, 3, None))["median"]
+    reps = torch.tensor([timing.plan_reps(estimate, cfg["budget_s"], MIN_REPS, MAX_REPS)], device=device)
+    dist.broadcast(reps, src=0)
+    dist.barrier()
+    mine = timer.samples(fn, int(reps.item()), None)
+    t = torch.tensor(mine, dtype=torch.float64, device=device)
+    every = [torch.empty_like(t) for _ in range(n)]
+    dist.all_gather(every, t)
+    row["samples"] = slowest([x.tolist() for x in every])
+    row["rank0_samples_median"] = timing.summarize(mine)["median"]
+    del inp, out, got
+    return row
+
+
+# -- the parent -----------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(base: dict[str, str], rank: int, n: int, cfg_path: str) -> dict[str, str]:
+    env = dict(base)
+    src_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+    env.update(CHILD_ENV)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n), PERFSTACK_COLL_CFG=cfg_path)
+    return env
+
+
+def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: float, backend: str = "nccl",
+           deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S) -> tuple[dict[str, Any] | None, str]:
+    """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank)."""
+    tmp = tempfile.mkdtemp(prefix="perfstack-coll-")
+    try:
+        cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(ops),
+               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp}
+        cfg_path = os.path.join(tmp, "cfg.json")
+        Path(cfg_path).write_text(json.dumps(cfg))
+        procs = []
+        for r in range(world):
+            log = open(os.path.join(tmp, f"rank{r}.log"), "wb")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", "from perfstack.bench.collectives import worker; worker()"],
+                env=child_env(dict(os.environ), r, world, cfg_path), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL))
+            log.close()
+        failed = _wait(procs, time.monotonic() + deadline_s)
+        if failed is not None:
+            return None, _why(tmp, failed, procs)
+        r0 = _status(tmp, 0)
+        if not r0 or not r0.get("ok"):
+            return None, _why(tmp, 0, procs)
+        return r0["results"], ""
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait(procs: list[subprocess.Popen], deadline: float) -> int | None:
+    """Wait for every worker; the rank that failed (or timed out) first, else None. Stragglers of a
+    failed run get FAIL_GRACE_S to exit and are then killed (only our own children, by handle)."""
+    failed: int | None = None
+    grace_end = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if failed is None:
+            bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed, grace_end = bad[0], time.monotonic() + FAIL_GRACE_S
+        if all(c is not None for c in codes):
+            return failed
+        now = time.monotonic()
+        if now > deadline and failed is None:
+            failed = next(r for r, c in enumerate(codes) if c is None)
+            grace_end = now
+        if grace_end is not None and now >= grace_end:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+            return failed
+        time.sleep(0.05)
+
+
+def _status(tmp: str, rank: int) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(tmp, f"rank{rank}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _why(tmp: str, rank: int, procs: list[subprocess.Popen]) -> str:
+    st = _status(tmp, rank)
+    if st and st.get("error"):
+        return f"rank {rank} failed: {st['error']}"
+    code = procs[rank].returncode
+    try:
+        lines = Path(tmp, f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    tail = next((ln for ln in reversed(lines) if ln.strip()), "no output")
+    if code is not None and code < 0:
+        return f"rank {rank} did not finish in time and was stopped; last output: {tail}"[:600]
+    return f"rank {rank} exited with {code}: {tail}"[:600]
+
+
+def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
+    """Rank 0's rows -> sweep figures and one headline per op."""
+    out: list[Measurement] = []
+    nccl = results.get("meta", {}).get("nccl_version")
+    for row in results["rows"]:
+        op, nbytes = row["op"], row["bytes"]
+        name = f"collective.{op}.{_gpu.size_label(row['requested_bytes'])}"
+        params: dict[str, Any] = {"op": op, "bytes": nbytes, "world_size": n, "sweep": True, "dtype": "float32",
+                                  "busbw_factor": round(busbw_factor(op, n), 4), "nccl_version": nccl}
+        if row.get("skipped"):
+            out.append(_gpu.skip("collective", name, row["skipped"], "GB/s", params))
+            continue
+        med = timing.summarize(row["samples"])["median"]
+        params.update(algbw_gbps=round(algbw_gbps(nbytes, med), 3), busbw_gbps=round(busbw_gbps(op, n, nbytes, med), 3),
+                      time_us=round(med * 1e6, 2))
+        m = _gpu.measurement("collective", name, row["samples"], lambda s: busbw_gbps(op, n, nbytes, s), "GB/s", params,
+                             notes=["time per repetition is the slowest rank's"])
+        if row.get("wrong_ranks"):
+            m.status, m.reason = "error", f"wrong result on ranks {row['wrong_ranks']}"
+        out.append(m)
+    for op in dict.fromkeys(r["op"] for r in results["rows"]):
+        pts = [m for m in out if m.params.get("op") == op and m.status == "ok" and m.value is not None]
+        if not pts:
+            out.append(_gpu.skip("collective", f"collective.{op}.best", "no size was measured", "GB/s"))
+            continue
+        best = max(pts, key=lambda m: m.value)  # type: ignore[arg-type, return-value]
+        h = _gpu.measurement("collective", f"collective.{op}.best", best.samples,
+                             lambda s, b=best.params["bytes"]: busbw_gbps(op, n, b, s), "GB/s",
+                             {**best.params, "sweep": False})
+        h.notes.insert(0, f"best bus bandwidth of the sweep, at {_gpu.size_label(best.params['bytes'])}; "
+                          f"algbw {best.params['algbw_gbps']:.1f} GB/s")
+        out.append(h)
+    return out
+
+
+@benchmark("collectives", needs_cuda=True, in_quick=False, min_gpus=2, doc="""NCCL all_reduce, all_gather,
+           reduce_scatter, all_to_all and broadcast across all GPUs of this host (one process per GPU), swept
+           over message sizes; bus bandwidth (nccl-tests definitions) against the NVLink or PCIe peak.""")
+def run(ctx: BenchContext) -> list[Measurement]:
+    import torch
+
+    n = torch.cuda.device_count()
+    entries = [_gpu.device_entry(torch, ctx.facts, d) for d in range(n)]
+    spec = _gpu.spec_for(entries[0].get("name"))
+    todo = sizes(ctx.suite)
+    budget = TIMING[ctx.suite]["budget_s"]
+    deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 1.5) + 60
+    torch.cuda.empty_cache()  # leave the workers the memory this process cached
+    tels = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
+    results, why = launch(n, OPS, todo, budget, "nccl", deadline)
+    after = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
+    if results is None:
+        return [_gpu.error("collective", "collective", why, "GB/s", {"world_size": n})]
+    out = to_measurements(results, n)
+    # Sampled before the workers start and after they exit: only this process may hold a context then.
+    tel = {"before": tels[0][1], "after": after[0][1],
+           "notes": sorted({note for (_, b), (_, a) in zip(tels, after) for note in _gpu.telemetry_notes(b, a)})}
+    _gpu.finish(out, tel)
+    pairs = [peer_peak(ctx.facts, spec, entries[i], entries[j]) for i in range(n) for j in range(n) if i != j]
+    known = [p for p in pairs if p[0]]
+    peak, source = (min(known, key=lambda p: p[0])[:2]) if known else (None, "")
+    for m in out:
+        _gpu.judged(m, peak, source, _gpu.practical("nccl_busbw"))
+        if not m.params.get("sweep") and m.status == "ok":
+            m.notes.append("NVLink multicast (NVLS) off in the workers: NCCL_NVLS_ENABLE=0")
+    return out

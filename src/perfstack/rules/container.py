@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
 
 from perfstack.model import Facts, NotApplicable, NotChecked
+from perfstack.probes.cpu import format_cpulist
+from perfstack.rules.common import cpu_nodes
 from perfstack.rules.registry import Hit, Hits, check
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -17,17 +18,6 @@ SYSTEM_MOUNT = re.compile(r"^/(boot|etc|usr|lib|lib64|bin|sbin|dev|proc|sys|run|
 
 def size(n: float) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
-
-
-def cpu_ranges(cpus: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8', the form cpuset files and taskset use."""
-    out: list[str] = []
-    for n in sorted(set(cpus)):
-        if out and n == int(out[-1].split("-")[-1]) + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{n}"
-        else:
-            out.append(str(n))
-    return ",".join(out)
 
 
 def gpu_count(f: Facts) -> int:
@@ -174,9 +164,7 @@ def cgroup_pids(f: Facts) -> Hits:
            "-p AllowedCPUs=... -p AllowedMemoryNodes=...; Kubernetes topology manager single-numa-node",
        refs="Book ch. 3 (NUMA); seed 001; catalog C07")
 def cgroup_cpuset_numa(f: Facts) -> Hits:
-    nodes = f.need("numa.nodes")
-    if len(nodes) < 2:
-        raise NotApplicable("one NUMA node")
+    nodes = cpu_nodes(f)
     node_cpus = {n["id"]: set(n["cpus"]) for n in nodes}
     cpus = set(f.need("cgroup.cpuset_cpus"))
     if cpus >= set().union(*node_cpus.values()):
@@ -194,14 +182,14 @@ def cgroup_cpuset_numa(f: Facts) -> Hits:
     for node, idx in sorted(by_node.items()):
         where = f"GPU {','.join(idx)} on NUMA node {node}"
         if not cpus & node_cpus.get(node, set()):
-            yield Hit(f"cpuset CPUs {cpu_ranges(cpus)} include none of node {node}'s ({where})",
+            yield Hit(f"cpuset CPUs {format_cpulist(cpus)} include none of node {node}'s ({where})",
                       subject=f"numa{node}", host_action=True)
         if mems and node not in mems:
-            yield Hit(f"cpuset.mems {cpu_ranges(mems)} exclude node {node} ({where})", subject=f"numa{node}",
+            yield Hit(f"cpuset.mems {format_cpulist(mems)} exclude node {node} ({where})", subject=f"numa{node}",
                       host_action=True)
     far = sorted(n for n, cs in node_cpus.items() if cs & cpus and n not in by_node)
     if far:
-        yield Hit(f"cpuset CPUs {cpu_ranges(cpus)} also span NUMA node(s) {far} with no visible GPU",
+        yield Hit(f"cpuset CPUs {format_cpulist(cpus)} also span NUMA node(s) {far} with no visible GPU",
                   severity="info", host_action=True)
 
 

@@ -10,23 +10,11 @@ import re
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
+from perfstack.rules.common import gpu_list
 from perfstack.rules.registry import Hit, Hits, check
 
 BUSY_PCT = 10  # utilization above this counts as "under load" [thr]
 RESET = "drain the GPU, then reset it (nvidia-smi -r -i N) or reboot"
-
-
-def gpu_list(f: Facts) -> list[dict[str, Any]]:
-    """The GPUs; NotApplicable when the driver says there are none or could not be asked."""
-    count = f.value("gpu.count")
-    if count is None:
-        fact = f.get("gpu.count")
-        if fact is None:
-            raise NotChecked("gpu.count was not collected")
-        raise NotApplicable(f"no NVIDIA driver/GPU found: {fact.reason}")
-    if count == 0:
-        raise NotApplicable("no NVIDIA GPU")
-    return f.need("gpu.list")
 
 
 def reporting(gpus: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
+from perfstack.rules.common import cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, check
 
 SYSCTL_FILE = "/etc/sysctl.d/99-perfstack.conf"
@@ -35,24 +36,8 @@ def limits_file_commands(item: str, value: object) -> list[str]:
     return [f"printf '* soft {item} {value}\\n* hard {item} {value}\\n' > {path}"]
 
 
-def size(n: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    return f"{n:.0f} {units[i]}" if n == int(n) else f"{n:.1f} {units[i]}"
-
-
 def limit_text(v: Any) -> str:
     return str(v) if v == "unlimited" else size(v)
-
-
-def cpu_nodes(f: Facts) -> list[dict[str, Any]]:
-    """The NUMA nodes that have CPUs (GPU HBM on Grace Hopper and CXL memory show as CPU-less nodes)."""
-    nodes = [n for n in f.need("numa.nodes") if n["cpus"]]
-    if len(nodes) < 2:
-        raise NotApplicable("one NUMA node with CPUs")
-    return nodes
 
 
 @check("swappiness", "kernel", "warning", "vm.swappiness above 10",

@@ -58,8 +58,7 @@ def h2d_bandwidth_low(f: Facts) -> Hits:
             g["pcie_gen_max"], g.get("pcie_width_max")):
         causes.append(f"link at Gen{g['pcie_gen']} x{g.get('pcie_width')} of Gen{g['pcie_gen_max']} "
                       f"x{g.get('pcie_width_max')}")
-    nodes = [n for n in f.value("numa.nodes") or [] if n.get("cpus")]
-    if len(nodes) > 1:
+    if len([n for n in f.value("numa.nodes") or [] if n.get("cpus")]) > 1:
         causes.append(f"GPU on NUMA node {g.get('numa_node')}; check the process runs there")
     iommu = f.value("kernel.iommu") or {}
     if isinstance(iommu, dict) and {"DMA", "DMA-FQ"} & set(iommu.get("group_types") or []):

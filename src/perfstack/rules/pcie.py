@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.driver import busy, gpu_list, label
+from perfstack.rules.common import cpu_nodes, gpu_list
+from perfstack.rules.driver import busy, label
 from perfstack.rules.registry import Hit, Hits, check
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3).
@@ -73,9 +74,7 @@ def pcie_link_downgraded(f: Facts) -> Hits:
            "explicitly, e.g. numactl --cpunodebind=N --membind=N, using nvidia-smi topo -m's NUMA Affinity",
        refs="Book ch. 3 (NUMA affinity); blog S001 §1; catalog P03")
 def gpu_numa_affinity(f: Facts) -> Hits:
-    nodes = f.need("numa.nodes")
-    if len(nodes) < 2:
-        raise NotApplicable("single NUMA node")
+    nodes = cpu_nodes(f)
     gpus = gpu_list(f)
     unknown = [g for g in gpus if g.get("numa_node") is None]
     if unknown:

@@ -10,6 +10,7 @@ import re
 from typing import Any, NamedTuple
 
 from perfstack.model import Facts, NotApplicable, NotChecked
+from perfstack.rules.common import gpu_list
 from perfstack.rules.registry import Hit, Hits, check
 
 EPHEMERAL = ("/tmp/", "/dev/shm/", "/run/", "/var/tmp/")
@@ -25,6 +26,8 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 def require_gpu(f: Facts) -> None:
+    """NotApplicable when the driver says there is no GPU. When it could not be asked, checks of
+    environment settings still run: a wrong setting is wrong whatever the driver says."""
     if f.value("gpu.count") == 0:
         raise NotApplicable("no NVIDIA GPU")
 
@@ -58,7 +61,7 @@ def gpus(f: Facts) -> list[Gpu]:
         out = [Gpu(i, f"cuda:{i}", cc) for i, c in enumerate(f.value("python.device_capabilities") or [])
                if (cc := parse_cc(c))]
     if not out:
-        f.need("gpu.count")  # no driver answer at all: say why, in the driver's words
+        gpu_list(f)  # no driver answer at all: not applicable, in the driver's words
         raise NotChecked("no GPU compute capability known (gpu.list and python.device_capabilities lack it)")
     return out
 
