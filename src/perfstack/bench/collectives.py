@@ -194,6 +194,8 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     timer: Any = timing.CudaTimer(torch) if gpu else timing.HostTimer()
     meta = {"nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None,
             "torch": torch.__version__}
+    if cfg.get("fail_rank") == rank:  # the tests' way to check that a failing rank never hangs the run
+        raise RuntimeError("injected failure")
     warm = torch.ones(1024, device=device)
     for _ in range(5):
         dist.all_reduce(warm)
@@ -264,12 +266,13 @@ def child_env(base: dict[str, str], rank: int, n: int, cfg_path: str) -> dict[st
 
 
 def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: float, backend: str = "nccl",
-           deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S) -> tuple[dict[str, Any] | None, str]:
+           deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S,
+           fail_rank: int | None = None) -> tuple[dict[str, Any] | None, str]:
     """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank)."""
     tmp = tempfile.mkdtemp(prefix="perfstack-coll-")
     try:
         cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(ops),
-               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp}
+               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp, "fail_rank": fail_rank}
         cfg_path = os.path.join(tmp, "cfg.json")
         Path(cfg_path).write_text(json.dumps(cfg))
         procs = []

@@ -28,7 +28,7 @@ CATEGORIES = {
 
 VOLATILE = [re.compile(p) for p in (
     r"^psi\.", r"^mem\.available_bytes$", r"^cgroup\.(memory_current_bytes|memory_working_set_bytes|pids_current)$",
-    r"^cgroup\.cpu_stat\.", r"^kernel_log\.oldest_s$", r"^proc\.vm_swap_bytes$", r"^bench\.",
+    r"^cgroup\.cpu_stat\.", r"^cgroup\.path$", r"^kernel_log\.oldest_s$", r"^proc\.vm_swap_bytes$", r"^bench\.",
     r"^gpu\.list\[[^]]+\]\.(power_draw_w|temperature_c|sm_clock_mhz|utilization_gpu|clocks_event_reasons|"
     r"compute_processes|ecc_volatile_\w+)$",
     r"^storage\.mounts\[[^]]+\]\.dev$",
@@ -42,6 +42,9 @@ HARDWARE_KEYS = {
     "memory": ("mem.total_gib",),
     "storage": ("storage.devices",),
 }
+
+
+ELEMENT = re.compile(r"^(.*?\[[^]]+\])")
 
 
 def category(key: str) -> str:
@@ -92,6 +95,7 @@ def drift(before: Facts, after: Facts) -> tuple[list[dict[str, Any]], int]:
     a, b = leaves(before), leaves(after)
     out: list[dict[str, Any]] = []
     volatile = 0
+    done: set[str] = set()
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)
         if va == vb:
@@ -99,8 +103,26 @@ def drift(before: Facts, after: Facts) -> tuple[list[dict[str, Any]], int]:
         if is_volatile(key):
             volatile += 1
             continue
+        whole = _one_sided_element(key, a, b)
+        if whole:  # a GPU, disk or interface present on one side only: one row, not one per field
+            if whole not in done:
+                done.add(whole)
+                out.append({"key": whole, "category": category(whole), "before": "present" if key in a else None,
+                            "after": "present" if key in b else None})
+            continue
         out.append({"key": key, "category": category(key), "before": va, "after": vb})
     return out, volatile
+
+
+def _one_sided_element(key: str, a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """The list element (``gpu.list[1]``) ``key`` belongs to, when that element exists on one side only."""
+    m = ELEMENT.match(key)
+    if not m:
+        return None
+    prefix = m.group(1)
+    def has(side: dict[str, Any]) -> bool:
+        return any(k == prefix or k.startswith(prefix + ".") for k in side)
+    return prefix if has(a) != has(b) else None
 
 
 def hardware(facts: Facts) -> dict[str, Any]:

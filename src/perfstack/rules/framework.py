@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.registry import Hit, Hits, check
-from perfstack.rules.runtime import gpus, require_gpu, version_tuple
+from perfstack.rules.common import gpu_list
+from perfstack.rules.runtime import gpus, version_tuple
 
 
 @check("torch-missing", "framework", "info", "torch is not importable",
@@ -33,8 +34,7 @@ def torch_missing(f: Facts) -> Hits:
            "supports; see driver-toolkit-mismatch)",
        refs="Catalog F01; S001:L92-93, L942")
 def torch_cpu_build(f: Facts) -> Hits:
-    require_gpu(f)
-    count = f.need("gpu.count")
+    count = len(gpu_list(f))
     torch = f.need("python.torch")
     if torch is None:
         raise NotApplicable("torch is not installed (torch-missing)")
@@ -54,8 +54,7 @@ def torch_cpu_build(f: Facts) -> Hits:
            "start with --gpus all (or the NVIDIA runtime) and check nvidia-smi works inside.",
        refs="Catalog F01; S001:L92-93, L942; S002:L1263")
 def torch_cuda_unavailable(f: Facts) -> Hits:
-    require_gpu(f)
-    count = f.need("gpu.count")
+    count = len(gpu_list(f))
     if f.need("python.torch") is None or f.need("python.torch_cuda") is None:
         raise NotApplicable("torch is missing or not a CUDA build (torch-missing, torch-cpu-build)")
     errors = f.value("python.errors") or {}

@@ -1,0 +1,313 @@
+"""What changed between two Runs: the Diff record.
+
+``diff_runs(before, after)`` is a pure function of two Runs. It returns a ``Diff`` that saves to JSON
+and loads back, and that every diff renderer (text, Markdown, HTML) only formats:
+
+- facts that drifted (driver, kernel parameters, environment, library versions, ...);
+- findings fixed, introduced, unchanged (and those the after-Run could not check);
+- benchmark figures with the change of the median and a verdict judged against the raw samples'
+  spread (``stats.compare``): improved, regressed, or within noise;
+- the profile's per-step time by category, and the time measured as recovered next to what the
+  fixed findings predicted.
+
+When the two Runs saw different hardware, figures bound to the part that differs are marked
+``hardware_bound``: their delta is reported, but it measures the machines, not the change.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from perfstack.compare import facts as factdiff
+from perfstack.compare.stats import ALPHA, compare
+from perfstack.errors import InputError
+from perfstack.model import Finding, Measurement, Run
+
+DIFF_SCHEMA_VERSION = 1
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Which part of the machine a benchmark's figures depend on (anything else: the GPU).
+BENCH_HARDWARE = {"host": ("cpu", "memory"), "storage": ("storage",)}
+
+IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
+
+
+@dataclass
+class FindingChange:
+    id: str
+    subject: str
+    layer: str
+    title: str
+    status: str  # "fixed" | "introduced" | "unchanged" | "not checked after"
+    severity: str  # the after-Run's severity where it has the finding, else the before-Run's
+    before_severity: str | None = None
+    evidence_before: str = ""
+    evidence_after: str = ""
+    reason: str = ""  # why the after-Run did not check it
+    recoverable_ms: float | None = None  # what a profile finding predicted a fix would recover
+
+
+@dataclass
+class MeasurementDelta:
+    name: str
+    bench: str
+    unit: str
+    before: float | None
+    after: float | None
+    verdict: str  # improved | regressed | within noise | not compared (+ reason in note)
+    delta_pct: float | None = None  # change of the figure, in % of before (sign: the figure's own)
+    change_pct: float | None = None  # the same change with the sign of "better": + better, - worse
+    ci_low_pct: float | None = None  # 95% bootstrap interval of the change of the median, in %
+    ci_high_pct: float | None = None
+    p_value: float | None = None
+    n_before: int = 0
+    n_after: int = 0
+    significant: bool = False
+    higher_is_better: bool = True
+    hardware_bound: bool = False
+    sweep: bool = False
+    note: str = ""
+
+
+@dataclass
+class Diff:
+    before: dict[str, Any]  # the Runs' meta (command, created, source, host id) plus "file"
+    after: dict[str, Any]
+    hardware: dict[str, Any]
+    facts: list[dict[str, Any]] = field(default_factory=list)
+    volatile_facts: int = 0
+    findings: list[FindingChange] = field(default_factory=list)
+    measurements: list[MeasurementDelta] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
+    alpha: float = ALPHA
+    schema_version: int = DIFF_SCHEMA_VERSION
+
+    def summary(self) -> dict[str, Any]:
+        count = lambda xs, attr, v: sum(1 for x in xs if getattr(x, attr) == v)  # noqa: E731
+        return {
+            "facts_drifted": len(self.facts),
+            "findings": {s: count(self.findings, "status", s)
+                         for s in ("fixed", "introduced", "unchanged", "not checked after")},
+            "measurements": {v: count(self.measurements, "verdict", v) for v in (IMPROVED, REGRESSED, NOISE)}
+            | {"not compared": sum(1 for m in self.measurements if m.verdict not in (IMPROVED, REGRESSED, NOISE))},
+            "hardware_same": self.hardware.get("same", True),
+        }
+
+    def regressions(self, threshold_pct: float = 0.0, include_hardware_bound: bool = False) -> list[MeasurementDelta]:
+        """Significant regressions at least ``threshold_pct`` worse: what a CI gate fails on."""
+        return [m for m in self.measurements
+                if m.verdict == REGRESSED and m.change_pct is not None and -m.change_pct >= threshold_pct
+                and (include_hardware_bound or not m.hardware_bound)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": self.schema_version, "kind": "perfstack-diff", "before": self.before,
+                "after": self.after, "hardware": self.hardware, "summary": self.summary(), "alpha": self.alpha,
+                "facts": self.facts, "volatile_facts": self.volatile_facts,
+                "findings": [asdict(f) for f in self.findings],
+                "measurements": [asdict(m) for m in self.measurements], "profile": self.profile}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Diff":
+        if d.get("kind") != "perfstack-diff":
+            raise InputError("not a perfstack Diff")
+        if int(d.get("schema_version", 0)) > DIFF_SCHEMA_VERSION:
+            raise InputError(f"this Diff has schema_version {d['schema_version']}; this perfstack reads up to "
+                             f"{DIFF_SCHEMA_VERSION}", hint="upgrade perfstack: pip install -U perfstack")
+        return cls(before=d["before"], after=d["after"], hardware=d["hardware"], facts=d.get("facts", []),
+                   volatile_facts=d.get("volatile_facts", 0),
+                   findings=[FindingChange(**f) for f in d.get("findings", [])],
+                   measurements=[MeasurementDelta(**m) for m in d.get("measurements", [])],
+                   profile=d.get("profile"), alpha=d.get("alpha", ALPHA))
+
+
+# -- findings ---------------------------------------------------------------------------------
+def _key(f: Finding) -> tuple[str, str]:
+    return f.id, f.subject
+
+
+def finding_changes(before: Run, after: Run) -> list[FindingChange]:
+    b = {_key(f): f for f in before.findings}
+    a = {_key(f): f for f in after.findings}
+    checked_after = {c.id: c for c in after.checks}
+    out: list[FindingChange] = []
+    for key in list(b) + [k for k in a if k not in b]:
+        fb, fa = b.get(key), a.get(key)
+        f = fa or fb
+        assert f is not None
+        change = FindingChange(id=f.id, subject=f.subject, layer=f.layer, title=f.title, status="unchanged",
+                               severity=f.severity.value, before_severity=fb.severity.value if fb else None,
+                               evidence_before=fb.evidence if fb else "", evidence_after=fa.evidence if fa else "",
+                               recoverable_ms=(fb or f).recoverable_ms)
+        if fb and not fa:
+            change.status, change.reason = _gone(fb, after, checked_after.get(f.id))
+        elif fa and not fb:
+            change.status = "introduced"
+        out.append(change)
+    rank = {"introduced": 0, "fixed": 1, "not checked after": 2, "unchanged": 3}
+    return sorted(out, key=lambda c: rank[c.status])
+
+
+def _gone(f: Finding, after: Run, check: Any) -> tuple[str, str]:
+    """A finding of the before-Run the after-Run lacks: fixed, or only not looked at?"""
+    if f.recoverable_ms is not None:  # a profile finding: judged by whether the after-Run has a profile
+        return ("fixed", "") if after.profile else ("not checked after", "the after-Run has no profile")
+    if check is None:
+        return "not checked after", "the after-Run did not run this check"
+    if check.status in ("not-checked", "not-applicable"):
+        return "not checked after", check.reason
+    return "fixed", ""
+
+
+# -- measurements -----------------------------------------------------------------------------
+def higher_is_better(unit: str) -> bool:
+    return unit.strip() not in TIME_UNITS
+
+
+def per_sample_values(m: Measurement) -> list[float]:
+    """The raw samples (seconds) in the figure's own unit: value = work / time for rates,
+    value ∝ time for latencies, both scaled so the median sample gives ``m.value``."""
+    med = m.stats.get("median") if m.stats else None
+    if m.value is None or not m.samples:
+        return []
+    if not med:
+        med = statistics.median(m.samples)
+    if not med:
+        return []
+    if higher_is_better(m.unit):
+        return [m.value * med / s for s in m.samples if s > 0]
+    return [m.value * s / med for s in m.samples]
+
+
+def _pct(x: float) -> float:
+    return round((x - 1) * 100, 3)
+
+
+def measurement_delta(mb: Measurement | None, ma: Measurement | None, bound_parts: set[str],
+                      alpha: float = ALPHA) -> MeasurementDelta:
+    m = ma or mb
+    assert m is not None
+    hib = higher_is_better(m.unit)
+    parts = set(BENCH_HARDWARE.get(m.bench, ("gpu",)))
+    d = MeasurementDelta(name=m.name, bench=m.bench, unit=m.unit, before=mb.value if mb else None,
+                         after=ma.value if ma else None, verdict="not compared", higher_is_better=hib,
+                         hardware_bound=bool(parts & bound_parts), sweep=bool(m.params.get("sweep")))
+    if mb is None or ma is None:
+        d.note = "only in the before-Run" if ma is None else "only in the after-Run"
+        return d
+    if mb.status != "ok" or ma.status != "ok" or mb.value is None or ma.value is None:
+        which = [f"{side}: {x.status}{f' ({x.reason})' if x.reason else ''}" for side, x in
+                 (("before", mb), ("after", ma)) if x.status != "ok" or x.value is None]
+        d.note = "; ".join(which)
+        return d
+    if mb.unit != ma.unit:
+        d.note = f"units differ ({mb.unit} vs {ma.unit})"
+        return d
+    if mb.method_version != ma.method_version:
+        d.note = f"method changed (v{mb.method_version} → v{ma.method_version}); figures are not comparable"
+        return d
+    if mb.value:
+        d.delta_pct = round((ma.value / mb.value - 1) * 100, 3)
+        d.change_pct = d.delta_pct if hib else round((mb.value / ma.value - 1) * 100, 3) if ma.value else None
+    vb, va = per_sample_values(mb), per_sample_values(ma)
+    d.n_before, d.n_after = len(vb), len(va)
+    c = compare(vb, va, key=m.name, alpha=alpha)
+    if c is None:
+        d.verdict = NOISE
+        d.note = "too few raw samples to judge the change against the noise"
+        return d
+    d.p_value = c.p_value
+    d.ci_low_pct, d.ci_high_pct = _pct(c.ci_low), _pct(c.ci_high)
+    d.significant = c.significant
+    better = (c.ratio > 1) == hib
+    d.verdict = (IMPROVED if better else REGRESSED) if c.significant else NOISE
+    if d.hardware_bound:
+        d.note = "hardware differs: this compares the machines, not the change"
+    return d
+
+
+def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: float = ALPHA) -> list[MeasurementDelta]:
+    b = {m.name: m for m in before.measurements}
+    a = {m.name: m for m in after.measurements}
+    names = list(b) + [n for n in a if n not in b]
+    return [measurement_delta(b.get(n), a.get(n), bound_parts, alpha) for n in names]
+
+
+# -- profile ----------------------------------------------------------------------------------
+def step_breakdown(profile: Mapping[str, Any] | None) -> dict[str, float] | None:
+    """Mean time per step by category (ms) from a profile section, or None.
+    Reads ``breakdown_ms`` when present, else averages ``steps[*].categories``."""
+    if not isinstance(profile, Mapping):
+        return None
+    mean = profile.get("breakdown_ms")
+    if isinstance(mean, Mapping) and mean:
+        return {str(k): float(v) for k, v in mean.items() if isinstance(v, (int, float))}
+    steps = [s for s in profile.get("steps") or [] if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping)]
+    if not steps:
+        return None
+    cats: dict[str, float] = {}
+    for s in steps:
+        for k, v in s["categories"].items():
+            if isinstance(v, (int, float)):
+                cats[str(k)] = cats.get(str(k), 0.0) + float(v)
+    return {k: v / len(steps) for k, v in cats.items()}
+
+
+def step_time(profile: Mapping[str, Any] | None, breakdown: dict[str, float] | None) -> float | None:
+    if isinstance(profile, Mapping):
+        for key in ("step_ms", "mean_step_ms"):
+            if isinstance(profile.get(key), (int, float)):
+                return float(profile[key])
+        steps = [s.get("total_ms") for s in profile.get("steps") or [] if isinstance(s, Mapping)]
+        steps = [float(s) for s in steps if isinstance(s, (int, float))]
+        if steps:
+            return statistics.fmean(steps)
+    return sum(breakdown.values()) if breakdown else None
+
+
+def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
+    bb, ba = step_breakdown(before.profile), step_breakdown(after.profile)
+    if bb is None and ba is None:
+        return None
+    bb, ba = bb or {}, ba or {}
+    cats = list(bb) + [c for c in ba if c not in bb]
+    rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
+             "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
+    sb, sa = step_time(before.profile, bb or None), step_time(after.profile, ba or None)
+    fixed = [f for f in findings if f.status == "fixed" and f.recoverable_ms]
+    return {
+        "categories": rows,
+        "step_before_ms": sb, "step_after_ms": sa,
+        "measured_recovered_ms": (sb - sa) if sb is not None and sa is not None else None,
+        "predicted_recovered_ms": sum(f.recoverable_ms or 0.0 for f in fixed) if fixed else None,
+        "predicted_by": [f.id + (f"[{f.subject}]" if f.subject else "") for f in fixed],
+    }
+
+
+# -- the whole diff ---------------------------------------------------------------------------
+def _side(run: Run, label: str | None) -> dict[str, Any]:
+    keep = ("command", "created", "source", "host_id", "tool_version")
+    out = {k: run.meta.get(k) for k in keep if k in run.meta}
+    out["gpus"] = run.facts.value("gpu.summary")
+    if label:
+        out["file"] = label
+    return out
+
+
+def diff_runs(before: Run, after: Run, before_label: str | None = None, after_label: str | None = None,
+              alpha: float = ALPHA) -> Diff:
+    hw = factdiff.hardware_diff(before.facts, after.facts)
+    drifted, volatile = factdiff.drift(before.facts, after.facts)
+    findings = finding_changes(before, after)
+    return Diff(before=_side(before, before_label), after=_side(after, after_label), hardware=hw, facts=drifted,
+                volatile_facts=volatile, findings=findings,
+                measurements=measurement_deltas(before, after, set(hw["components"]), alpha),
+                profile=profile_delta(before, after, findings), alpha=alpha)
