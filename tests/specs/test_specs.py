@@ -236,4 +236,4 @@ def test_practical_fractions_have_sources() -> None:
     for key, pf in practical_fraction.items():
         assert isinstance(pf, float) and f"{pf}" == str(pf.fraction)  # usable as a plain number
         assert 0 < pf.fraction < 1 and pf.source and pf.applies_to, key
-        assert pf.of in DTYPES or pf.of in ("hbm_tbps", "pcie_gbps"), key
+        assert pf.of in DTYPES or pf.of in ("hbm_tbps", "pcie_gbps", "nvlink_gbps_per_gpu"), key

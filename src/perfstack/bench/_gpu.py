@@ -18,6 +18,7 @@ from perfstack.bench.verdict import judge
 from perfstack.host import nvml
 from perfstack.model import Facts, Measurement
 from perfstack.probes.gpu import EVENT_BITS
+from perfstack.specs import lookup_or_derive, pcie_gbps, practical_fraction
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 # Left free on top of a benchmark's own buffers: cuBLAS workspace, NCCL buffers, the allocator's rounding.
@@ -25,8 +26,9 @@ RESERVE_BYTES = 512 * MIB
 # L2 size when the spec table does not know the GPU: larger than any current L2 (B200: 126 MB).
 DEFAULT_L2_BYTES = 128 * MIB
 # Clock-event reasons that mean the clocks were held down (gpu_idle, app clocks, sync boost do not).
-LIMITING = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown", "sw_thermal_slowdown": "thermal (software)",
-            "hw_thermal_slowdown": "thermal (hardware)", "hw_power_brake_slowdown": "power brake"}
+LIMITING = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
+            "sw_thermal_slowdown": "thermal (software)", "hw_thermal_slowdown": "thermal (hardware)",
+            "hw_power_brake_slowdown": "power brake"}
 
 
 # -- sizes ----------------------------------------------------------------------------------
@@ -102,28 +104,43 @@ def gpu_entry(facts: Facts, device: int, bus: str | None = None) -> dict[str, An
 
 
 def device_entry(torch: Any, facts: Facts, device: int) -> dict[str, Any]:
+    """gpu.list's entry for this device, with the name, SM count and compute capability torch
+    reports filled in where the doctor had nothing."""
     try:
         props = torch.cuda.get_device_properties(device)
     except Exception:
         props = None
     entry = dict(gpu_entry(facts, device, bus_id(props) if props is not None else None))
-    if not entry.get("name") and props is not None:
-        entry["name"] = getattr(props, "name", None)
+    if props is not None:
+        if not entry.get("name"):
+            entry["name"] = getattr(props, "name", None)
+        entry.setdefault("sm_count", getattr(props, "multi_processor_count", None))
+        if not entry.get("compute_capability") and hasattr(props, "major"):
+            entry["compute_capability"] = f"{props.major}.{props.minor}"
     return entry
 
 
-def spec_for(name: str | None) -> Any:
-    """The spec table's row for this GPU name, or None (unknown SKU, or no spec table)."""
+def spec_for(entry: dict[str, Any] | str | None) -> Any:
+    """The spec table's row for this GPU, else peaks derived from SM count × max clock (flagged
+    ``derived``), else None (unknown SKU, or no spec table)."""
+    if isinstance(entry, str) or entry is None:
+        entry = {"name": entry}
+    name = entry.get("name")
     if not name:
         return None
     try:
-        from perfstack.specs import lookup
-    except ImportError:
-        return None
-    try:
-        return lookup(name)
+        return lookup_or_derive(name, entry.get("sm_count"), entry.get("sm_clock_max_mhz"),
+                                entry.get("compute_capability"))
     except Exception:
         return None
+
+
+def spec_notes(spec: Any, entry: dict[str, Any]) -> list[str]:
+    if spec is None:
+        return [f"{entry.get('name') or 'this GPU'} is not in the spec table: no peak to compare with"]
+    if getattr(spec, "derived", False):
+        return [f"{entry.get('name')} is not in the spec table: peak derived from SM count × max clock"]
+    return []
 
 
 def spec_value(spec: Any, field: str) -> Any:
@@ -131,36 +148,21 @@ def spec_value(spec: Any, field: str) -> Any:
 
 
 def peak_tflops(spec: Any, dtype: str) -> float | None:
-    if spec is None:
-        return None
-    try:
-        v = spec.peak_tflops(dtype)
-    except Exception:
-        return None
+    v = spec.peak_tflops(dtype) if spec is not None else None
     return float(v) if v else None
 
 
 def practical(key: str) -> float | None:
     """The known practical ceiling (fraction of peak) for ``key`` ("gemm_bf16", "hbm_copy", ...)."""
-    try:
-        from perfstack.specs import practical_fraction
-    except ImportError:
-        return None
-    v = practical_fraction.get(key) if isinstance(practical_fraction, dict) else None
-    return float(v) if isinstance(v, (int, float)) else None
+    v = practical_fraction.get(key)
+    return float(v) if v is not None else None
 
 
 def pcie_peak(gen: int | None, width: int | None) -> float | None:
     """GB/s per direction of a PCIe link."""
-    if not gen or not width:
-        return None
     try:
-        from perfstack.specs import pcie_gbps
-    except ImportError:
-        return None
-    try:
-        return float(pcie_gbps(gen, width))
-    except Exception:
+        return pcie_gbps(gen, width) if gen and width else None
+    except ValueError:  # an odd width a virtual device reports
         return None
 
 
@@ -188,6 +190,12 @@ def source(spec: Any, what: str) -> str:
         return ""
     cite = getattr(spec, "source", "") or ""
     return f"{getattr(spec, 'name', 'spec')} {what}" + (f" ({cite})" if cite else "")
+
+
+def add_notes(measurements: list[Measurement], notes: list[str], headline_only: bool = True) -> None:
+    for m in measurements:
+        if m.status == "ok" and not (headline_only and m.params.get("sweep")):
+            m.notes += [n for n in notes if n not in m.notes]
 
 
 def l2_bytes(spec: Any) -> int:

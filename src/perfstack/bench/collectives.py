@@ -84,14 +84,15 @@ def buffer_elems(op: str, count: int, n: int) -> tuple[int, int]:
 
 
 def bytes_needed(op: str, count: int, n: int) -> int:
-    """Device memory per rank: input, output and the expected result used by the check."""
+    """Device memory per rank: input, output, the expected result used by the check, and the int32
+    index pattern both are built from (twice: the range and its remainder)."""
     i, o = buffer_elems(op, count, n)
-    return (i + o + (o or i)) * ELEM
+    return (i + o + (o or i) + 2 * max(i, o)) * ELEM
 
 
 # -- inputs and analytic results (torch passed in; CPU tensors in the tests) ----------------
 def _pattern(torch: Any, length: int, device: Any, start: int = 0) -> Any:
-    return (torch.arange(start, start + length, device=device) % PATTERN).to(torch.float32)
+    return (torch.arange(start, start + length, dtype=torch.int32, device=device) % PATTERN).to(torch.float32)
 
 
 def make_input(torch: Any, op: str, rank: int, n: int, count: int, device: Any = "cpu") -> Any:
@@ -192,8 +193,8 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=n,
                             timeout=timedelta(seconds=cfg["timeout_s"]), **kw)
     timer: Any = timing.CudaTimer(torch) if gpu else timing.HostTimer()
-    meta = {"nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None,
-            "torch": torch.__version__}
+    v = torch.cuda.nccl.version() if gpu else None
+    meta = {"nccl_version": ".".join(map(str, v)) if isinstance(v, tuple) else v, "torch": torch.__version__}
     if cfg.get("fail_rank") == rank:  # the tests' way to check that a failing rank never hangs the run
         raise RuntimeError("injected failure")
     warm = torch.ones(1024, device=device)
@@ -245,7 +246,6 @@ def _one(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes
     dist.all_gather(every, t)
     row["samples"] = slowest([x.tolist() for x in every])
     row["rank0_samples_median"] = timing.summarize(mine)["median"]
-    del inp, out, got
     return row
 
 
@@ -285,7 +285,7 @@ def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: 
             log.close()
         failed = _wait(procs, time.monotonic() + deadline_s)
         if failed is not None:
-            return None, _why(tmp, failed, procs)
+            return None, _why(tmp, _first_failure(tmp, procs, failed), procs)
         r0 = _status(tmp, 0)
         if not r0 or not r0.get("ok"):
             return None, _why(tmp, 0, procs)
@@ -328,10 +328,25 @@ def _status(tmp: str, rank: int) -> dict[str, Any] | None:
         return None
 
 
+def _first_failure(tmp: str, procs: list[subprocess.Popen], fallback: int) -> int:
+    """The rank whose error was written first: once one rank dies, its peers fail too (connection
+    reset, NCCL abort), and the first error is the cause."""
+    written = []
+    for r in range(len(procs)):
+        try:
+            written.append((Path(tmp, f"rank{r}.json").stat().st_mtime_ns, r))
+        except OSError:
+            continue
+    failed = [(t, r) for t, r in written if not (_status(tmp, r) or {}).get("ok", False)]
+    return min(failed)[1] if failed else fallback
+
+
 def _why(tmp: str, rank: int, procs: list[subprocess.Popen]) -> str:
     st = _status(tmp, rank)
+    others = [r for r, p in enumerate(procs) if r != rank and p.returncode not in (0, None)]
+    then = f" (ranks {others} stopped after it)" if others else ""
     if st and st.get("error"):
-        return f"rank {rank} failed: {st['error']}"
+        return f"rank {rank} failed: {st['error']}{then}"
     code = procs[rank].returncode
     try:
         lines = Path(tmp, f"rank{rank}.log").read_text(errors="replace").strip().splitlines()
@@ -358,8 +373,8 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
         med = timing.summarize(row["samples"])["median"]
         params.update(algbw_gbps=round(algbw_gbps(nbytes, med), 3), busbw_gbps=round(busbw_gbps(op, n, nbytes, med), 3),
                       time_us=round(med * 1e6, 2))
-        m = _gpu.measurement("collective", name, row["samples"], lambda s: busbw_gbps(op, n, nbytes, s), "GB/s", params,
-                             notes=["time per repetition is the slowest rank's"])
+        m = _gpu.measurement("collective", name, row["samples"], lambda s, o=op, b=nbytes: busbw_gbps(o, n, b, s),
+                             "GB/s", params, notes=["time per repetition is the slowest rank's"])
         if row.get("wrong_ranks"):
             m.status, m.reason = "error", f"wrong result on ranks {row['wrong_ranks']}"
         out.append(m)
@@ -370,7 +385,7 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
             continue
         best = max(pts, key=lambda m: m.value)  # type: ignore[arg-type, return-value]
         h = _gpu.measurement("collective", f"collective.{op}.best", best.samples,
-                             lambda s, b=best.params["bytes"]: busbw_gbps(op, n, b, s), "GB/s",
+                             lambda s, o=op, b=best.params["bytes"]: busbw_gbps(o, n, b, s), "GB/s",
                              {**best.params, "sweep": False})
         h.notes.insert(0, f"best bus bandwidth of the sweep, at {_gpu.size_label(best.params['bytes'])}; "
                           f"algbw {best.params['algbw_gbps']:.1f} GB/s")
@@ -386,7 +401,7 @@ def run(ctx: BenchContext) -> list[Measurement]:
 
     n = torch.cuda.device_count()
     entries = [_gpu.device_entry(torch, ctx.facts, d) for d in range(n)]
-    spec = _gpu.spec_for(entries[0].get("name"))
+    spec = _gpu.spec_for(entries[0])
     todo = sizes(ctx.suite)
     budget = TIMING[ctx.suite]["budget_s"]
     deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 1.5) + 60

@@ -79,7 +79,7 @@ def run(ctx: BenchContext) -> list[Measurement]:
 
     n_dev = torch.cuda.device_count()
     entries = [_gpu.device_entry(torch, ctx.facts, d) for d in range(n_dev)]
-    spec = _gpu.spec_for(entries[0].get("name"))
+    spec = _gpu.spec_for(entries[0])
     nbytes = BYTES[ctx.suite]
     out: list[Measurement] = []
     for i in range(n_dev):
@@ -103,17 +103,8 @@ def _pair(torch: Any, ctx: BenchContext, i: int, j: int, nbytes: int, entries: l
     params["link"] = path
     try:
         with _gpu.sampled(entries[i].get("index", i)) as tel:
-            src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=f"cuda:{i}")
-            dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")
-            with torch.cuda.device(j):  # events and synchronize on the destination, which waits for the copy
-                samples = timing.measure(lambda: dst.copy_(src), timing.CudaTimer(torch), min_reps=10, max_reps=2000,
-                                         **TIMING[ctx.suite])
-            ok = bool(torch.equal(src[:4096].to(f"cuda:{j}"), dst[:4096]))
-            del src, dst
+            samples, ok = _copy(torch, i, j, nbytes, ctx.suite)
     finally:
-        for d in (i, j):
-            with torch.cuda.device(d):
-                torch.cuda.synchronize()
         torch.cuda.empty_cache()
     m = _gpu.measurement("p2p", name, samples, lambda s: gbps(nbytes, s), "GB/s", params)
     _gpu.finish([m], tel)
@@ -123,3 +114,15 @@ def _pair(torch: Any, ctx: BenchContext, i: int, j: int, nbytes: int, entries: l
         m.status, m.reason = "error", "the copied bytes differ from the source"
     _gpu.judged(m, peak, source, _gpu.practical(f"p2p_{path}"))
     return m
+
+
+def _copy(torch: Any, i: int, j: int, nbytes: int, suite: str) -> tuple[list[float], bool]:
+    """Raw seconds per copy of ``nbytes`` from GPU i to GPU j, and whether the bytes arrived intact."""
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=f"cuda:{i}")
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")
+    with torch.cuda.device(j):  # events and synchronize on the destination, whose stream waits for the copy
+        samples = timing.measure(lambda: dst.copy_(src), timing.CudaTimer(torch), min_reps=10, max_reps=2000,
+                                 **TIMING[suite])
+        ok = bool(torch.equal(src[-4096:].to(f"cuda:{j}"), dst[-4096:]))
+    torch.cuda.synchronize(i)
+    return samples, ok

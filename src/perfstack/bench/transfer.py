@@ -87,12 +87,12 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
             continue
         for n in todo:
             h, d = host[:n], device_buf[:n]
-            blocking = memory == "pageable"
+            nb = memory == "pinned"  # a pageable copy is synchronous whatever it is told
             if direction == "h2d":
-                fn = lambda d=d, h=h: d.copy_(h, non_blocking=not blocking)  # noqa: E731
+                fn = lambda d=d, h=h, nb=nb: d.copy_(h, non_blocking=nb)  # noqa: E731
             else:
-                fn = lambda d=d, h=h: h.copy_(d, non_blocking=not blocking)  # noqa: E731
-            samples = timing.measure(fn, timing.CudaTimer(torch), min_reps=10, max_reps=2000, **TIMING[suite])
+                fn = lambda d=d, h=h, nb=nb: h.copy_(d, non_blocking=nb)  # noqa: E731
+            samples = timing.measure(fn, timing.CudaTimer(torch), min_reps=10, max_reps=500, **TIMING[suite])
             out.append(_gpu.measurement(direction, point_name(direction, memory, n), samples,
                                         lambda s, n=n: gbps(n, s), "GB/s",
                                         {"sweep": True, "bytes": n, "memory": memory, "direction": direction}))
@@ -109,7 +109,8 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
                              gbps(n, s), "GB/s", {**best.params, "sweep": False,
                                                    "sizes": [x.params["bytes"] for x in out
                                                              if x.params.get("memory") == memory]})
-        m.notes.insert(0, f"best over sizes ≥ {_gpu.size_label(HEADLINE_MIN)}: at {_gpu.size_label(best.params['bytes'])}")
+        at = _gpu.size_label(best.params["bytes"])
+        m.notes.insert(0, f"best over sizes ≥ {_gpu.size_label(HEADLINE_MIN)}: at {at}")
         out.append(m)
     return out
 

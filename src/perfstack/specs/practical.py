@@ -69,4 +69,28 @@ practical_fraction: dict[str, PracticalFraction] = {
         "Rule of thumb for TLP/DLLP and completion overhead; project H100 on Gen5 x16 measured ~55 of "
         "63.0 GB/s (0.87). Pageable copies are far lower and are not covered.",
     ),
+    # The ceilings below were measured with perfstack's own method on healthy machines: they say what
+    # stock PyTorch reaches there, so "low" means "below a healthy machine", not "below the datasheet".
+    "gemm_fp8": PracticalFraction(
+        0.65, "fp8", "FP8 (e4m3) GEMM through torch._scaled_mm with per-tensor scales, dense peak",
+        "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): 62.6-69.2% of 1978.9 TFLOP/s on H100, 64.5-66.7% on H200.",
+    ),
+    "gemm_tf32": PracticalFraction(
+        0.72, "tf32", "FP32 GEMM with TF32 Tensor Cores (float32_matmul_precision 'high'), dense peak",
+        "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): 70.5-75.7% of 494.7 TFLOP/s on H100, 71.2-72.1% on H200.",
+    ),
+    "gemm_fp32": PracticalFraction(
+        0.77, "fp32", "FP32 GEMM on CUDA cores (precision 'highest'), peak",
+        "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): 76.7-79.1% of 66.9 TFLOP/s on H100, 76.1-78.7% on H200.",
+    ),
+    "p2p_nvlink": PracticalFraction(
+        0.87, "nvlink_gbps_per_gpu", "GPU-to-GPU copy over NVLink, one direction, vs half the per-GPU total",
+        "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): 394.6 of 450 GB/s per direction between two H200 (NV18).",
+    ),
+    "nccl_busbw": PracticalFraction(
+        0.70, "nvlink_gbps_per_gpu",
+        "NCCL collective bus bandwidth (nccl-tests definition) at 1 GiB, vs the per-direction link rate",
+        "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): all_reduce 71%, all_gather 62%, reduce_scatter 62%, all_to_all 74%, broadcast 82% of 450 "
+        "GB/s on 2xH200 (NCCL 2.28.9, NVLS off).",
+    ),
 }

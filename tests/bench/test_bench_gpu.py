@@ -1,0 +1,77 @@
+"""GPU tier: each benchmark in a small configuration on the real device, with sanity bounds.
+Skipped without CUDA (conftest)."""
+
+import pytest
+
+from perfstack.bench import BenchContext, collectives, gemm, hbm, launch, p2p, transfer
+from perfstack.host.live import LiveHost
+from perfstack.probes import collect
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return BenchContext(suite="quick", facts=collect(LiveHost()), options={"hbm_max_bytes": 512 * 2**20})
+
+
+def by_name(ms):
+    return {m.name: m for m in ms}
+
+
+def test_gemm_bf16_reaches_tensor_core_speeds(ctx):
+    import torch
+
+    ms = by_name(gemm.run(ctx))
+    assert ms["gemm.bf16.ref"].status == "ok" and ms["gemm.bf16.ref"].value > 10
+    assert ms["gemm.bf16.best"].value >= ms["gemm.bf16.ref"].value * 0.98
+    assert ms["gemm.tf32.ref"].value > ms["gemm.fp32.ref"].value  # 'high' uses TF32 tensor cores
+    assert ms["gemm.bf16.aligned"].value > ms["gemm.bf16.misaligned"].value
+    assert len(ms["gemm.bf16.ref"].samples) >= 20 and ms["gemm.bf16.ref"].telemetry.get("before")
+    if torch.cuda.get_device_capability() >= (8, 9):
+        assert ms["gemm.fp8.ref"].value > ms["gemm.bf16.ref"].value
+    else:
+        assert ms["gemm.fp8.ref"].status == "skipped"
+    assert torch.get_float32_matmul_precision() == "highest"  # restored
+
+
+def test_hbm_copy_and_read(ctx):
+    ms = by_name(hbm.run(ctx))
+    assert ms["hbm.copy"].value > 100 and ms["hbm.read"].value > 100
+    assert ms["hbm.copy"].params["buffer_bytes"] <= 512 * 2**20
+
+
+def test_pinned_beats_pageable(ctx):
+    for direction, run in (("h2d", transfer.run_h2d), ("d2h", transfer.run_d2h)):
+        ms = by_name(run(ctx))
+        assert ms[f"{direction}.pinned.best"].value > ms[f"{direction}.pageable.best"].value > 0.5
+        assert ms[f"{direction}.pinned.256MiB"].params["sweep"]
+
+
+def test_graph_replay_is_cheaper_than_eager_launches(ctx):
+    ms = by_name(launch.run(ctx))
+    assert 0 < ms["launch.graph"].value < ms["launch.eager"].value
+    assert ms["launch.eager"].params["kernels_per_rep"] == launch.KERNELS
+
+
+def test_p2p_pairs(ctx):
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    ms = p2p.run(ctx)
+    assert len(ms) == torch.cuda.device_count() * (torch.cuda.device_count() - 1)
+    assert all(m.status == "ok" and m.value > 1 for m in ms)
+
+
+def test_nccl_collectives_are_correct_and_fast(ctx):
+    import torch
+
+    n = torch.cuda.device_count()
+    if n < 2:
+        pytest.skip("needs 2 GPUs")
+    results, why = collectives.launch(n, collectives.OPS, (16 * 2**20,), 0.05, "nccl", deadline_s=180)
+    assert why == ""
+    ms = collectives.to_measurements(results, n)
+    assert all(m.status == "ok" for m in ms), [m.reason for m in ms if m.status != "ok"]
+    assert all(m.value > 1 for m in ms)

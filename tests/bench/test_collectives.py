@@ -1,0 +1,108 @@
+"""Collectives: nccl-tests bus-bandwidth factors, sizes, the analytic results every rank checks,
+and the process launcher (run with gloo on CPU: a failing rank must not hang the run)."""
+
+import pytest
+
+from perfstack.bench import collectives as c
+
+KIB, MIB, GIB = c.KIB, c.MIB, c.GIB
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
+    ("all_gather", 2, 0.5), ("all_gather", 8, 0.875), ("reduce_scatter", 8, 0.875),
+    ("all_to_all", 4, 0.75), ("broadcast", 8, 1.0)])
+def test_busbw_factors_match_nccl_tests(op, n, factor):
+    assert c.busbw_factor(op, n) == pytest.approx(factor)
+
+
+def test_bandwidth_arithmetic():
+    # nccl-tests: 1 GiB all_reduce on 8 ranks in 6.0 ms -> algbw 178.96, busbw 313.18 GB/s
+    assert c.algbw_gbps(GIB, 6.0e-3) == pytest.approx(178.957, abs=1e-3)
+    assert c.busbw_gbps("all_reduce", 8, GIB, 6.0e-3) == pytest.approx(313.175, abs=1e-3)
+    with pytest.raises(ValueError):
+        c.busbw_factor("reduce", 2)
+
+
+def test_sizes():
+    assert c.sizes("quick") == (MIB, 64 * MIB, GIB)
+    full = c.sizes("full")
+    assert full[0] == KIB and full[-1] == GIB and len(full) == 11
+
+
+def test_counts_and_buffers():
+    assert c.count_for(MIB, 2) == MIB // 4
+    assert c.count_for(1000, 3) == 249  # 250 elements rounded down to whole chunks of 3 ranks
+    assert c.buffer_elems("all_gather", 1024, 4) == (256, 1024)
+    assert c.buffer_elems("reduce_scatter", 1024, 4) == (1024, 256)
+    assert c.buffer_elems("all_reduce", 1024, 4) == (1024, 0)
+    assert c.bytes_needed("all_to_all", 1024, 2) == (1024 * 3 + 2 * 1024) * 4
+
+
+@pytest.mark.parametrize("op", c.OPS)
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_analytic_results_match_a_simulated_collective(op, n):
+    torch = pytest.importorskip("torch")
+    count = c.count_for(4 * 1000, n)
+    inputs = [c.make_input(torch, op, r, n, count) for r in range(n)]
+    if op == "broadcast":
+        assert not torch.equal(inputs[1], inputs[0])  # the check would catch a broadcast that did nothing
+    outputs = c.simulate(torch, op, inputs)
+    for r in range(n):
+        assert torch.equal(outputs[r], c.expected(torch, op, r, n, count)), (op, n, r)
+
+
+def test_wrong_data_fails_the_check():
+    torch = pytest.importorskip("torch")
+    good = c.expected(torch, "all_reduce", 0, 2, 100)
+    bad = good.clone()
+    bad[7] += 1
+    assert not torch.equal(bad, good)
+
+
+def test_slowest_rank_per_repetition():
+    assert c.slowest([[1.0, 5.0, 2.0], [2.0, 1.0, 2.5]]) == [2.0, 5.0, 2.5]
+
+
+def rows():
+    return {"meta": {"nccl_version": "2.27.3"}, "rows": [
+        {"op": "all_reduce", "requested_bytes": MIB, "bytes": MIB, "samples": [10e-6] * 5, "wrong_ranks": []},
+        {"op": "all_reduce", "requested_bytes": GIB, "bytes": GIB, "samples": [3e-3] * 5, "wrong_ranks": []},
+        {"op": "broadcast", "requested_bytes": GIB, "bytes": GIB, "samples": [3e-3] * 5, "wrong_ranks": [1]},
+        {"op": "all_gather", "requested_bytes": GIB, "bytes": GIB, "skipped": "ranks [1]: no room"}]}
+
+
+def test_measurements_from_rank0_rows():
+    ms = {m.name: m for m in c.to_measurements(rows(), 2)}
+    big = ms["collective.all_reduce.1GiB"]
+    assert big.value == pytest.approx(GIB / 3e-3 / 1e9)  # factor 1.0 at n=2
+    assert big.params["sweep"] and big.params["world_size"] == 2 and big.params["op"] == "all_reduce"
+    assert big.params["busbw_gbps"] == pytest.approx(357.914, abs=1e-3)
+    assert big.params["algbw_gbps"] == big.params["busbw_gbps"]
+    best = ms["collective.all_reduce.best"]
+    assert best.value == big.value and not best.params["sweep"] and best.params["bytes"] == GIB
+    assert ms["collective.broadcast.1GiB"].status == "error" and "ranks [1]" in ms["collective.broadcast.1GiB"].reason
+    assert ms["collective.broadcast.best"].status == "skipped"
+    assert ms["collective.all_gather.1GiB"].status == "skipped"
+
+
+def test_children_keep_nvlink_multicast_off():
+    env = c.child_env({"NCCL_NVLS_ENABLE": "1", "PATH": "/bin"}, 1, 2, "/tmp/cfg.json")
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert (env["RANK"], env["WORLD_SIZE"], env["PATH"]) == ("1", "2", "/bin")
+    assert env["PYTHONPATH"].split(":")[0].endswith("src")
+
+
+def test_gloo_run_on_cpu_checks_and_times_every_op():
+    pytest.importorskip("torch")
+    results, why = c.launch(2, c.OPS, (4 * KIB,), 0.01, backend="gloo", deadline_s=90)
+    assert why == "" and len(results["rows"]) == len(c.OPS)
+    for row in results["rows"]:
+        assert row["wrong_ranks"] == [] and len(row["samples"]) >= c.MIN_REPS and min(row["samples"]) > 0
+
+
+def test_a_failing_rank_is_an_error_not_a_hang(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(c, "FAIL_GRACE_S", 1.0)
+    results, why = c.launch(2, ("all_reduce",), (4 * KIB,), 0.01, backend="gloo", deadline_s=60, fail_rank=1)
+    assert results is None and why.startswith("rank 1 failed: RuntimeError: injected failure")
