@@ -21,8 +21,7 @@ def judge(m: Measurement, peak: float | None, source: str, expected: float | Non
 
 def lower_is_better(m: Measurement, reference: float, label: str) -> Measurement:
     """For latencies: compare with a reference value (e.g. 2 µs per graph-replayed kernel)."""
-    m.peak, m.peak_source = reference, label
+    m.peak, m.peak_source = reference, label  # a reference to beat, not a peak: no "% of peak"
     if m.value is not None:
-        m.fraction = reference / m.value if m.value > 0 else None
         m.verdict = "good" if m.value <= reference else "below expected" if m.value <= 2 * reference else "low"
     return m

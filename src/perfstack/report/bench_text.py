@@ -34,7 +34,7 @@ def _row(m: Measurement) -> list[Text | str]:
 def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
     gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
     console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {gpus}"))
-    t = Table("bench", "figure", "measured", "peak", "% of peak", "verdict", "notes", box=None, pad_edge=False,
+    t = Table("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes", box=None, pad_edge=False,
               header_style="bold")
     for m in run.measurements:
         if verbose or not m.params.get("sweep"):

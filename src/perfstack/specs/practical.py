@@ -93,4 +93,10 @@ practical_fraction: dict[str, PracticalFraction] = {
         "perfstack bench --suite full on the project's healthy H100 SXM and 2xH200 (torch 2.11, driver 580, 2026-11): all_reduce 71%, all_gather 62%, reduce_scatter 62%, all_to_all 74%, broadcast 82% of 450 "
         "GB/s on 2xH200 (NCCL 2.28.9, NVLS off).",
     ),
+    "pcie_pageable": PracticalFraction(
+        0.25, "pcie_gbps", "pageable (ordinary malloc) host<->device copies, staged by the driver through a "
+        "pinned bounce buffer, vs pcie_gbps(gen, width)",
+        "Book: pinned copies run 2-3x faster than pageable ones (B:L1600). Project H100 (Gen5 x16): "
+        "pageable H2D 13.5-19 GB/s, D2H 13-14 GB/s of 63.0 (0.21-0.30), host-dependent.",
+    ),
 }
