@@ -3,7 +3,15 @@ import json
 import pytest
 
 from perfstack.errors import InputError
-from perfstack.model import SCHEMA_VERSION, CheckResult, Fact, Facts, Finding, Run, Severity
+from perfstack.model import (
+    SCHEMA_VERSION,
+    CheckResult,
+    Fact,
+    Facts,
+    Finding,
+    Run,
+    Severity,
+)
 
 
 def sample_run():

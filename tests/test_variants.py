@@ -8,11 +8,10 @@ value), the healthy copy must raise none of them, and every recorded bundle must
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
 from fixtures.variants import BASE, BASES, BUNDLES, VARIANTS, materialize
+
 from perfstack.audit import audit
 from perfstack.cli.main import main
 from perfstack.host.bundle import BundleHost

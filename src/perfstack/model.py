@@ -269,8 +269,8 @@ class Run:
             return cls.from_dict(data)
         except InputError as e:
             raise InputError(f"{p}: {e.message}", e.hint) from None
-        except (TypeError, KeyError, ValueError) as e:
-            raise InputError(f"{p} is not a valid perfstack Run ({e})") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise InputError(f"{p} is not a valid perfstack Run ({type(e).__name__}: {e})") from None
 
 
 def _fact_dict(f: Fact) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def test_gpu_benches_skipped_without_cuda_and_host_still_runs(monkeypatch):
 def test_only_gpu_benches_without_cuda_cannot_run_here(monkeypatch):
     monkeypatch.setattr(bench, "cuda_devices", lambda: (0, "no CUDA device"))
     gpu = bench.Benchmark("fakegpu", True, "", lambda c: [])
-    with pytest.raises(CannotRunHere, match="need a CUDA device"):
+    with pytest.raises(CannotRunHere, match="needs a CUDA device"):
         run([gpu], ctx())
 
 

@@ -2,7 +2,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfstack.bench.timing import HostTimer, measure, plan_reps, spread_notes, summarize
+from perfstack.bench.timing import (
+    HostTimer,
+    measure,
+    plan_reps,
+    spread_notes,
+    summarize,
+)
 
 
 class FakeClock:

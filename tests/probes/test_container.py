@@ -5,7 +5,13 @@ from hypothesis import strategies as st
 
 from perfstack.errors import InputError
 from perfstack.probes.collector import Collector, run_probes
-from perfstack.probes.container import container, parse_cpu_list, parse_limit, parse_proc_cgroup, parse_size
+from perfstack.probes.container import (
+    container,
+    parse_cpu_list,
+    parse_limit,
+    parse_proc_cgroup,
+    parse_size,
+)
 
 # A Docker container on a cgroup v2 host, as /proc/self/mountinfo shows it (trimmed).
 DOCKER_MOUNTINFO = """\

@@ -6,8 +6,15 @@ from hypothesis import strategies as st
 from perfstack.errors import InputError
 from perfstack.host import Unavailable
 from perfstack.probes.collector import run_probes
-from perfstack.probes.cpu import (cpu, format_cpulist, numa, parse_cpuinfo, parse_cpulist, parse_psi,
-                                  pressure)
+from perfstack.probes.cpu import (
+    cpu,
+    format_cpulist,
+    numa,
+    parse_cpuinfo,
+    parse_cpulist,
+    parse_psi,
+    pressure,
+)
 
 SPR_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts acpi mmx fxsr "
              "sse sse2 ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc art arch_perfmon pebs bts rep_good "

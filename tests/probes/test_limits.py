@@ -5,7 +5,13 @@ from hypothesis import strategies as st
 
 from perfstack.errors import InputError
 from perfstack.probes.collector import run_probes
-from perfstack.probes.limits import LIMIT_NAMES, limits, parse_limits, parse_status, process
+from perfstack.probes.limits import (
+    LIMIT_NAMES,
+    limits,
+    parse_limits,
+    parse_status,
+    process,
+)
 
 # /proc/self/limits as a stock distribution shell hands it out: memlock at 64 KiB, nofile at 1024.
 LIMITS = """\

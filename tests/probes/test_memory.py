@@ -6,7 +6,13 @@ from hypothesis import strategies as st
 from perfstack.errors import InputError
 from perfstack.host import Unavailable
 from perfstack.probes.collector import run_probes
-from perfstack.probes.memory import memory, parse_bracketed, parse_int, parse_meminfo, parse_swaps
+from perfstack.probes.memory import (
+    memory,
+    parse_bracketed,
+    parse_int,
+    parse_meminfo,
+    parse_swaps,
+)
 
 
 def test_reads_swappiness_and_thp():

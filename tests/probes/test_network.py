@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 from perfstack.errors import InputError
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, run_probes
-from perfstack.probes.network import network, parse_ib_rate, parse_ib_state, parse_ints, parse_speed, parse_uevent
+from perfstack.probes.network import (
+    network,
+    parse_ib_rate,
+    parse_ib_state,
+    parse_ints,
+    parse_speed,
+    parse_uevent,
+)
 
 NET = "/sys/class/net"
 IB = "/sys/class/infiniband"

@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 from perfstack.errors import InputError
 from perfstack.host import Unavailable, pyinfo
 from perfstack.probes.collector import Malformed, run_probes
-from perfstack.probes.python_env import KEYS, nccl_conf, parse_nccl_conf, parse_pyinfo, python_env
+from perfstack.probes.python_env import (
+    KEYS,
+    nccl_conf,
+    parse_nccl_conf,
+    parse_pyinfo,
+    python_env,
+)
 
 # Recorded with `python3 -m perfstack.host.pyinfo` on the project's H100 machine (torch 2.11.0+cu130,
 # driver 580.159.04), with this version of pyinfo.

@@ -5,7 +5,12 @@ from hypothesis import strategies as st
 
 from perfstack.errors import InputError
 from perfstack.probes.collector import Collector, run_probes
-from perfstack.probes.storage import parse_link_speed, parse_mountinfo, parse_scheduler, storage
+from perfstack.probes.storage import (
+    parse_link_speed,
+    parse_mountinfo,
+    parse_scheduler,
+    storage,
+)
 
 # A GPU server: root on NVMe, a dataset disk, /home on LVM over a SATA disk, an NFS share.
 MOUNTINFO = """\

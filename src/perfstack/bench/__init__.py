@@ -104,7 +104,7 @@ def run(chosen: list[Benchmark], ctx: BenchContext) -> list[Measurement]:
     and asking only for GPU benchmarks on such a machine is CannotRunHere."""
     n_gpus, why = cuda_devices() if any(b.needs_cuda for b in chosen) else (0, "")
     if chosen and all(b.needs_cuda for b in chosen) and n_gpus == 0:
-        raise CannotRunHere(f"{', '.join(b.name for b in chosen)} need a CUDA device: {why}",
+        raise CannotRunHere(f"benchmark {', '.join(b.name for b in chosen)} needs a CUDA device: {why}",
                             hint="run 'perfstack bench host' for the host benchmarks, or run on the GPU machine")
     out: list[Measurement] = []
     for b in chosen:

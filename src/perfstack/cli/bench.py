@@ -14,6 +14,7 @@ from perfstack.errors import UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
+from perfstack.report.html import write_report
 from perfstack.rules import select_checks
 from perfstack.rules.measured import MEASURED
 
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
     p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
     p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.set_defaults(func=run)
 
@@ -46,10 +48,10 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
             def step(name: str) -> None:
                 progress.update(task, description=f"bench {name}", advance=1)
-                if not show and args.verbose:
+                if not show and getattr(args, "verbose", 0):
                     err.print(f"bench {name}…")
 
-            ctx = benches.BenchContext(suite=suite, facts=facts, device=args.device,
+            ctx = benches.BenchContext(suite=suite, facts=facts, device=getattr(args, "device", 0),
                                        storage_path=storage_path, progress=step)
             return benches.run(chosen, ctx)
 
@@ -57,11 +59,17 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    for path in (args.output, args.html):
+        if path and Path(path).is_dir():
+            raise UsageError(f"{path} is a directory", hint="give a file name")
     fn = bench_fn(args, err, args.suite, args.names, args.storage_path)
     result = audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=fn, command="bench")
     if args.output:
         result.save(args.output)
         err.print(f"saved Run to {args.output}")
+    if args.html:
+        write_report(result, args.html)
+        err.print(f"wrote the HTML report to {args.html}")
     if args.json:
         out.out(result.to_json(), highlight=False)
     else:

@@ -15,7 +15,9 @@ from perfstack.errors import UsageError
 from perfstack.host.bundle import BundleHost
 from perfstack.host.live import LiveHost
 from perfstack.model import Run
+from perfstack.report.bench_text import render_measurements
 from perfstack.report.fixscript import render_fix_script
+from perfstack.report.html import write_report
 from perfstack.report.text import render_doctor
 from perfstack.rules import fix_first, select_checks
 
@@ -34,6 +36,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="exit 1 when a finding at or above this severity exists (default: critical)")
     p.add_argument("--select", action="append", metavar="IDS", help="only these check ids or layers (comma-separated)")
     p.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--fix-script", metavar="FILE", help="write the fixes as a shell script to review (never run)")
     p.add_argument("--bench", choices=SUITES, metavar="SUITE",
                    help="also run the benchmark suite (quick or full) and judge its results")
@@ -54,13 +57,16 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    for path in (args.output, args.fix_script):
+    for path in (args.output, args.fix_script, args.html):
         if path and Path(path).is_dir():
             raise UsageError(f"{path} is a directory", hint="give a file name")
     result = doctor_run(args, err)
     if args.output:
         result.save(args.output)
         err.print(f"saved Run to {args.output}")
+    if args.html:
+        write_report(result, args.html)
+        err.print(f"wrote the HTML report to {args.html}")
     if args.fix_script:
         Path(args.fix_script).write_text(render_fix_script(result), encoding="utf-8")
         err.print(f"wrote fixes to {args.fix_script} for review; perfstack did not run them")
@@ -68,5 +74,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.out(result.to_json(), highlight=False)
     else:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
+        if result.measurements:
+            render_measurements(result, out, verbose=args.verbose > 0)
     return exit_code(result, args.fail_on)
 

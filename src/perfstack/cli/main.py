@@ -11,23 +11,32 @@ from typing import Sequence
 from rich.console import Console
 
 from perfstack import __version__
-from perfstack.cli import bench, capture, doctor, explain
+from perfstack.cli import bench, capture, diff, doctor, explain, report
 from perfstack.errors import PerfstackError
 
-COMMANDS = (doctor, capture, bench, explain)
+COMMANDS = (doctor, capture, bench, report, diff, explain)
 
 EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
 3 cannot run here · 4 internal error · 130 interrupted"""
 
 
+def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """The flags every command takes, before or after its name. The subcommands' copies default
+    to SUPPRESS so that 'perfstack --debug report' is not undone by the subcommand's defaults."""
+    d = {"default": argparse.SUPPRESS} if suppress else {}
+    p.add_argument("-q", "--quiet", action="store_true", help="findings and errors only, no progress", **d)
+    p.add_argument("-v", "--verbose", action="count", help="more detail (-vv: every read)",
+                   **(d or {"default": 0}))
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors", **d)
+    p.add_argument("--no-color", action="store_true", help="plain text output", **d)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", help="findings and errors only, no progress")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="more detail (-vv: every read)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    common.add_argument("--no-color", action="store_true", help="plain text output")
+    _common(common, suppress=True)
     p = argparse.ArgumentParser(prog="perfstack", description="Find what costs your GPU machine its performance.",
-                                epilog=EPILOG, parents=[common])
+                                epilog=EPILOG)
+    _common(p, suppress=False)
     p.add_argument("--version", action="version", version=f"perfstack {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for mod in COMMANDS:

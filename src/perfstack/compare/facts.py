@@ -100,15 +100,15 @@ def drift(before: Facts, after: Facts) -> tuple[list[dict[str, Any]], int]:
         va, vb = a.get(key), b.get(key)
         if va == vb:
             continue
-        if is_volatile(key):
-            volatile += 1
-            continue
         whole = _one_sided_element(key, a, b)
         if whole:  # a GPU, disk or interface present on one side only: one row, not one per field
             if whole not in done:
                 done.add(whole)
                 out.append({"key": whole, "category": category(whole), "before": "present" if key in a else None,
                             "after": "present" if key in b else None})
+            continue
+        if is_volatile(key):
+            volatile += 1
             continue
         out.append({"key": key, "category": category(key), "before": va, "after": vb})
     return out, volatile

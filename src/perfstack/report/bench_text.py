@@ -31,11 +31,9 @@ def _row(m: Measurement) -> list[Text | str]:
             Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), notes]
 
 
-def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
-    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
-    console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {gpus}"))
-    t = Table("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes", box=None, pad_edge=False,
-              header_style="bold")
+def render_measurements(run: Run, console: Console, verbose: bool = False) -> None:
+    t = Table("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes", box=None,
+              pad_edge=False, header_style="bold")
     for m in run.measurements:
         if verbose or not m.params.get("sweep"):
             t.add_row(*_row(m))
@@ -43,6 +41,12 @@ def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
     hidden = sum(1 for m in run.measurements if m.params.get("sweep"))
     if hidden and not verbose:
         console.print(Text(f"{hidden} sweep points not shown (-v shows them; --json has every raw sample)", style="dim"))
+
+
+def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
+    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
+    console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {gpus}"))
+    render_measurements(run, console, verbose)
     for f in run.findings:
         console.print(Text.assemble((f" {f.severity.value.upper()} ", "bold"), (f.id, "bold"), f"  {f.evidence}"))
         console.print(Text(f"   fix: {f.fix}", style="dim"))

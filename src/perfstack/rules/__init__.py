@@ -7,7 +7,16 @@ import importlib
 from typing import Iterable
 
 from perfstack.errors import UsageError
-from perfstack.model import LAYERS, CheckResult, Facts, Finding, NotApplicable, NotChecked, Severity, layer_rank
+from perfstack.model import (
+    LAYERS,
+    CheckResult,
+    Facts,
+    Finding,
+    NotApplicable,
+    NotChecked,
+    Severity,
+    layer_rank,
+)
 from perfstack.rules.registry import CHECKS, Check, Hit
 
 MODULES = ("kernel", "driver", "pcie", "runtime", "nccl", "allocator", "framework", "container", "storage",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from perfstack.model import Facts, NotApplicable
-from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.common import gpu_list
+from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.runtime import gpus, version_tuple
 
 

@@ -1,0 +1,134 @@
+"""perfstack report: render a saved Run as text, Markdown, HTML or JSON, without re-collecting anything."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+
+from perfstack.errors import InputError, UsageError
+from perfstack.model import Run
+from perfstack.report import html, markdown
+from perfstack.report.bench_text import render_bench
+from perfstack.report.text import render_doctor
+from perfstack.report.views import RunView, build
+
+FORMATS = ("text", "md", "html", "json")
+EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".txt": "text"}
+RUN_HINT = "give a file written by 'perfstack doctor -o FILE' (or bench, profile, estimate)"
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("report", parents=[common], help="render a saved Run (text, Markdown, HTML, JSON)",
+                       description="Render a saved Run: terminal text, Markdown for issues and pull requests, "
+                                   "or one self-contained HTML file with charts.")
+    p.add_argument("run_file", metavar="RUN.json", help="a Run saved with -o by doctor, bench, profile or estimate")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (format from its extension)")
+    p.add_argument("-f", "--format", choices=FORMATS, help="text (default), md, html or json")
+    p.set_defaults(func=run)
+
+
+def output_format(fmt: str | None, output: str | None) -> str:
+    """The -f value, else the output file's extension, else text."""
+    if fmt:
+        return fmt
+    if output:
+        return EXTENSIONS.get(Path(output).suffix.lower(), "text")
+    return "text"
+
+
+def check_output(output: str | None, fmt: str, out: Console) -> None:
+    if output and Path(output).is_dir():
+        raise UsageError(f"{output} is a directory", hint="give a file name")
+    if fmt == "html" and not output and out.is_terminal:
+        raise UsageError("HTML is not printed to a terminal", hint="write it to a file: -o report.html")
+
+
+def load_run(path: str) -> Run:
+    """Run.load with the hints a user of report/diff needs."""
+    if '"kind": "perfstack-diff"' in _peek(path):
+        raise InputError(f"{path} is a perfstack diff, not a Run", hint=RUN_HINT)
+    try:
+        return Run.load(path)
+    except InputError as e:
+        raise InputError(e.message, e.hint or RUN_HINT) from None
+    except AttributeError as e:  # a JSON object whose sections have the wrong shapes
+        raise InputError(f"{path} is not a valid perfstack Run ({e})", hint=RUN_HINT) from None
+
+
+def _peek(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
+
+
+def emit(text: str, output: str | None, out: Console, err: Console, what: str) -> None:
+    """Write a rendered document to a file (and say so on stderr) or to stdout as is."""
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        err.print(f"wrote {what} to {output}", soft_wrap=True)
+    else:
+        out.file.write(text if text.endswith("\n") else text + "\n")
+        out.file.flush()
+
+
+def render_text(run: Run, view: RunView, console: Console, verbose: bool) -> None:
+    """The terminal renderers of doctor and bench, plus the other sections as rich Markdown."""
+    if view.doctor is not None:  # profile findings are listed with the profile, not by layer
+        audited = Run(meta=run.meta, facts=run.facts, checks=run.checks,
+                      findings=[f for f in run.findings if f.recoverable_ms is None])
+        render_doctor(audited, view.doctor.summary, view.doctor.fix_first, console, verbose=verbose)
+    if view.bench is not None:
+        console.print()
+        render_bench(Run(meta=run.meta, facts=run.facts, measurements=run.measurements), console, verbose=verbose)
+    rest = [markdown.roofline_md(view.roofline) if view.roofline is not None and verbose else "",
+            markdown.profile_md(view.profile) if view.profile is not None else ""]
+    if view.doctor is None and view.bench is None:
+        rest.insert(0, f"# {view.title}\n\n{view.gpus}\n\n" + markdown.machine_md(view))
+    for part in filter(None, rest):
+        console.print()
+        console.print(Markdown(part))
+    if view.estimates is not None:
+        console.print()
+        if not _estimate_text(run, console, verbose):
+            console.print(Markdown(markdown.estimates_md(view.estimates)))
+    if view.absent:
+        console.print(f"[dim]not in this Run: {', '.join(view.absent)}[/dim]")
+
+
+def _estimate_text(run: Run, console: Console, verbose: bool) -> bool:
+    """perfstack estimate's own terminal table, where the estimates are its sheet."""
+    if not isinstance(run.estimates, dict) or "working" not in run.estimates:
+        return False
+    try:
+        from perfstack.report.estimate_text import render_estimate
+    except ImportError:
+        return False
+    render_estimate(run, console, verbose=verbose)
+    return True
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    fmt = output_format(args.format, args.output)
+    check_output(args.output, fmt, out)
+    r = load_run(args.run_file)
+    if fmt == "json":
+        emit(r.to_json(), args.output, out, err, "the Run")
+        return 0
+    view = build(r)
+    if fmt == "html":
+        emit(html.render_run(view), args.output, out, err, "the HTML report")
+    elif fmt == "md":
+        emit(markdown.render_run(view), args.output, out, err, "the Markdown report")
+    elif args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            render_text(r, view, Console(file=f, width=120, no_color=True, highlight=False, soft_wrap=False),
+                        args.verbose > 0)
+        err.print(f"wrote the report to {args.output}", soft_wrap=True)
+    else:
+        render_text(r, view, out, args.verbose > 0)
+    return 0

@@ -1,0 +1,112 @@
+"""The diff's terminal report, built with rich: formats a ``compare.Diff``, computes nothing."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from perfstack.compare.diff import Diff, MeasurementDelta
+from perfstack.report.charts import num
+
+VERDICT = {"improved": "green", "regressed": "bold red", "within noise": "dim"}
+STATUS = {"fixed": "green", "introduced": "bold red", "unchanged": "dim", "not checked after": "yellow"}
+SEVERITY = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _short(v: object, n: int = 48) -> str:
+    s = "—" if v is None else str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _row(m: MeasurementDelta, verbose: bool) -> list[Text]:
+    change = f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—"
+    ci = (f"{m.ci_low_pct:+.1f}…{m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
+          else "—")
+    verdict = Text(m.verdict, style=VERDICT.get(m.verdict, "yellow"))
+    if m.hardware_bound:
+        verdict.append(" ⚠ hw", style="yellow")
+    row = [Text(m.name), Text(num(m.before, m.unit)), Text(num(m.after, m.unit)), Text(change), Text(ci), verdict]
+    if verbose:
+        row.append(Text(f"{m.p_value:.2g}" if m.p_value is not None else "—"))
+    return row + [Text(m.note, style="dim")]
+
+
+def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
+    b, a, s = diff.before, diff.after, diff.summary()
+    console.print(Text("perfstack diff", style="bold"))
+    console.print(Text(f"  before: {b.get('file') or b.get('created', '')} · {b.get('gpus') or 'no GPU'}"))
+    console.print(Text(f"  after:  {a.get('file') or a.get('created', '')} · {a.get('gpus') or 'no GPU'}"))
+    if not diff.hardware.get("same", True):
+        lines = "\n".join(f"{k}: {_short(diff.hardware['before'].get(k))} → {_short(diff.hardware['after'].get(k))}"
+                          for k in diff.hardware.get("differs", []))
+        console.print(Panel(Text(lines), title="The hardware differs", border_style="yellow",
+                            subtitle="figures marked 'hardware differs' compare the machines, not the change"))
+    if diff.facts:
+        console.print(Rule(Text(f"Facts that drifted ({len(diff.facts)})", style="bold"), align="left", style="dim"))
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        t.add_column("category", no_wrap=True)
+        for col in ("fact", "before", "after"):
+            t.add_column(col, overflow="fold")
+        for f in diff.facts:
+            t.add_row(Text(f["category"]), Text(f["key"]), Text(_short(f["before"])), Text(_short(f["after"])))
+        console.print(t)
+    if diff.volatile_facts:
+        console.print(Text(f"{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed "
+                           "and are not listed", style="dim"))
+    if diff.findings:
+        console.print(Rule(Text("Findings", style="bold"), align="left", style="dim"))
+        t = Table("status", "severity", "finding", "evidence", box=None, pad_edge=False, header_style="bold")
+        for f in diff.findings:
+            if f.status == "unchanged" and not verbose:
+                continue
+            t.add_row(Text(f.status, style=STATUS[f.status]), Text(f.severity, style=SEVERITY.get(f.severity, "")),
+                      Text(f.id + (f" [{f.subject}]" if f.subject else "")),
+                      Text(_short(f.reason or f.evidence_after or f.evidence_before, 70)))
+        unchanged = s["findings"]["unchanged"]
+        if t.row_count:
+            console.print(t)
+        if unchanged and not verbose:
+            console.print(Text(f"{unchanged} unchanged (-v lists them)", style="dim"))
+    if diff.measurements:
+        console.print(Rule(Text("Benchmarks", style="bold"), align="left", style="dim"))
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        t.add_column("figure", no_wrap=True)
+        for col in ("before", "after", "change", "95% interval"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("verdict", no_wrap=True)
+        if verbose:
+            t.add_column("p", justify="right")
+        t.add_column("note")
+        hidden: dict[str, int] = {}
+        for m in diff.measurements:
+            if m.sweep and not verbose:
+                hidden[m.verdict] = hidden.get(m.verdict, 0) + 1
+                continue
+            t.add_row(*_row(m, verbose))
+        console.print(t)
+        if hidden:
+            counts = ", ".join(f"{n} {v}" for v, n in sorted(hidden.items()))
+            console.print(Text(f"{sum(hidden.values())} sweep points not shown ({counts}); -v shows them",
+                               style="dim"))
+    if diff.profile:
+        p = diff.profile
+        console.print(Rule(Text("Profile: time per step", style="bold"), align="left", style="dim"))
+        t = Table("category", "before (ms)", "after (ms)", "Δ (ms)", box=None, pad_edge=False, header_style="bold")
+        for r in p["categories"]:
+            t.add_row(Text(r["category"]), num(r["before_ms"]), num(r["after_ms"]),
+                      f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")
+        console.print(t)
+        console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step; fixed findings "
+                           f"predicted {num(p['predicted_recovered_ms'], 'ms')}"
+                           + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "")))
+    m, f = s["measurements"], s["findings"]
+    console.print()
+    console.print(Text.assemble(
+        (f"{m['regressed']} regressed", VERDICT["regressed"] if m["regressed"] else "dim"), ", ",
+        (f"{m['improved']} improved", VERDICT["improved"] if m["improved"] else "dim"), ", ",
+        f"{m['within noise']} within noise, {m['not compared']} not compared",
+        f"  ·  findings: {f['fixed']} fixed, {f['introduced']} introduced, {f['unchanged']} unchanged",
+        f"  ·  {s['facts_drifted']} facts drifted"))

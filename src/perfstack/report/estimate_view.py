@@ -1,0 +1,198 @@
+"""The estimates section of a report: memory stacks against the GPU's capacity, latency bounds, and
+every estimated figure with its formula, from what ``perfstack estimate`` writes (a sheet: sections
+of numbers in base units with their working under ``working``) or any nested dict of
+{value, unit, formula} leaves.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from perfstack.model import Run
+
+BYTE_UNITS = {"b": 1e-9, "bytes": 1e-9, "kb": 1e-6, "mb": 1e-3, "gb": 1.0, "tb": 1e3, "kib": 2**10 / 1e9,
+              "mib": 2**20 / 1e9, "gib": 2**30 / 1e9, "tib": 2**40 / 1e9}  # -> GB
+TIME_UNITS = {"s": 1e3, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}  # -> ms
+_NOT_SEGMENT = re.compile(r"total|capacity|available|free|limit|budget", re.I)
+
+
+@dataclass
+class EstimateRow:
+    path: str
+    value: Any
+    unit: str = ""
+    formula: str = ""
+    label: str = ""
+
+
+@dataclass
+class EstimateView:
+    memory: list[tuple[str, list[tuple[str, float]]]]  # (which, [(component, GB)])
+    memory_totals: list[tuple[str, float, float | None]]  # (which, GB, fraction of capacity)
+    capacity: tuple[str, float] | None  # (label, GB)
+    latency: list[tuple[str, float, float, str]]  # (bound, ms, value, unit as estimated)
+    rows: list[EstimateRow]
+    total: tuple[str, float] | None = None  # the estimate's own peak total (GB), when the components overlap
+
+
+def _bytes_to_gb(value: float, unit: str) -> float | None:
+    k = BYTE_UNITS.get(unit.strip().lower())
+    return value * k if k is not None else None
+
+
+def _time_to_ms(value: float, unit: str) -> float | None:
+    k = TIME_UNITS.get(unit.strip())
+    return value * k if k is not None else None
+
+
+def _gpu(run: Run) -> tuple[str | None, float | None]:
+    """The Run's first GPU: name and memory in GB, from the facts."""
+    for g in run.facts.value("gpu.list") or []:
+        if isinstance(g, dict) and g.get("name"):
+            mem = g.get("memory_total_bytes")
+            return str(g["name"]), (mem / 1e9 if isinstance(mem, (int, float)) and mem else None)
+    return None, None
+
+
+# -- estimates --------------------------------------------------------------------------------
+def _is_leaf(d: Any) -> bool:
+    return isinstance(d, Mapping) and "value" in d and not isinstance(d.get("value"), Mapping)
+
+
+def estimate_rows(node: Any, path: str = "") -> list[EstimateRow]:
+    if _is_leaf(node):
+        return [EstimateRow(path, node.get("value"), str(node.get("unit") or ""), str(node.get("formula") or ""))]
+    if isinstance(node, Mapping):
+        out = []
+        for k, v in node.items():
+            out += estimate_rows(v, f"{path}.{k}" if path else str(k))
+        return out
+    if isinstance(node, list):
+        return [EstimateRow(path, ", ".join(str(x) for x in node))]
+    return [EstimateRow(path, node)]
+
+
+def _memory_stacks(node: Any, path: str = "") -> list[tuple[str, list[tuple[str, float]], dict[str, float]]]:
+    """Every dict under a key naming memory whose leaves are sizes: (path, components in GB, totals in GB)."""
+    found = []
+    if not isinstance(node, Mapping) or _is_leaf(node):
+        return found
+    segs: list[tuple[str, float]] = []
+    totals: dict[str, float] = {}
+    for k, v in node.items():
+        if _is_leaf(v) and isinstance(v.get("value"), (int, float)):
+            gb = _bytes_to_gb(float(v["value"]), str(v.get("unit") or ""))
+            if gb is None:
+                continue
+            if _NOT_SEGMENT.search(str(k)):
+                totals[str(k)] = gb
+            else:
+                segs.append((str(k), gb))
+    if segs and re.search(r"mem", path, re.I):
+        found.append((path or "memory", segs, totals))
+    for k, v in node.items():
+        found += _memory_stacks(v, f"{path}.{k}" if path else str(k))
+    return found
+
+
+def _latencies(node: Any, path: str = "") -> list[tuple[str, float, float, str]]:
+    out: list[tuple[str, float, float, str]] = []
+    if not isinstance(node, Mapping) or _is_leaf(node):
+        return out
+    for k, v in node.items():
+        p = f"{path}.{k}" if path else str(k)
+        timed = re.search(r"latency|time|bound", f"{path}.{k}", re.I)
+        if _is_leaf(v) and isinstance(v.get("value"), (int, float)) and timed:
+            ms = _time_to_ms(float(v["value"]), str(v.get("unit") or ""))
+            if ms is not None:
+                out.append((p, ms, float(v["value"]), str(v.get("unit") or "")))
+        else:
+            out += _latencies(v, p)
+    return out
+
+
+# Memory entries of an estimate sheet that are not parts of the peak: totals, peaks, per-token rates and
+# the alternatives a phase or an option did not pick (activations with/without checkpointing, ...).
+_NOT_A_PART = re.compile(r"total|peak|per_token|no_ckpt|ckpt_bytes|optimizer_temp|capacity|headroom", re.I)
+
+
+def _sheet_memory(e: Mapping[str, Any]) -> tuple[list[tuple[str, float]], float | None]:
+    """(components in GB, the estimate's total in GB) from an estimate sheet's ``memory`` section."""
+    memory, working = e.get("memory") or {}, e.get("working") or {}
+    phase = ((working.get("peak_allocated_bytes") or {}).get("inputs") or {}).get("phase")
+    skip = {"decode": "activations_bytes", "prefill": "decode_working_bytes"}.get(str(phase), "decode_working_bytes")
+    segs = []
+    for k, v in memory.items():
+        unit = (working.get(k) or {}).get("unit", "B" if k.endswith("_bytes") else "")
+        if k == skip or _NOT_A_PART.search(k) or not isinstance(v, (int, float)) or v <= 0:
+            continue
+        gb = _bytes_to_gb(float(v), str(unit))
+        if gb is not None:
+            segs.append(((working.get(k) or {}).get("label") or k, gb))
+    total = memory.get("total_bytes")
+    return segs, float(total) / 1e9 if isinstance(total, (int, float)) else None
+
+
+def _sheet_view(e: Mapping[str, Any]) -> tuple[list[EstimateRow], list[tuple[str, float, float, str]]]:
+    """Rows (section.key with label, value, unit, formula) and time bounds from an estimate sheet:
+    sections of plain numbers whose working (label, unit, formula) is under ``working``."""
+    working = e.get("working") or {}
+    rows: list[EstimateRow] = []
+    times: list[tuple[str, float, float, str]] = []
+    for section, values in e.items():
+        if section == "working" or not isinstance(values, Mapping):
+            continue
+        keyed = [k for k in values if k in working]
+        if not keyed:
+            label = values.get("description") or values.get("name") or values.get("id")
+            if label:
+                rows.append(EstimateRow(section, label))
+            continue
+        for k in keyed:
+            w = working[k]
+            rows.append(EstimateRow(f"{section}.{k}", values[k], str(w.get("unit") or ""), str(w.get("formula") or ""),
+                                    str(w.get("label") or "")))
+            ms = _time_to_ms(float(values[k]), str(w.get("unit") or "")) if isinstance(values[k], (int, float)) else None
+            if ms is not None and section in ("time", "latency"):
+                times.append((str(w.get("label") or k), ms, float(values[k]), str(w.get("unit"))))
+    return rows, times
+
+
+def estimate_view(run: Run, spec: Any) -> EstimateView | None:
+    e = run.estimates
+    if not isinstance(e, Mapping) or not e:
+        return None
+    capacity: tuple[str, float] | None = None
+    total = None
+    if isinstance(e.get("working"), Mapping):  # the estimate sheet perfstack estimate writes
+        segs, total_gb = _sheet_memory(e)
+        memory = [("per GPU", segs)] if segs else []
+        cap = (e.get("capacity") or {}).get("gpu_capacity_bytes")
+        if isinstance(cap, (int, float)) and cap:
+            name = (e.get("gpu") or {}).get("name") if isinstance(e.get("gpu"), Mapping) else None
+            capacity = (f"{name or 'GPU'} capacity", float(cap) / 1e9)
+        if total_gb is not None and segs and abs(sum(v for _, v in segs) - total_gb) > 0.01 * total_gb:
+            total = ("estimated peak total", total_gb)  # the parts overlap in time: the peak is not their sum
+        rows, lat = _sheet_view(e)
+    else:  # any nested dict of {value, unit, formula} leaves
+        stacks = _memory_stacks(e)
+        memory = [(p, segs) for p, segs, _ in stacks]
+        for _, _, totals in stacks:
+            for k, v in totals.items():
+                if re.search(r"capacity|available|limit", k, re.I):
+                    capacity = (k.replace("_", " "), v)
+        rows, lat = estimate_rows(e), _latencies(e)
+        total_gb = None
+    if capacity is None:
+        name, mem = _gpu(run)
+        if mem:
+            capacity = (f"{name or 'GPU'} memory", mem)
+        elif spec is not None and getattr(spec, "hbm_gb", None):
+            capacity = (f"{spec.name} memory (spec)", float(spec.hbm_gb))
+    totals = []
+    for p, segs in memory:
+        t = total_gb if total_gb is not None else sum(v for _, v in segs)
+        totals.append((p, t, t / capacity[1] if capacity else None))
+    return EstimateView(memory=memory, memory_totals=totals, capacity=capacity, latency=lat, rows=rows, total=total)

@@ -1,0 +1,308 @@
+"""The HTML report: one self-contained file (inline CSS, SVG charts, a few lines of JS, nothing fetched).
+
+``render_run(view)`` formats a ``views.RunView``; ``render_diff(diff)`` formats a ``compare.Diff``;
+``write_report(run, path)`` is what ``--html FILE`` of any Run-writing command calls. The page shell
+lives in ``_template.html`` (string.Template: no template engine dependency).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from html import escape
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any, Iterable, Sequence
+
+from perfstack import __version__
+from perfstack.compare.diff import Diff, MeasurementDelta
+from perfstack.errors import UsageError
+from perfstack.model import Finding, Measurement, Run
+from perfstack.report import charts
+from perfstack.report.charts import num, pct
+from perfstack.report.views import (
+    BenchView,
+    DoctorView,
+    EstimateView,
+    ProfileView,
+    RooflineView,
+    RunView,
+    build,
+    is_latency,
+    layer_name,
+)
+
+
+@lru_cache(maxsize=1)
+def _template() -> Template:
+    return Template(resources.files("perfstack.report").joinpath("_template.html").read_text(encoding="utf-8"))
+
+
+def e(v: Any) -> str:
+    return escape(str(v)) if v is not None else ""
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], num_cols: Iterable[int] = ()) -> str:
+    """A table from already-escaped cells."""
+    nc = set(num_cols)
+    th = "".join(f'<th class="num">{h}</th>' if i in nc else f"<th>{h}</th>" for i, h in enumerate(head))
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in nc else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _page(title: str, subtitle: str, sections: list[tuple[str, str, str]]) -> str:
+    toc = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name, _ in sections if name)
+    body = "\n".join(f'<section id="{sid}">{html}</section>' if sid else html for sid, _, html in sections)
+    return _template().substitute(title=e(title), subtitle=subtitle, toc=toc, body=body, version=e(__version__))
+
+
+# -- run report -------------------------------------------------------------------------------
+def _finding(f: Finding) -> str:
+    subject = f' <span class="muted">[{e(f.subject)}]</span>' if f.subject else ""
+    rows = [("observed", e(f.evidence) + (f' <span class="muted">(read from {e(", ".join(f.sources))})</span>'
+                                           if f.sources else ""))]
+    if f.why:
+        rows.append(("why", e(f.why)))
+    rows.append(("fix", ("<b>on the host:</b> " if f.host_action else "") + e(f.fix)))
+    if f.recoverable_ms is not None:
+        rows.append(("recoverable", f"{num(f.recoverable_ms)} ms per step"
+                     + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else "")))
+    cmds = ""
+    if f.fix_commands:
+        cmds = ("<details><summary>commands</summary><pre class=\"mono\">"
+                + e("\n".join(f.fix_commands)) + "</pre></details>")
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return (f'<div class="finding {e(f.severity.value)}" data-finding="{e(f.id)}"><div class="head">'
+            f'<span class="sev {e(f.severity.value)}">{e(f.severity.value)}</span> <code>{e(f.id)}</code> '
+            f"{e(f.title)}{subject}</div><dl>{dl}</dl>{cmds}</div>")
+
+
+def _fix_first(d: DoctorView) -> str:
+    if not d.fix_first:
+        return ""
+    items = "".join(f"<li><code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}: {e(f.evidence)}</li>"
+                    for f in d.fix_first)
+    return (f'<div class="banner" id="fix-first"><h2>Fix this first — {e(layer_name(d.fix_first[0].layer))}</h2>'
+            f"<ul>{items}</ul><div class=\"muted\">Critical in a lower layer: fix it before tuning above it.</div></div>")
+
+
+def _doctor(d: DoctorView) -> str:
+    s = d.summary
+    f, st = s["findings"], s["status"]
+    chips = "".join(f'<span class="chip"><span class="sev {k}">{k}</span> {f[k]}</span>'
+                    for k in ("critical", "warning", "info"))
+    chips += (f'<span class="chip">{s["checks"]} checks: {st.get("passed", 0)} passed, {st.get("found", 0)} with '
+              f'findings, {st.get("not-applicable", 0)} not applicable, {st.get("not-checked", 0)} not checked</span>')
+    parts = ['<span class="toolbar"></span><h2>Doctor: findings by layer</h2>', f'<div class="chips">{chips}</div>']
+    for _lid, name, fs in d.layers:
+        if fs:
+            parts.append(f"<h3>{e(name)}</h3>" + "".join(_finding(x) for x in fs))
+    if not any(fs for _, _, fs in d.layers):
+        parts.append('<p class="muted">No findings.</p>')
+    if d.not_checked:
+        rows = [(f"<code>{e(c.id)}</code>", e(c.status), e(c.reason)) for c in d.not_checked]
+        parts.append(f"<details><summary>{len(d.not_checked)} checks not applicable or not checked</summary>"
+                     + _table(("check", "status", "reason"), rows) + "</details>")
+    return "".join(parts)
+
+
+def _bench_row(m: Measurement) -> list[str]:
+    if m.status != "ok":
+        return [e(m.bench), f"<code>{e(m.name)}</code>", "—", "—", "—", e(m.status), e(m.reason)]
+    share = pct(m.fraction)
+    peak = num(m.peak, m.unit) if m.peak else "—"
+    if is_latency(m):  # lower is better: the "peak" is a reference to stay under
+        share, peak = "—", f"≤ {num(m.peak, m.unit)} (reference)" if m.peak else "—"
+    if m.expected_fraction and m.fraction is not None:
+        share += f' <span class="muted">(≈{m.expected_fraction:.0%} typical)</span>'
+    notes = "; ".join(m.notes)
+    if m.stats.get("n", 0) > 1 and m.stats.get("cv") is not None:
+        notes = f"±{m.stats['cv']:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
+    verdict = f'<span class="verdict-{e(m.verdict.replace(" ", "-"))}">{e(m.verdict)}</span>'
+    return [e(m.bench), f"<code>{e(m.name)}</code>", e(num(m.value, m.unit)), e(peak), share, verdict, e(notes)]
+
+
+def bar_text(r: dict[str, Any]) -> str:
+    text = num(r["value"], r["unit"])
+    if r["fraction"] is not None:
+        text += f" · {pct(r['fraction'])} of {num(r['peak'])}" if r.get("peak") else f" · {pct(r['fraction'])}"
+    return text
+
+
+def _bench(b: BenchView) -> str:
+    parts = ["<h2>Benchmarks against this GPU's peak</h2>"]
+    if b.bars:
+        rows = [{**r, "text": bar_text(r)} for r in b.bars]
+        parts.append(charts.fraction_bars(rows, "Measured figures as a fraction of the SKU's theoretical peak"))
+    parts.append(_table(("bench", "figure", "measured", "peak", "% of peak", "verdict", "notes"),
+                        (_bench_row(m) for m in b.rows), num_cols=(2, 3, 4)))
+    for c in b.curves:
+        parts.append(f"<h3>{e(c.title)}</h3>")
+        parts.append(charts.line_chart(c.series, c.title, "size (bytes)", c.y_label, c.refs, kind=f"curve-{c.bench}"))
+    if b.sweep_points:
+        parts.append(f'<p class="muted">{b.sweep_points} sweep points are drawn in the curves; the Run JSON has '
+                     "every raw sample.</p>")
+    return "".join(parts)
+
+
+def _roofline(r: RooflineView) -> str:
+    svg = charts.roofline_chart(r.ceilings, r.slopes, r.points, f"Roofline of {r.gpu}")
+    note = (f'<p class="muted">Ceilings: dense peaks from the spec table ({e(r.source)}).</p>' if r.source else
+            '<p class="muted">This GPU is not in the spec table: measured points only, no theoretical ceilings.</p>')
+    rows = [(e(label), e(group), e(num(x)), e(num(y))) for label, x, y, group in r.points]
+    table = _table(("point", "group", "FLOP/byte", "TFLOP/s"), rows, num_cols=(2, 3)) if rows else ""
+    return f"<h2>Roofline: {e(r.gpu)}</h2>{svg}{note}{table}"
+
+
+def _profile(p: ProfileView) -> str:
+    parts = ["<h2>Profile</h2>"]
+    if p.step_ms is not None:
+        parts.append(f'<div class="chips"><span class="chip">mean step {e(num(p.step_ms, "ms"))}</span></div>')
+    if p.steps:
+        parts.append("<h3>Time per step by category</h3>")
+        parts.append(charts.stacked_bars(p.steps, "Per-step time breakdown", "ms", kind="profile-steps"))
+    if p.ranked:
+        parts.append("<h3>Findings ranked by recoverable time</h3>")
+        rows = [(f"{f.id}{f' [{f.subject}]' if f.subject else ''}", f.recoverable_ms or 0.0,
+                 f"{num(f.recoverable_ms)} ms" + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else ""))
+                for f in p.ranked]
+        parts.append(charts.value_bars(rows, "Recoverable time per step", "ms per step", kind="recoverable"))
+        parts.append("".join(_finding(f) for f in p.ranked))
+    if p.gaps:
+        parts.append("<h3>Idle gaps</h3>")
+        keys = ["step", "start_ms", "duration_ms", "before", "after", "reason"]
+        keys = [k for k in keys if any(k in g for g in p.gaps)]
+        rows = [[e(num(g[k]) if isinstance(g.get(k), float) else g.get(k, "")) for k in keys] for g in p.gaps]
+        parts.append(_table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")]))
+    if p.kernels:
+        parts.append("<h3>Kernel classes</h3>")
+        rows = [(e(k.get("name")), e(num(k.get("time_ms"))), e(num(k.get("intensity"))), e(num(k.get("tflops"))))
+                for k in p.kernels]
+        parts.append(_table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows, num_cols=(1, 2, 3)))
+    return "".join(parts)
+
+
+def _estimates(est: EstimateView) -> str:
+    parts = ["<h2>Estimates</h2>"]
+    if est.memory:
+        parts.append("<h3>Memory against the GPU's capacity</h3>")
+        refs = [r for r in (est.capacity, est.total) if r]
+        parts.append(charts.stacked_bars(est.memory, "Estimated memory", "GB", refs, kind="memory"))
+        for which, total, share in est.memory_totals:
+            cap = f" of {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity and share is not None else ""
+            over = " — <b>does not fit</b>" if share is not None and share > 1 else ""
+            parts.append(f'<p><code>{e(which)}</code>: {e(num(total, "GB"))}{e(cap)}{over}</p>')
+    if est.latency:
+        parts.append("<h3>Latency bounds</h3>")
+        parts.append(charts.value_bars([(p, ms, charts.human(v, unit)) for p, ms, v, unit in est.latency],
+                                       "Latency bounds", "ms", kind="latency"))
+    rows = [(f"<code>{e(r.path)}</code>", e(r.label), e(charts.human(r.value, r.unit)),
+             f'<span class="mono">{e(r.formula)}</span>') for r in est.rows]
+    parts.append("<details><summary>Every estimated figure, with its formula</summary>"
+                 + _table(("figure", "what", "value", "formula"), rows, num_cols=(2,)) + "</details>")
+    return "".join(parts)
+
+
+def render_run(view: RunView) -> str:
+    sections: list[tuple[str, str, str]] = []
+    if view.doctor is not None:
+        sections.append(("", "", _fix_first(view.doctor)))
+        sections.append(("doctor", "Doctor", _doctor(view.doctor)))
+    if view.bench is not None:
+        sections.append(("bench", "Benchmarks", _bench(view.bench)))
+    if view.roofline is not None:
+        sections.append(("roofline", "Roofline", _roofline(view.roofline)))
+    if view.profile is not None:
+        sections.append(("profile", "Profile", _profile(view.profile)))
+    if view.estimates is not None:
+        sections.append(("estimates", "Estimates", _estimates(view.estimates)))
+    facts = _table(("", ""), ((e(k), e(v)) for k, v in view.facts))
+    meta = _table(("", ""), ((e(k), e(v)) for k, v in view.meta))
+    absent = (f'<p class="muted">Not in this Run: {e(", ".join(view.absent))}.</p>' if view.absent else "")
+    sections.append(("machine", "Machine", f"<h2>Machine</h2>{facts}<details><summary>Run metadata</summary>"
+                                           f"{meta}</details>{absent}"))
+    return _page(f"{view.title} report", e(view.gpus), sections)
+
+
+def write_report(run: Run, path: str | Path) -> None:
+    """Write ``run`` as a self-contained HTML report: what ``--html FILE`` calls."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p} is a directory", hint="give a file name, e.g. report.html")
+    p.write_text(render_run(build(run)), encoding="utf-8")
+
+
+# -- diff report ------------------------------------------------------------------------------
+def _short(v: Any, n: int = 80) -> str:
+    s = "—" if v is None else str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _delta_row(m: MeasurementDelta) -> list[str]:
+    ci = (f"{m.ci_low_pct:+.1f}% … {m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
+          else "—")
+    verdict = f'<span class="{e(m.verdict.replace(" ", "-"))}">{e(m.verdict)}</span>'
+    hw = " ⚠ hardware differs" if m.hardware_bound else ""
+    return [f"<code>{e(m.name)}</code>", e(num(m.before, m.unit)), e(num(m.after, m.unit)),
+            e(f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—"), e(ci),
+            e(f"{m.p_value:.2g}" if m.p_value is not None else "—"), verdict + e(hw), e(m.note)]
+
+
+def render_diff(diff: Diff) -> str:
+    b, a = diff.before, diff.after
+    sub = (f"before: {e(b.get('file') or b.get('created'))} · {e(b.get('gpus'))}<br>"
+           f"after: {e(a.get('file') or a.get('created'))} · {e(a.get('gpus'))}")
+    s = diff.summary()
+    sections: list[tuple[str, str, str]] = []
+    if not diff.hardware.get("same", True):
+        rows = [(e(k), e(_short(diff.hardware["before"].get(k))), e(_short(diff.hardware["after"].get(k))))
+                for k in diff.hardware.get("differs", [])]
+        sections.append(("", "", '<div class="banner notice"><h2>The hardware differs</h2>'
+                                 "Figures bound to the parts that differ are marked: their change measures the "
+                                 "machines, not your change." + _table(("", "before", "after"), rows) + "</div>"))
+    chips = (f'<span class="chip">{s["facts_drifted"]} facts drifted</span>'
+             + "".join(f'<span class="chip">{n} findings {k}</span>' for k, n in s["findings"].items() if n)
+             + "".join(f'<span class="chip">{n} figures {k}</span>' for k, n in s["measurements"].items() if n))
+    sections.append(("summary", "Summary", f'<h2>Summary</h2><div class="chips">{chips}</div>'))
+    if diff.facts:
+        rows = [(e(f["category"]), f"<code>{e(f['key'])}</code>", e(_short(f["before"])), e(_short(f["after"])))
+                for f in diff.facts]
+        sections.append(("facts", "Facts", "<h2>Facts that drifted</h2>"
+                         + _table(("category", "fact", "before", "after"), rows)
+                         + f'<p class="muted">{diff.volatile_facts} volatile readings (temperatures, free memory, '
+                           "pressure) changed and are not listed.</p>"))
+    if diff.findings:
+        rows = [(e(f.status), f'<span class="sev {e(f.severity)}">{e(f.severity)}</span>',
+                 f"<code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
+                 e(f.evidence_after or f.evidence_before), e(f.reason)) for f in diff.findings]
+        sections.append(("findings", "Findings", "<h2>Findings</h2>"
+                         + _table(("status", "severity", "finding", "title", "evidence", "note"), rows)))
+    if diff.measurements:
+        head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
+        main = [m for m in diff.measurements if not m.sweep]
+        sweep = [m for m in diff.measurements if m.sweep]
+        points = [(m.name, m.delta_pct, m.ci_low_pct, m.ci_high_pct, m.verdict) for m in main if m.delta_pct is not None]
+        html = ("<h2>Benchmarks</h2>" + charts.delta_chart(points, "Change of each figure against its noise")
+                + _table(head, (_delta_row(m) for m in main), num_cols=(1, 2, 3, 4, 5)))
+        if sweep:
+            html += (f"<details><summary>{len(sweep)} sweep points</summary>"
+                     + _table(head, (_delta_row(m) for m in sweep), num_cols=(1, 2, 3, 4, 5)) + "</details>")
+        html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
+                 "95% bootstrap interval of the median's change excludes zero.</p>")
+        sections.append(("bench", "Benchmarks", html))
+    if diff.profile:
+        p = diff.profile
+        rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),
+                 e(f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")) for r in p["categories"]]
+        html = "<h2>Profile: time per step</h2>" + _table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
+                                                          num_cols=(1, 2, 3))
+        bars = [("before", [(r["category"], r["before_ms"]) for r in p["categories"] if r["before_ms"]]),
+                ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]
+        html += charts.stacked_bars([x for x in bars if x[1]], "Per-step time, before and after", "ms",
+                                    kind="profile-diff")
+        html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step; the fixed "
+                 f"findings predicted <b>{e(num(p['predicted_recovered_ms'], 'ms'))}</b>"
+                 + (f" ({e(', '.join(p['predicted_by']))})" if p.get("predicted_by") else "") + ".</p>")
+        sections.append(("profile", "Profile", html))
+    return _page("perfstack diff", sub, sections)

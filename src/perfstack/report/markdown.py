@@ -1,0 +1,249 @@
+"""Markdown for pasting into issues and pull requests: GitHub tables, no images.
+
+``render_run(view)`` formats a ``views.RunView`` and ``render_diff(diff)`` a ``compare.Diff``. The
+curves and the roofline become tables (size × series, ceilings and points), so nothing is lost
+without the charts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from perfstack.compare.diff import Diff, MeasurementDelta
+from perfstack.model import Finding, Measurement
+from perfstack.report.charts import human, num, pct, size_label
+from perfstack.report.views import (
+    BenchView,
+    DoctorView,
+    EstimateView,
+    ProfileView,
+    RooflineView,
+    RunView,
+    is_latency,
+    layer_name,
+)
+
+_EMPHASIS = re.compile(r"\*|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def cell(v: Any) -> str:
+    """One table cell: pipes escaped, and outside `code` spans the characters GitHub would read as
+    emphasis or HTML (a `*`, an `_` at a word edge, `<`); line breaks flattened."""
+    s = "" if v is None else str(v)
+    parts = s.split("`")
+    if len(parts) % 2 == 1:  # balanced code spans: even parts are outside them
+        for i in range(0, len(parts), 2):
+            parts[i] = _EMPHASIS.sub(lambda m: "\\" + m.group(0), parts[i]).replace("<", "&lt;")
+        s = "`".join(parts)
+    return s.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()) -> str:
+    r = set(right)
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |",
+             "|" + "|".join("---:" if i in r else "---" for i in range(len(head))) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _fid(f: Finding) -> str:
+    return f"`{f.id}`" + (f" [{f.subject}]" if f.subject else "")
+
+
+# -- run --------------------------------------------------------------------------------------
+def fix_first_md(d: DoctorView) -> str:
+    if not d.fix_first:
+        return ""
+    items = "\n".join(f"> - {_fid(f)}: {f.evidence}" for f in d.fix_first)
+    return (f"> [!CAUTION]\n> **Fix this first — {layer_name(d.fix_first[0].layer)}.** Critical in a lower layer: "
+            f"fix it before tuning above it.\n>\n{items}")
+
+
+def doctor_md(d: DoctorView) -> str:
+    f, st = d.summary["findings"], d.summary["status"]
+    out = ["## Doctor",
+           f"**{f['critical']} critical, {f['warning']} warning, {f['info']} info** · {d.summary['checks']} checks: "
+           f"{st.get('passed', 0)} passed, {st.get('found', 0)} with findings, {st.get('not-applicable', 0)} not "
+           f"applicable, {st.get('not-checked', 0)} not checked"]
+    rows = [(name, x.severity.value, _fid(x), x.evidence, ("on the host: " if x.host_action else "") + x.fix)
+            for _lid, name, fs in d.layers for x in fs]
+    if rows:
+        out.append(table(("layer", "severity", "finding", "observed", "fix"), rows))
+    if d.not_checked:
+        nc = table(("check", "status", "reason"), ((f"`{c.id}`", c.status, c.reason) for c in d.not_checked))
+        out.append(f"<details><summary>{len(d.not_checked)} checks not applicable or not checked</summary>\n\n"
+                   f"{nc}\n\n</details>")
+    return "\n\n".join(out)
+
+
+def bench_row(m: Measurement) -> list[str]:
+    if m.status != "ok":
+        return [f"`{m.name}`", "—", "—", "—", m.status, m.reason]
+    share = pct(m.fraction) + (f" (≈{m.expected_fraction:.0%} typical)" if m.expected_fraction else "")
+    peak = num(m.peak, m.unit) if m.peak else "—"
+    if is_latency(m):
+        share, peak = "—", f"≤ {num(m.peak, m.unit)} (reference)" if m.peak else "—"
+    spread = (f"±{m.stats['cv']:.1%} over {int(m.stats['n'])} runs" if m.stats.get("n", 0) > 1
+              and m.stats.get("cv") is not None else "")
+    return [f"`{m.name}`", num(m.value, m.unit), peak, share, m.verdict, "; ".join(filter(None, [spread, *m.notes]))]
+
+
+def bench_md(b: BenchView) -> str:
+    out = ["## Benchmarks", table(("figure", "measured", "peak", "% of peak", "verdict", "notes"),
+                                  (bench_row(m) for m in b.rows), right=(1, 2, 3))]
+    for c in b.curves:
+        sizes = sorted({x for _, ps in c.series for x, _ in ps})
+        values = {name: dict(ps) for name, ps in c.series}
+        rows = [[size_label(x)] + [num(values[name].get(x)) for name, _ in c.series] for x in sizes]
+        refs = "; ".join(f"{label}: {num(v)}" for label, v in c.refs)
+        out.append(f"### {c.title}\n\n{c.y_label}" + (f" ({refs})" if refs else "") + "\n\n"
+                   + table(["size"] + [name for name, _ in c.series], rows, right=range(1, len(c.series) + 1)))
+    return "\n\n".join(out)
+
+
+def roofline_md(r: RooflineView) -> str:
+    out = [f"## Roofline: {r.gpu}"]
+    if r.ceilings or r.slopes:
+        rows = [(f"{label} peak", f"{num(v)} TFLOP/s",
+                 f"{num(r.ridges[label])} FLOP/B" if label in r.ridges else "—") for label, v in r.ceilings]
+        rows += [(label, f"{num(bw)} TB/s", "—") for label, bw, _ in r.slopes]
+        out.append(table(("ceiling", "value", "ridge point"), rows, right=(1, 2)))
+    else:
+        out.append("This GPU is not in the spec table: measured points only.")
+    if r.points:
+        out.append(table(("point", "group", "FLOP/byte", "TFLOP/s"),
+                         ((label, g, num(x), num(y)) for label, x, y, g in r.points), right=(2, 3)))
+    return "\n\n".join(out)
+
+
+def profile_md(p: ProfileView) -> str:
+    out = ["## Profile"]
+    if p.step_ms is not None:
+        out.append(f"Mean step: **{num(p.step_ms, 'ms')}**")
+    if p.steps:
+        per = [dict(segs) for _, segs in p.steps]
+        rows = [[label] + [num(d.get(c)) for c in p.categories] + [num(sum(d.values()))]
+                for (label, _), d in zip(p.steps, per)]
+        out.append("### Time per step by category (ms)\n\n"
+                   + table(["step", *p.categories, "total"], rows, right=range(1, len(p.categories) + 2)))
+    if p.ranked:
+        rows = [(_fid(f), f.severity.value, num(f.recoverable_ms),
+                 f"{f.recoverable_pct:.0f}%" if f.recoverable_pct is not None else "—", f.evidence, f.fix)
+                for f in p.ranked]
+        out.append("### Findings ranked by recoverable time\n\n"
+                   + table(("finding", "severity", "recoverable (ms/step)", "share", "observed", "fix"), rows,
+                           right=(2, 3)))
+    if p.gaps:
+        keys = [k for k in ("step", "start_ms", "duration_ms", "before", "after", "reason") if any(k in g for g in p.gaps)]
+        out.append("### Idle gaps\n\n" + table(keys, ([num(g.get(k)) if isinstance(g.get(k), float) else g.get(k, "")
+                                                      for k in keys] for g in p.gaps)))
+    if p.kernels:
+        out.append("### Kernel classes\n\n" + table(
+            ("class", "time (ms)", "FLOP/byte", "TFLOP/s"),
+            ((k.get("name"), num(k.get("time_ms")), num(k.get("intensity")), num(k.get("tflops"))) for k in p.kernels),
+            right=(1, 2, 3)))
+    return "\n\n".join(out)
+
+
+def estimates_md(est: EstimateView) -> str:
+    out = ["## Estimates"]
+    for which, total, share in est.memory_totals:
+        cap = f" of {est.capacity[0]} {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity else ""
+        fits = "" if share is None else (" — fits" if share <= 1 else " — **does not fit**")
+        out.append(f"**memory {which}**: {num(total, 'GB')}{cap}{fits}")
+    if est.memory:
+        out.append(table(("component", "GB"), ((name, num(v)) for _, segs in est.memory for name, v in segs),
+                         right=(1,)))
+    rows = [(f"`{r.path}`", r.label, human(r.value, r.unit), f"`{r.formula}`" if r.formula else "") for r in est.rows]
+    out.append(table(("figure", "what", "value", "formula"), rows, right=(2,)))
+    return "\n\n".join(out)
+
+
+def machine_md(view: RunView) -> str:
+    return "## Machine\n\n" + table(("", ""), view.facts)
+
+
+def render_run(view: RunView) -> str:
+    meta = dict(view.meta)
+    head = [f"# {view.title} report", f"{view.gpus}  \n" + " · ".join(f"{k}: {v}" for k, v in meta.items())]
+    parts = head
+    if view.doctor is not None:
+        parts += [x for x in (fix_first_md(view.doctor), doctor_md(view.doctor)) if x]
+    if view.bench is not None:
+        parts.append(bench_md(view.bench))
+    if view.roofline is not None:
+        parts.append(roofline_md(view.roofline))
+    if view.profile is not None:
+        parts.append(profile_md(view.profile))
+    if view.estimates is not None:
+        parts.append(estimates_md(view.estimates))
+    parts.append(machine_md(view))
+    if view.absent:
+        parts.append(f"_Not in this Run: {', '.join(view.absent)}._")
+    return "\n\n".join(parts) + "\n"
+
+
+# -- diff -------------------------------------------------------------------------------------
+def delta_row(m: MeasurementDelta) -> list[str]:
+    ci = (f"{m.ci_low_pct:+.1f}% … {m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
+          else "—")
+    mark = {"improved": "✅ improved", "regressed": "❌ regressed"}.get(m.verdict, m.verdict)
+    return [f"`{m.name}`", num(m.before, m.unit), num(m.after, m.unit),
+            f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—", ci,
+            f"{m.p_value:.2g}" if m.p_value is not None else "—",
+            mark + (" ⚠ hardware differs" if m.hardware_bound else ""), m.note]
+
+
+def _short(v: Any, n: int = 70) -> str:
+    s = "—" if v is None else str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def render_diff(diff: Diff) -> str:
+    b, a, s = diff.before, diff.after, diff.summary()
+    out = ["# perfstack diff",
+           f"**before**: {b.get('file') or b.get('created', '')} · {b.get('gpus') or ''}  \n"
+           f"**after**: {a.get('file') or a.get('created', '')} · {a.get('gpus') or ''}"]
+    if not diff.hardware.get("same", True):
+        rows = [(k, _short(diff.hardware["before"].get(k)), _short(diff.hardware["after"].get(k)))
+                for k in diff.hardware.get("differs", [])]
+        out.append("> [!WARNING]\n> **The hardware differs.** Figures marked ⚠ compare the machines, not the change.\n\n"
+                   + table(("", "before", "after"), rows))
+    f, m = s["findings"], s["measurements"]
+    out.append(f"**{s['facts_drifted']}** facts drifted · findings: {f['fixed']} fixed, {f['introduced']} introduced, "
+               f"{f['unchanged']} unchanged, {f['not checked after']} not checked after · figures: {m['improved']} "
+               f"improved, {m['regressed']} regressed, {m['within noise']} within noise, {m['not compared']} not "
+               "compared")
+    if diff.facts:
+        out.append("## Facts that drifted\n\n" + table(
+            ("category", "fact", "before", "after"),
+            ((x["category"], f"`{x['key']}`", _short(x["before"]), _short(x["after"])) for x in diff.facts))
+            + f"\n\n_{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed and are "
+              "not listed._")
+    if diff.findings:
+        out.append("## Findings\n\n" + table(
+            ("status", "severity", "finding", "title", "evidence", "note"),
+            ((x.status, x.severity, f"`{x.id}`" + (f" [{x.subject}]" if x.subject else ""), x.title,
+              x.evidence_after or x.evidence_before, x.reason) for x in diff.findings)))
+    if diff.measurements:
+        head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
+        main = [x for x in diff.measurements if not x.sweep]
+        sweep = [x for x in diff.measurements if x.sweep]
+        text = "## Benchmarks\n\n" + table(head, (delta_row(x) for x in main), right=(1, 2, 3, 4, 5))
+        if sweep:
+            text += (f"\n\n<details><summary>{len(sweep)} sweep points</summary>\n\n"
+                     + table(head, (delta_row(x) for x in sweep), right=(1, 2, 3, 4, 5)) + "\n\n</details>")
+        text += (f"\n\n_Significant when a Mann–Whitney U test rejects at p < {diff.alpha:g} and the 95% bootstrap "
+                 "interval of the median's change excludes zero._")
+        out.append(text)
+    if diff.profile:
+        p = diff.profile
+        rows = [(r["category"], num(r["before_ms"]), num(r["after_ms"]),
+                 f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—") for r in p["categories"]]
+        out.append("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
+                                                           right=(1, 2, 3))
+                   + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step; the fixed findings "
+                     f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
+                   + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "") + ".")
+    return "\n\n".join(out) + "\n"

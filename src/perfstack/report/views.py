@@ -1,0 +1,341 @@
+"""Everything a report shows that is not already a field of the Run, computed once, here.
+
+``build(run)`` turns a Run into a ``RunView``: the doctor's findings grouped by layer with the
+"fix this first" set, the bench figures as fractions of peak, bandwidth-vs-size series, the roofline
+(ceilings from the spec table, measured points placed by arithmetic intensity), the profile's
+per-step breakdown and ranked findings, and the estimates as memory stacks and latency bounds. The
+HTML and Markdown renderers only format a RunView; a section that is absent from the Run is None.
+
+Profile section (written by ``perfstack profile``) — read here, tolerant of absent keys:
+  ``steps``: [{"step", "total_ms", "categories": {category: ms}}]   (or ``breakdown_ms``: {category: ms})
+  ``idle_gaps``: [{"start_ms", "duration_ms", "step", "before", "after" | "reason"}]
+  ``kernel_classes``: [{"name", "time_ms", "flops", "bytes" | "intensity", "tflops"}]
+Estimates section (``perfstack estimate``): a nested dict whose leaves are {"value", "unit", "formula"}.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from perfstack.audit import summary as audit_summary
+from perfstack.compare.diff import step_breakdown, step_time
+from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
+from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
+from perfstack.rules import fix_first
+
+# Facts shown at the top of every report, in this order.
+KEY_FACTS = (("GPUs", "gpu.summary"), ("driver", "driver.version"), ("CUDA (driver)", "driver.cuda_version"),
+             ("torch", "python.torch"), ("NCCL", "python.nccl"), ("cuDNN", "python.cudnn"),
+             ("kernel", "system.kernel_release"), ("CPU", "cpu.model"), ("container", "container.runtime"))
+ROOF_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+ELEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+OUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 4}
+# Benchmarks whose sweeps share one chart, and the charts' titles.
+CHART_OF = {"h2d": "transfer", "d2h": "transfer", "collectives": "collective"}
+BENCH_TITLES = {"transfer": "Host ↔ device copies: bandwidth vs size", "p2p": "GPU ↔ GPU copies: bandwidth vs size",
+                "collective": "Collectives: bus bandwidth vs message size", "hbm": "HBM bandwidth vs size",
+                "storage": "Storage reads: bandwidth vs size"}
+RATE_TO_GBPS = {"gb/s": 1.0, "tb/s": 1e3, "mb/s": 1e-3, "gib/s": 2**30 / 1e9, "mib/s": 2**20 / 1e9}
+_SIZE_SEGMENT = re.compile(r"^\d+(\.\d+)?(B|KiB|MiB|GiB|KB|MB|GB)$")
+
+
+@dataclass
+class DoctorView:
+    summary: dict[str, Any]
+    fix_first: list[Finding]
+    layers: list[tuple[str, str, list[Finding]]]  # (layer id, layer name, findings)
+    not_checked: list[CheckResult]
+
+
+@dataclass
+class Curve:
+    bench: str
+    title: str
+    y_label: str
+    series: list[tuple[str, list[tuple[float, float]]]]  # (name, [(bytes, value)])
+    refs: list[tuple[str, float]]  # (label, value) dashed lines: the peaks
+
+
+@dataclass
+class BenchView:
+    rows: list[Measurement]  # headline figures (sweep points left out)
+    bars: list[dict[str, Any]]  # label, fraction, expected, text, verdict
+    curves: list[Curve]
+    sweep_points: int
+
+
+@dataclass
+class RooflineView:
+    gpu: str
+    ceilings: list[tuple[str, float]]  # (dtypes, TFLOP/s)
+    slopes: list[tuple[str, float, bool]]  # (label, TB/s, measured)
+    points: list[tuple[str, float, float, str]]  # (label, FLOP/byte, TFLOP/s, group)
+    source: str
+    ridges: dict[str, float] = field(default_factory=dict)  # ceiling label -> FLOP/byte where it meets HBM peak
+
+
+@dataclass
+class ProfileView:
+    categories: list[str]
+    steps: list[tuple[str, list[tuple[str, float]]]]  # (step label, [(category, ms)])
+    step_ms: float | None
+    gaps: list[dict[str, Any]]
+    ranked: list[Finding]  # findings with recoverable time, largest first
+    kernels: list[dict[str, Any]]
+
+
+@dataclass
+class RunView:
+    title: str
+    gpus: str
+    meta: list[tuple[str, str]]
+    facts: list[tuple[str, str]]
+    doctor: DoctorView | None = None
+    bench: BenchView | None = None
+    roofline: RooflineView | None = None
+    profile: ProfileView | None = None
+    estimates: EstimateView | None = None
+    absent: list[str] = field(default_factory=list)  # sections this Run does not have
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def gpu_name(run: Run) -> str | None:
+    gpus = run.facts.value("gpu.list") or []
+    for g in gpus:
+        if isinstance(g, dict) and g.get("name"):
+            return str(g["name"])
+    return None
+
+
+def gpu_spec(run: Run) -> Any:
+    """The spec-table row of the Run's first GPU, or None (unknown SKU, or no spec table)."""
+    name = gpu_name(run)
+    if not name:
+        return None
+    try:
+        from perfstack.specs import lookup
+        return lookup(name)
+    except Exception:  # the spec table is optional for a report: charts then show measured points only
+        return None
+
+
+def _fact_text(v: Any) -> str:
+    if isinstance(v, dict):
+        return v.get("PRETTY_NAME") or ", ".join(f"{k}={x}" for k, x in v.items())
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)
+    return str(v)
+
+
+# -- doctor -----------------------------------------------------------------------------------
+def doctor_view(run: Run) -> DoctorView | None:
+    findings = [f for f in run.findings if f.recoverable_ms is None]  # profile findings have their own section
+    if not run.checks and not findings:
+        return None
+    counted = Run(meta=run.meta, facts=run.facts, findings=findings, checks=run.checks)
+    layers = [(lid, name, [f for f in findings if f.layer == lid]) for lid, name in LAYERS.items()]
+    extra = sorted({f.layer for f in findings if f.layer not in LAYERS})
+    layers += [(lid, lid, [f for f in findings if f.layer == lid]) for lid in extra]
+    return DoctorView(summary=audit_summary(counted), fix_first=fix_first(findings), layers=layers,
+                      not_checked=[c for c in run.checks if c.status in ("not-checked", "not-applicable")])
+
+
+# -- bench ------------------------------------------------------------------------------------
+def bar_row(m: Measurement) -> dict[str, Any]:
+    """One bar of the "% of peak" chart; the renderer words the text from value, unit and peak."""
+    return {"label": m.name, "fraction": m.fraction, "expected": m.expected_fraction, "verdict": m.verdict,
+            "value": m.value, "unit": m.unit, "peak": m.peak}
+
+
+def is_latency(m: Measurement) -> bool:
+    """Figures where lower is better: their "fraction" is reference / value, not a share of a peak."""
+    return m.unit.strip() in TIME_UNITS
+
+
+def series_key(m: Measurement) -> str:
+    """Which curve a sweep point belongs to: params["series"], the collective's op, or the
+    figure's name without its size segment ("h2d.pinned.256MiB" -> "h2d.pinned")."""
+    if m.params.get("series"):
+        return str(m.params["series"])
+    if m.bench.startswith("collective") and m.params.get("op"):
+        return str(m.params["op"])
+    parts = [p for p in m.name.split(".") if not _SIZE_SEGMENT.match(p)]
+    return ".".join(parts) or m.name
+
+
+def curves(measurements: list[Measurement]) -> list[Curve]:
+    """Sweep points (params sweep=True with bytes) as bandwidth-vs-size series, one chart per
+    benchmark family; collectives plot bus bandwidth. Peaks become dashed reference lines."""
+    groups: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    refs: dict[str, dict[float, str]] = {}
+    units: dict[str, str] = {}
+    for m in measurements:
+        size = m.params.get("bytes")
+        if m.status != "ok" or not m.params.get("sweep") or not isinstance(size, (int, float)) or size <= 0:
+            continue
+        busbw = m.params.get("busbw_gbps")
+        y = float(busbw) if isinstance(busbw, (int, float)) else m.value
+        if y is None:
+            continue
+        chart = CHART_OF.get(m.bench, m.bench)
+        groups.setdefault(chart, {}).setdefault(series_key(m), []).append((float(size), float(y)))
+        units.setdefault(chart, "GB/s" if isinstance(busbw, (int, float)) else m.unit)
+        if m.peak:
+            refs.setdefault(chart, {}).setdefault(float(m.peak), _peak_label(m))
+    out = []
+    for chart, series in groups.items():
+        if sum(len(ps) for ps in series.values()) < 2:
+            continue
+        bus = chart == "collective"
+        y_label = ("bus bandwidth" if bus else "bandwidth") + f" ({units[chart]})"
+        out.append(Curve(chart, BENCH_TITLES.get(chart, f"{chart}: bandwidth vs size"), y_label,
+                         [(k, sorted(v)) for k, v in series.items()],
+                         [(label, v) for v, label in refs.get(chart, {}).items()]))
+    return out
+
+
+def _peak_label(m: Measurement) -> str:
+    src = m.peak_source.split(" (")[0].strip() if m.peak_source else ""
+    return f"peak: {src}" if src and len(src) <= 40 else f"peak ({m.bench})"
+
+
+def bench_view(run: Run) -> BenchView | None:
+    ms = run.measurements
+    if not ms:
+        return None
+    rows = [m for m in ms if not m.params.get("sweep")]
+    bars = [bar_row(m) for m in rows if m.status == "ok" and m.fraction is not None and not is_latency(m)]
+    return BenchView(rows=rows, bars=bars, curves=curves(ms), sweep_points=len(ms) - len(rows))
+
+
+# -- roofline ---------------------------------------------------------------------------------
+def gemm_intensity(p: Mapping[str, Any]) -> float | None:
+    """FLOP per byte of DRAM traffic for an M×N×K GEMM that reads A and B once and writes C once."""
+    try:
+        m, n, k = int(p["m"]), int(p["n"]), int(p["k"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    dtype = str(p.get("dtype", "bf16"))
+    if dtype not in ELEM_BYTES:
+        return None
+    traffic = (m * k + k * n) * ELEM_BYTES[dtype] + m * n * OUT_BYTES[dtype]
+    return 2 * m * n * k / traffic if traffic else None
+
+
+def rate_tbps(value: float | None, unit: str) -> float | None:
+    k = RATE_TO_GBPS.get(unit.strip().lower())
+    return value * k / 1e3 if value is not None and k is not None else None
+
+
+def roofline_view(run: Run, spec: Any) -> RooflineView | None:
+    points: list[tuple[str, float, float, str]] = []
+    for m in run.measurements:
+        if m.bench == "gemm" and m.status == "ok" and m.value and m.unit == "TFLOP/s" and not m.params.get("sweep"):
+            ai = gemm_intensity(m.params)
+            if ai:
+                points.append((m.name, ai, m.value, f"GEMM {m.params.get('dtype', '')}".strip()))
+    for k in profile_kernels(run.profile):
+        if k.get("intensity") and k.get("tflops"):
+            points.append((k["name"], k["intensity"], k["tflops"], "profile kernel classes"))
+    ceilings: list[tuple[str, float]] = []
+    slopes: list[tuple[str, float, bool]] = []
+    if spec is not None:
+        by_peak: dict[float, list[str]] = {}
+        for d in ROOF_DTYPES:
+            try:
+                v = spec.peak_tflops(d)
+            except Exception:
+                v = None
+            if v:
+                by_peak.setdefault(float(v), []).append(d)
+        ceilings = [("/".join(ds), v) for v, ds in by_peak.items()]
+        if getattr(spec, "hbm_tbps", None):
+            slopes.append((f"HBM peak {spec.hbm_tbps:g} TB/s", float(spec.hbm_tbps), False))
+    # the measured bandwidth roof: the device-to-device copy (read + write), else the best HBM figure
+    hbm = [m for m in run.measurements if m.bench == "hbm" and m.status == "ok" and rate_tbps(m.value, m.unit)
+           and not m.params.get("sweep")]
+    best = next((m for m in hbm if m.name == "hbm.copy"), None) or max(
+        hbm, key=lambda m: rate_tbps(m.value, m.unit) or 0.0, default=None)
+    if best is not None:
+        tb = rate_tbps(best.value, best.unit) or 0.0
+        slopes.append((f"HBM measured ({best.name}) {tb:.2f} TB/s", tb, True))
+    if not points and not any(measured for _, _, measured in slopes):
+        return None  # nothing measured: a roofline of ceilings alone says nothing about this machine
+    source = getattr(spec, "source", "") if spec is not None else ""
+    peak_bw = next((bw for _, bw, measured in slopes if not measured), None)
+    ridges = {label: v / peak_bw for label, v in ceilings} if peak_bw else {}
+    return RooflineView(gpu=getattr(spec, "name", None) or gpu_name(run) or "this GPU", ceilings=ceilings,
+                        slopes=slopes, points=points, source=source, ridges=ridges)
+
+
+# -- profile ----------------------------------------------------------------------------------
+def profile_kernels(profile: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Kernel classes with intensity (FLOP/byte) and achieved TFLOP/s filled where derivable."""
+    if not isinstance(profile, Mapping):
+        return []
+    out = []
+    for k in profile.get("kernel_classes") or []:
+        if not isinstance(k, Mapping):
+            continue
+        row = dict(k)
+        row.setdefault("name", row.get("class") or "kernels")
+        flops, nbytes, t = row.get("flops"), row.get("bytes"), row.get("time_ms")
+        if not row.get("intensity") and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)) and nbytes:
+            row["intensity"] = flops / nbytes
+        if not row.get("tflops") and isinstance(flops, (int, float)) and isinstance(t, (int, float)) and t:
+            row["tflops"] = flops / (t / 1e3) / 1e12
+        out.append(row)
+    return out
+
+
+def profile_view(run: Run) -> ProfileView | None:
+    p = run.profile
+    ranked = sorted((f for f in run.findings if f.recoverable_ms is not None), key=lambda f: -(f.recoverable_ms or 0))
+    if not isinstance(p, Mapping) and not ranked:
+        return None
+    p = p if isinstance(p, Mapping) else {}
+    steps: list[tuple[str, list[tuple[str, float]]]] = []
+    for i, s in enumerate(p.get("steps") or []):
+        if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping):
+            segs = [(str(c), float(v)) for c, v in s["categories"].items() if isinstance(v, (int, float))]
+            steps.append((f"step {s.get('step', i)}", segs))
+    mean = step_breakdown(p)
+    if mean and not steps:
+        steps = [("mean step", list(mean.items()))]
+    elif mean and len(steps) > 1:
+        steps.append(("mean", list(mean.items())))
+    cats: list[str] = []
+    for _, segs in steps:
+        cats += [c for c, _ in segs if c not in cats]
+    gaps = sorted((dict(g) for g in p.get("idle_gaps") or [] if isinstance(g, Mapping)),
+                  key=lambda g: -(g.get("duration_ms") or 0))
+    return ProfileView(categories=cats, steps=steps, step_ms=step_time(p, mean), gaps=gaps, ranked=ranked,
+                       kernels=profile_kernels(p))
+
+
+# -- the whole report -------------------------------------------------------------------------
+def build(run: Run) -> RunView:
+    spec = gpu_spec(run)
+    meta = [(k, str(run.meta[k])) for k in ("command", "created", "source", "host_id", "tool_version", "elapsed_s")
+            if run.meta.get(k) not in (None, "")]
+    facts = [(label, _fact_text(run.facts.value(key))) for label, key in KEY_FACTS
+             if run.facts.value(key) not in (None, "", [], {})]
+    os_name = run.facts.value("system.os_release")
+    if isinstance(os_name, dict) and os_name.get("PRETTY_NAME"):
+        facts.insert(7, ("OS", str(os_name["PRETTY_NAME"])))
+    view = RunView(title=f"perfstack {run.meta.get('command', 'report')}",
+                   gpus=str(run.facts.value("gpu.summary") or "no NVIDIA GPU seen"), meta=meta, facts=facts,
+                   doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec),
+                   profile=profile_view(run), estimates=estimate_view(run, spec))
+    view.absent = [name for name, part in (("doctor", view.doctor), ("bench", view.bench),
+                                           ("profile", view.profile), ("estimates", view.estimates)) if part is None]
+    return view
+
+
+def layer_name(layer: str) -> str:
+    return LAYERS.get(layer, layer)
+
+
+__all__ = ["RunView", "build", "layer_name", "layer_rank"]
