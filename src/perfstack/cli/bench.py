@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from perfstack import bench as benches
 from perfstack.audit import FAIL_ON, audit, exit_code
@@ -42,7 +49,8 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
     def run_benches(facts: Facts) -> list[Measurement]:
         show = err.is_terminal and not args.quiet
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err,
                       transient=True, disable=not show) as progress:
             task = progress.add_task("benchmarks", total=len(chosen))
 
