@@ -1,0 +1,169 @@
+"""perfstack estimate: what a model needs to serve or train, closed-form, with the working shown.
+
+    perfstack estimate infer --model llama-3-8b --batch 8 --prompt 2048 --gen 256 --gpu h100-sxm
+    perfstack estimate train --model path/to/config.json --batch 4 --seq 4096 --zero 3 --dp 8
+    perfstack estimate models
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from perfstack import __version__
+from perfstack.errors import UsageError
+from perfstack.estimate import catalog, hardware, infer, train
+from perfstack.estimate.config import ModelSpec, load_config, parse_config
+from perfstack.model import Run
+from perfstack.report.estimate_text import render_estimate, render_models
+
+# explicit shape flags -> config.json field names (a llama-style decoder unless --model-type says otherwise)
+SHAPE_FLAGS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+               "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn": "intermediate_size",
+               "vocab": "vocab_size", "max_seq_len": "max_position_embeddings"}
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model (a config.json, a built-in name, or explicit shape flags)")
+    g.add_argument("--model", "-m", metavar="NAME|PATH",
+                   help="config.json, a directory holding one, or a built-in name (perfstack estimate models)")
+    g.add_argument("--model-type", default=None, help="model_type for explicit flags (default llama)")
+    for flag, field in SHAPE_FLAGS.items():
+        g.add_argument("--" + flag.replace("_", "-"), dest=flag, type=int, metavar="N", help=f"override {field}")
+    g.add_argument("--tied", action="store_true", default=None, help="tied input/output embeddings")
+    p.add_argument("--gpu", metavar="NAME", help="GPU from the spec table (default h100-sxm)")
+    p.add_argument("--calibrate", metavar="RUN.json",
+                   help="use measured TFLOP/s and bandwidth from a 'perfstack bench' Run instead of spec peaks")
+    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
+    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+
+
+def _positive(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("estimate", parents=[common], help="memory, latency and throughput a model needs",
+                       description="Closed-form memory / FLOPs / latency / communication estimates, each number "
+                                   "with its formula, inputs and assumptions.")
+    esub = p.add_subparsers(dest="estimate_command", metavar="KIND")
+    pi = esub.add_parser("infer", parents=[common], help="serving: weights, KV cache, fit, TTFT/ITL bounds")
+    _model_args(pi)
+    pi.add_argument("--batch", type=_positive, default=1, help="concurrent sequences (default 1)")
+    pi.add_argument("--prompt", type=_positive, default=1024, help="prompt tokens (default 1024)")
+    pi.add_argument("--gen", type=_positive, default=128, help="generated tokens (default 128)")
+    pi.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weights and activations")
+    pi.add_argument("--weights", choices=("int8", "int4", "fp8"), help="quantized weights (block matrices)")
+    pi.add_argument("--kv-dtype", choices=("fp8", "bf16", "fp16", "fp32"), help="KV cache dtype (default --dtype)")
+    pi.add_argument("--tp", type=_positive, default=1, help="tensor-parallel GPUs")
+    pi.add_argument("--prefill-chunk", type=_positive, help="tokens per prefill chunk (default: the whole prompt)")
+    pi.add_argument("--mfu", type=float, default=infer.MFU_PREFILL, help="MFU for the expected TTFT (default 0.5)")
+    pi.add_argument("--mbu", type=float, default=infer.MBU_DECODE, help="MBU for the expected ITL (default 0.7)")
+    pi.set_defaults(func=run)
+    pt = esub.add_parser("train", parents=[common], help="training: per-GPU memory, step-time bound, comms")
+    _model_args(pt)
+    pt.add_argument("--batch", type=_positive, default=1, help="micro-batch per GPU, sequences (default 1)")
+    pt.add_argument("--seq", type=_positive, default=2048, help="sequence length (default 2048)")
+    pt.add_argument("--precision", choices=train.PRECISIONS, default="bf16-mixed",
+                    help="fp32, bf16-mixed (fp32 params + autocast, default) or bf16 (bf16 params + fp32 master)")
+    pt.add_argument("--optimizer", choices=train.OPTIMIZERS, default="adamw")
+    pt.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing of every layer")
+    z = pt.add_mutually_exclusive_group()
+    z.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 over the DP group")
+    z.add_argument("--fsdp", action="store_true", help="FSDP FULL_SHARD (= ZeRO-3)")
+    pt.add_argument("--dp", type=_positive, default=1, help="data-parallel GPUs")
+    pt.add_argument("--tp", type=_positive, default=1, help="tensor-parallel GPUs")
+    pt.add_argument("--pp", type=_positive, default=1, help="pipeline stages")
+    pt.add_argument("--micro-batches", type=_positive, default=1, help="micro-batches per step (accumulation)")
+    pt.add_argument("--mfu", type=float, default=train.MFU_TRAIN, help="MFU for the expected step time (0.4)")
+    pt.set_defaults(func=run)
+    pm = esub.add_parser("models", parents=[common], help="list the built-in model configs")
+    pm.set_defaults(func=run_models)
+    p.set_defaults(func=lambda args, out, err: (p.print_help(), 2)[1])
+
+
+def model_from_args(args: argparse.Namespace) -> ModelSpec:
+    shape = {SHAPE_FLAGS[k]: getattr(args, k) for k in SHAPE_FLAGS if getattr(args, k, None) is not None}
+    if args.tied is not None:
+        shape["tie_word_embeddings"] = True
+    if args.model:
+        path = Path(args.model)
+        looks_like_path = path.suffix == ".json" or "/" in args.model or path.exists()
+        if looks_like_path:
+            spec = load_config(path)
+        else:
+            spec = catalog.get(args.model)
+        if shape:
+            cfg = _spec_overrides(spec, shape)
+            return cfg
+        return spec
+    missing = [f"--{k.replace('_', '-')}" for k in ("layers", "hidden", "heads", "ffn", "vocab")
+               if getattr(args, k, None) is None]
+    if missing:
+        raise UsageError("no model given",
+                         hint=f"pass --model NAME|config.json, or the shape: missing {' '.join(missing)}")
+    cfg: dict[str, Any] = {"model_type": args.model_type or "llama", **shape}
+    return parse_config(cfg, name="custom", where="command-line flags")
+
+
+def _spec_overrides(spec: ModelSpec, shape: dict[str, Any]) -> ModelSpec:
+    names = {"num_hidden_layers": "n_layers", "hidden_size": "d_model", "num_attention_heads": "n_heads",
+             "num_key_value_heads": "n_kv_heads", "head_dim": "head_dim", "intermediate_size": "d_ff",
+             "vocab_size": "vocab_size", "max_position_embeddings": "max_seq_len",
+             "tie_word_embeddings": "tied_embeddings"}
+    for k, v in shape.items():
+        if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
+            raise UsageError(f"--{k} must be a positive integer, got {v}")
+    return spec.with_overrides(**{names[k]: v for k, v in shape.items()})
+
+
+def build_run(args: argparse.Namespace) -> Run:
+    t0 = time.perf_counter()
+    spec = model_from_args(args)
+    if args.estimate_command == "infer":
+        compute = "fp8" if args.weights == "fp8" else args.dtype
+        hw = hardware.resolve(args.gpu, compute, args.calibrate)
+        s = infer.InferSettings(batch=args.batch, prompt=args.prompt, gen=args.gen, dtype=args.dtype,
+                                weights=args.weights, kv_dtype=args.kv_dtype, tp=args.tp,
+                                prefill_chunk=args.prefill_chunk, mfu=args.mfu, mbu=args.mbu)
+        est = infer.estimate(spec, hw, s)
+    else:
+        hw = hardware.resolve(args.gpu, "fp32" if args.precision == "fp32" else "bf16", args.calibrate)
+        s = train.TrainSettings(batch=args.batch, seq=args.seq, precision=args.precision, optimizer=args.optimizer,
+                                grad_ckpt=args.grad_ckpt, zero=3 if args.fsdp else args.zero, dp=args.dp, tp=args.tp,
+                                pp=args.pp, micro_batches=args.micro_batches, mfu=args.mfu)
+        est = train.estimate(spec, hw, s)
+    meta = {"tool": "perfstack", "tool_version": __version__, "command": "estimate",
+            "subcommand": args.estimate_command, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source": spec.source, "python": platform.python_version(),
+            "calibrated_from": str(args.calibrate) if args.calibrate else None,
+            "elapsed_s": round(time.perf_counter() - t0, 3)}
+    return Run(meta=meta, estimates=est)
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.output and Path(args.output).is_dir():
+        raise UsageError(f"{args.output} is a directory", hint="give a file name")
+    result = build_run(args)
+    if args.output:
+        result.save(args.output)
+        err.print(f"saved Run to {args.output}")
+    if args.json:
+        out.out(result.to_json(), highlight=False)
+    else:
+        render_estimate(result, out, verbose=args.verbose > 0)
+    return 0
+
+
+def run_models(args: argparse.Namespace, out: Console, err: Console) -> int:
+    render_models(out)
+    return 0

@@ -1,0 +1,114 @@
+"""One estimated number with its working: value, unit, formula, inputs and assumptions.
+
+Every figure ``perfstack estimate`` prints is a ``Quantity`` so that the table and the JSON can show
+how it was obtained, in the notation of the papers (N, L, d, H_q, H_kv, d_h, F, V, B, S, b_w, ...).
+Values are kept in base units: bytes, FLOP, seconds, bytes/s, FLOP/s, tokens/s, counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+GB = 1e9
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Quantity:
+    key: str  # JSON key, with its unit: "weights_bytes", "itl_s", "step_flops"
+    label: str  # what a person reads in the table: "weights", "ITL lower bound"
+    value: float
+    unit: str  # "B", "FLOP", "s", "B/s", "FLOP/s", "tok/s", "count", "fraction", "GPUs"
+    formula: str  # "N · b_w", readable, paper notation
+    inputs: Mapping[str, Any] = field(default_factory=dict)  # symbol -> value used
+    assumptions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "value": self.value,
+            "unit": self.unit,
+            "formula": self.formula,
+            "inputs": dict(self.inputs),
+            "assumptions": list(self.assumptions),
+        }
+
+
+def q(key: str, label: str, value: float, unit: str, formula: str,
+      inputs: Mapping[str, Any] | None = None, assumptions: Iterable[str] = ()) -> Quantity:
+    """Shorthand constructor; integers stay integers so byte counts read exactly in the JSON."""
+    if unit in ("B", "count", "FLOP", "params") and isinstance(value, float) and value == value and abs(value) < 1e300:
+        value = int(round(value))
+    return Quantity(key, label, value, unit, formula, dict(inputs or {}), tuple(assumptions))
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A human form of a value: bytes as GB (and GiB), seconds as ms/s, FLOP as TFLOP/PFLOP."""
+    if value is None:
+        return "—"
+    if unit == "B":
+        if abs(value) >= 1e8:
+            return f"{value / GB:,.2f} GB ({value / GiB:,.2f} GiB)"
+        if abs(value) >= 1e6:
+            return f"{value / 1e6:,.1f} MB ({value / 2**20:,.1f} MiB)"
+        if abs(value) >= 1e4:
+            return f"{value / 1e3:,.1f} kB ({value / 1024:,.1f} KiB)"
+        return f"{value:,.0f} B"
+    if unit == "s":
+        if value < 1e-3:
+            return f"{value * 1e6:,.1f} µs"
+        if value < 1:
+            return f"{value * 1e3:,.2f} ms"
+        return f"{value:,.2f} s"
+    if unit == "FLOP":
+        for scale, name in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
+            if abs(value) >= scale:
+                return f"{value / scale:,.2f} {name}"
+        return f"{value:,.0f} FLOP"
+    if unit == "FLOP/s":
+        return f"{value / 1e12:,.1f} TFLOP/s"
+    if unit == "B/s":
+        return f"{value / 1e9:,.0f} GB/s"
+    if unit == "params":
+        if abs(value) >= 1e9:
+            return f"{value / 1e9:,.3f} B"
+        return f"{value / 1e6:,.2f} M"
+    if unit == "tok/s":
+        return f"{value:,.0f} tok/s"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    if unit == "FLOP/B":
+        return f"{value:,.1f} FLOP/B"
+    if unit == "count":
+        return f"{value:,}"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f} {unit}".strip()
+    return f"{value:,.0f} {unit}".strip()
+
+
+class Sheet:
+    """An ordered collection of Quantities, grouped into sections, that becomes the JSON ``estimates``.
+
+    ``values()`` gives ``{section: {key: value}}`` (what a script reads: ``memory.total_bytes``);
+    ``working()`` gives ``{key: {label, value, unit, formula, inputs, assumptions}}``.
+    """
+
+    def __init__(self) -> None:
+        self.sections: dict[str, list[Quantity]] = {}
+
+    def add(self, section: str, *items: Quantity) -> None:
+        self.sections.setdefault(section, []).extend(items)
+
+    def get(self, key: str) -> Quantity:
+        for items in self.sections.values():
+            for it in items:
+                if it.key == key:
+                    return it
+        raise KeyError(key)
+
+    def values(self) -> dict[str, dict[str, Any]]:
+        return {s: {it.key: it.value for it in items} for s, items in self.sections.items()}
+
+    def working(self) -> dict[str, dict[str, Any]]:
+        return {it.key: it.to_dict() for items in self.sections.values() for it in items}
