@@ -11,10 +11,19 @@ from typing import Sequence
 from rich.console import Console
 
 from perfstack import __version__
-from perfstack.cli import bench, capture, diff, doctor, estimate, explain, report
+from perfstack.cli import (
+    bench,
+    capture,
+    diff,
+    doctor,
+    estimate,
+    explain,
+    profile,
+    report,
+)
 from perfstack.errors import PerfstackError
 
-COMMANDS = (doctor, capture, bench, estimate, report, diff, explain)
+COMMANDS = (doctor, capture, bench, profile, estimate, report, diff, explain)
 
 EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
 3 cannot run here · 4 internal error · 130 interrupted"""

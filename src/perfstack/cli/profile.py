@@ -1,0 +1,100 @@
+"""perfstack profile: analyse torch.profiler traces, or run a script under the profiler, and rank
+what a fix would recover per step."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from perfstack.audit import FAIL_ON, exit_code
+from perfstack.errors import CannotRunHere, UsageError
+from perfstack.report.html import write_report
+from perfstack.report.profile_text import render_profile
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("profile", parents=[common], help="analyse a torch.profiler trace or profile a script",
+                       description="Read Kineto traces (--trace FILE...; one per rank) or run "
+                                   "'perfstack profile -- python train.py ARGS' under the profiler; print the per-step "
+                                   "breakdown and findings ranked by the time a fix would recover.")
+    p.add_argument("--trace", nargs="+", metavar="FILE", help="Kineto Chrome trace(s), .json or .json.gz")
+    p.add_argument("--steps", type=int, default=3, help="capture mode: profiled steps (default 3)")
+    p.add_argument("--skip-first", type=int, default=2, metavar="N",
+                   help="capture mode: optimizer steps to let pass before profiling (default 2)")
+    p.add_argument("--window", type=int, default=None, metavar="SECONDS",
+                   help="capture mode, for scripts that never call an optimizer's step(): record this many "
+                        "seconds from the script's import of torch")
+    p.add_argument("--stop-after-window", action="store_true",
+                   help="capture mode: end the script once the profiled steps are recorded")
+    p.add_argument("--out-dir", metavar="DIR", help="capture mode: where traces are written (default: a temp dir)")
+    p.add_argument("--model-flops-per-step", type=float, metavar="FLOPS", help="model FLOPs per step, for MFU")
+    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
+    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (capture mode)")
+    p.set_defaults(func=run)
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The user's command after '--'; later '--' belong to the script's own arguments."""
+    cmd = list(args.cmd or [])
+    return cmd[1:] if cmd[:1] == ["--"] else cmd
+
+
+def _capture(args: argparse.Namespace, err: Console):
+    cmd = _command(args)
+    try:
+        from perfstack.profile import capture
+        out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
+        err.print(f"profiling {' '.join(cmd)} → {out_dir}")
+        return capture.run(cmd, out_dir, args.steps, args.window, args.skip_first,
+                           stop_after_window=args.stop_after_window)
+    except (ImportError, NotImplementedError) as e:
+        raise CannotRunHere(f"capture mode is not available here ({type(e).__name__}: {e})",
+                            hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from perfstack.profile.summary import profile_run
+
+    cmd = _command(args)
+    if args.trace and cmd:
+        raise UsageError("give either --trace FILE... or a command after --, not both")
+    if not args.trace and not cmd:
+        raise UsageError("nothing to profile", hint="perfstack profile --trace FILE [FILE...]   or   "
+                                                    "perfstack profile -- python train.py ARGS")
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: must be at least 1")
+    if args.skip_first < 0:
+        raise UsageError(f"--skip-first {args.skip_first}: must be 0 or more")
+    if args.model_flops_per_step is not None and args.model_flops_per_step <= 0:
+        raise UsageError(f"--model-flops-per-step {args.model_flops_per_step:g}: must be positive")
+    for path in (args.output, args.html):
+        if path and Path(path).is_dir():
+            raise UsageError(f"{path} is a directory", hint="give a file name")
+    telemetry = None
+    if cmd:
+        res = _capture(args, err)
+        if not res.trace_paths:
+            raise CannotRunHere(f"the command exited {res.returncode} without writing a trace")
+        paths, telemetry = res.trace_paths, res.telemetry
+    else:
+        paths = args.trace
+    result = profile_run(paths, model_flops_per_step=args.model_flops_per_step, telemetry=telemetry)
+    for w in result.meta.get("warnings", []):
+        err.print(f"perfstack: warning: {w}")
+    if args.output:
+        result.save(args.output)
+        err.print(f"saved Run to {args.output}")
+    if args.html:
+        write_report(result, args.html)
+        err.print(f"wrote the HTML report to {args.html}")
+    if args.json:
+        out.out(result.to_json(), highlight=False)
+    else:
+        render_profile(result, out, verbose=args.verbose > 0)
+    return exit_code(result, args.fail_on)

@@ -1,0 +1,443 @@
+"""Run a user's training script unmodified under torch.profiler, with GPU telemetry sampled alongside.
+
+``run(["python", "train.py", "--lr", "3e-4"], Path("out"))`` starts ``sys.executable`` on
+_bootstrap.py, which runs the script with runpy as ``__main__`` (sys.argv and sys.path[0] as
+``python train.py`` would set them). Step boundaries are the steps of the script's optimizer (a
+global ``register_optimizer_step_post_hook``): the profiler skips ``skip_first`` steps, warms up
+one, records ``steps``, writes ``<script>.pt.trace.json.gz`` into ``out_dir``, and detaches. The
+script then runs to its end (``stop_after_window=True`` ends it with exit 0 right after the trace
+is written; a Ctrl-C after the trace is written also keeps the trace). A script that never calls
+an optimizer's ``step()`` (inference, a custom update) has no step boundaries: pass ``window``
+(seconds) to record one span of that length from the script's ``import torch``, or use the Python
+API (``perfstack.profile``) and call ``p.step()`` yourself. Steps are never invented from a timer.
+
+While the child runs, the parent samples NVML telemetry (clocks, power, temperature, throttle
+reasons, utilization) every 100 ms for the GPUs the child can see, from the start until the trace
+is written (a long run after the window does not grow it). One process only: launchers
+that start several (torchrun, accelerate, deepspeed, mpirun) are refused.
+"""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from perfstack.errors import InputError, UsageError
+
+BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
+INTERVAL_S = 0.1
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun", "colossalai")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                    "deepspeed.launcher.runner")
+_PY = re.compile(r"^python(\d+(\.\d+)*)?[a-z]?(\.exe)?$")
+_OPT_WITH_VALUE = ("-W", "-X")
+
+
+@dataclass
+class CaptureResult:
+    trace_paths: list[Path]
+    telemetry: list[dict[str, Any]]
+    returncode: int
+    steps_seen: int
+    stderr_tail: str
+    interrupted: bool = False  # Ctrl-C ended the script after the trace was written
+
+
+@dataclass
+class Target:
+    """What to run: a script path or a module (``python -m pkg.train``), its arguments, and the
+    interpreter options given before it (``-u``, ``-X dev``, ``-W error``) passed on to the child."""
+    script: str | None
+    module: str | None
+    args: list[str]
+    python_options: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        if self.module:
+            return self.module.rsplit(".", 1)[-1]
+        return Path(self.script or "script").stem or "script"
+
+
+def _is_python(arg: str) -> bool:
+    if _PY.match(os.path.basename(arg)):
+        return True
+    try:
+        return os.path.realpath(arg) == os.path.realpath(sys.executable)
+    except OSError:
+        return False
+
+
+def _launcher_error(what: str) -> UsageError:
+    return UsageError(
+        f"'{what}' starts several processes; perfstack profile runs one process (multi-process "
+        "launchers such as torchrun are out of scope)",
+        hint="profile one rank with 'perfstack profile python train.py ...', or call "
+             "perfstack.profile() inside the script (each rank writes its own trace)")
+
+
+def parse_argv(argv: Sequence[str]) -> Target:
+    """``python train.py ARGS``, ``python3 -u train.py ARGS``, ``/venv/bin/python -m pkg.train``,
+    or ``train.py ARGS`` (the script itself) → Target. Raises UsageError for anything else."""
+    argv = list(argv)
+    if not argv:
+        raise UsageError("no command to profile", hint="perfstack profile python train.py [ARGS...]")
+    first = argv[0]
+    if os.path.basename(first) in LAUNCHERS:
+        raise _launcher_error(os.path.basename(first))
+    if not _is_python(first):
+        return Target(_script(first), None, argv[1:])
+    opts: list[str] = []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m" or (a.startswith("-m") and not a.startswith("--")):
+            mod = a[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            rest = argv[i + 2:] if a == "-m" else argv[i + 1:]
+            if not mod:
+                raise UsageError("'-m' needs a module name", hint="perfstack profile python -m pkg.train [ARGS...]")
+            if mod in LAUNCHER_MODULES:
+                raise _launcher_error(f"python -m {mod}")
+            return Target(None, mod, rest, opts)
+        if a in ("-c", "-") or (a.startswith("-c") and not a.startswith("--")):
+            raise UsageError(f"perfstack profile runs a script file, not 'python {a}'",
+                             hint="save the code to a file: perfstack profile python train.py")
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-"):
+            break
+        if a in _OPT_WITH_VALUE:
+            if i + 1 >= len(argv):
+                raise UsageError(f"python option {a} needs a value")
+            opts += [a, argv[i + 1]]
+            i += 2
+            continue
+        if a.startswith("--") or not (a[:2] in _OPT_WITH_VALUE or set(a[1:]) <= set("bBdEiIOPqsSuvxR")):
+            raise UsageError(f"unknown python option {a!r} before the script",
+                             hint="perfstack profile python [-u] [-X opt] [-W arg] train.py [ARGS...]")
+        opts.append(a)
+        i += 1
+    if i >= len(argv):
+        raise UsageError(f"'{' '.join(argv)}' names no script to run",
+                         hint="perfstack profile python train.py [ARGS...]")
+    return Target(_script(argv[i]), None, argv[i + 1:], opts)
+
+
+def _script(path: str) -> str:
+    if os.path.basename(path) in LAUNCHERS:
+        raise _launcher_error(os.path.basename(path))
+    if not os.path.isfile(path):
+        if not path.endswith(".py") and os.sep not in path:
+            raise UsageError(f"perfstack profile runs a Python script; '{path}' is not one",
+                             hint="perfstack profile python train.py [ARGS...]")
+        raise UsageError(f"script not found: {path}", hint="check the path (relative to the current directory)")
+    if not path.endswith(".py"):
+        try:
+            with open(path, "rb") as f:
+                head = f.readline(200)
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}") from None
+        if not (head.startswith(b"#!") and b"python" in head):
+            raise UsageError(f"perfstack profile runs a Python script; '{path}' does not look like one",
+                             hint="perfstack profile python train.py [ARGS...]")
+    return path
+
+
+# -- telemetry -----------------------------------------------------------------------------
+
+def visible_gpus() -> list[int]:
+    """NVML indices of the GPUs a child would see: all of them, narrowed by CUDA_VISIBLE_DEVICES
+    (indices or GPU-UUIDs). [] where NVML is unusable (a CPU-only machine)."""
+    from perfstack.host import nvml
+    try:
+        with nvml._session() as nv:
+            count = nv.nvmlDeviceGetCount()
+            spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if spec is None:
+                return list(range(count))
+            uuids: dict[str, int] = {}
+            for i in range(count):
+                try:
+                    u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
+                    uuids[u.decode() if isinstance(u, bytes) else u] = i
+                except Exception:
+                    pass
+    except Exception:
+        return []
+    out: list[int] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if item.isdigit():
+            idx = int(item)
+            if idx >= count:
+                break  # CUDA stops at the first invalid entry
+            out.append(idx)
+        else:
+            match = [i for u, i in uuids.items() if item and u.startswith(item if item.startswith("GPU-") else "GPU-" + item)]
+            if len(match) != 1:
+                break
+            out.append(match[0])
+    return out
+
+
+def _nvml_sampler() -> Callable[[int], dict[str, Any]]:
+    from perfstack.host import nvml
+    return nvml.telemetry
+
+
+class TelemetrySampler:
+    """Calls ``sample(index)`` for each GPU every ``interval`` seconds in a daemon thread; each
+    record is the sample plus ``gpu`` (NVML index), ``time`` (Unix seconds, to line up with trace
+    timestamps) and ``t`` (seconds since start). ``stop()`` ends it and returns the records.
+    Errors from ``sample`` are data (``{"error": ...}``), never an exception."""
+
+    def __init__(self, gpus: Sequence[int] | None = None, sample: Callable[[int], dict[str, Any]] | None = None,
+                 interval: float = INTERVAL_S) -> None:
+        self.gpus = list(visible_gpus() if gpus is None else gpus)
+        self.sample = sample
+        self.interval = interval
+        self.records: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "TelemetrySampler":
+        if self.gpus and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="perfstack-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        keep_open = None
+        if self.sample is None:
+            self.sample = _nvml_sampler()
+            try:  # hold one NVML session so each telemetry() call's init/shutdown is a refcount bump
+                from perfstack.host import nvml
+                keep_open = nvml._session()
+                keep_open.__enter__()
+            except Exception:
+                keep_open = None
+        t0 = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                tick = time.monotonic()
+                for i in self.gpus:
+                    try:
+                        s = dict(self.sample(i))
+                    except Exception as e:  # an injected sampler may raise; keep it as data
+                        s = {"error": f"{type(e).__name__}: {e}"}
+                    self.records.append({"gpu": i, "time": time.time(), "t": round(time.monotonic() - t0, 4), **s})
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
+        finally:
+            if keep_open is not None:
+                try:
+                    keep_open.__exit__(None, None, None)
+                except Exception:
+                    pass
+
+    def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.records
+
+    def __enter__(self) -> "TelemetrySampler":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+# -- the child's stderr: shown live, tail kept ---------------------------------------------
+
+class _Tee(threading.Thread):
+    def __init__(self, src: Any, keep_bytes: int = 16384) -> None:
+        super().__init__(name="perfstack-stderr", daemon=True)
+        self.src = src
+        self.tail: collections.deque[str] = collections.deque()
+        self.size = 0
+        self.keep = keep_bytes
+
+    def run(self) -> None:
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        fd = self.src.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            text = dec.decode(chunk, final=not chunk)
+            if text:
+                try:
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+                except Exception:
+                    pass
+                self.tail.append(text)
+                self.size += len(text)
+                while self.size > self.keep and len(self.tail) > 1:
+                    self.size -= len(self.tail.popleft())
+            if not chunk:
+                return
+
+    def text(self) -> str:
+        return "".join(self.tail)[-self.keep:]
+
+
+def _stdout_target() -> Any:
+    """The child's stdout goes to our stderr: perfstack's stdout carries only its report."""
+    try:
+        return sys.stderr.fileno()
+    except Exception:
+        return 2
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(nothing on stderr)"
+
+
+# -- run -----------------------------------------------------------------------------------
+
+def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = None, skip_first: int = 2, *,
+        stop_after_window: bool = False, gpus: Sequence[int] | None = None,
+        sample: Callable[[int], dict[str, Any]] | None = None, interval: float = INTERVAL_S,
+        env: dict[str, str] | None = None,
+        on_trace: Callable[[list[Path]], None] | None = None) -> CaptureResult:
+    """Run ``argv`` (a Python script and its arguments) under the profiler; see the module doc.
+
+    Raises UsageError for a command it cannot run (torchrun, ``python -c``, a missing script),
+    InputError when no trace was recorded (the script crashed or ended before the window, never
+    imported torch, or never stepped an optimizer and no ``window`` was given), and
+    KeyboardInterrupt when Ctrl-C ended the script before a trace was written. ``on_trace`` is
+    called from this thread as soon as the trace files exist (the script may still be running).
+    """
+    target = parse_argv(argv)
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    if skip_first < 0:
+        raise UsageError(f"--skip-first must be 0 or more, got {skip_first}")
+    if window is not None and window <= 0:
+        raise UsageError(f"--window must be a positive number of seconds, got {window}")
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
+    os.close(fd)
+    cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
+                           "steps": steps, "skip_first": skip_first, "window": window,
+                           "stop_after_window": stop_after_window, "name": target.name}
+    cfg["module" if target.module else "script"] = target.module or target.script
+    cmd = [sys.executable, *target.python_options, str(BOOTSTRAP), json.dumps(cfg)]
+    sampler = TelemetrySampler(gpus, sample, interval)
+    try:
+        proc = subprocess.Popen(cmd, stdout=_stdout_target(), stderr=subprocess.PIPE, env=env)
+    except OSError as e:
+        os.unlink(status_path)
+        raise UsageError(f"cannot start {sys.executable}: {e.strerror}") from None
+    tee = _Tee(proc.stderr)
+    tee.start()
+    sampler.start()
+    interrupts = 0
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if proc.poll() is None:  # forward; a third Ctrl-C kills a script that ignores the first two
+            proc.send_signal(signal.SIGINT if interrupts < 3 else signal.SIGKILL)
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, on_sigint)
+    announced = False
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if not announced:
+                    status = _read_status(status_path)
+                    if status.get("done") and status.get("traces"):
+                        announced = True
+                        sampler.stop()  # the window is over: telemetry covers start-up and the window
+                        if on_trace:
+                            on_trace([Path(p) for p in status["traces"]])
+            except KeyboardInterrupt:  # not the main thread, or the handler could not be set
+                on_sigint(signal.SIGINT, None)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        telemetry = sampler.stop()
+        tee.join(5)
+        proc.stderr.close()
+    status = _read_status(status_path)
+    try:
+        os.unlink(status_path)
+    except OSError:
+        pass
+    tail = tee.text()
+    traces = [Path(p) for p in status.get("traces", []) if os.path.exists(p)]
+    interrupted = interrupts > 0 or rc in (130, -signal.SIGINT)
+    result = CaptureResult(traces, telemetry, rc, int(status.get("steps", 0)), tail, interrupted)
+    if traces:
+        if on_trace and not announced:
+            on_trace(traces)
+        return result
+    if interrupted:
+        raise KeyboardInterrupt
+    raise _no_trace_error(result, status, target, steps, skip_first, window)
+
+
+def _read_status(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            return json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, steps: int, skip_first: int,
+                    window: int | None) -> InputError:
+    ended = "finished" if r.returncode == 0 else f"exited with code {r.returncode}"
+    last = _last_line(r.stderr_tail)
+    why = f": {last}" if r.returncode != 0 else ""
+    what = target.module or target.script
+    if status.get("error"):
+        return InputError(f"no trace was written for {what}: {status['error']}")
+    if not status:
+        return InputError(f"the script {ended} before perfstack's profiler could start{why}",
+                          hint=f"run it without perfstack to check: python {what}")
+    if not status.get("torch"):
+        return InputError(f"the script {ended} without importing torch{why}",
+                          hint="perfstack profile runs PyTorch workloads")
+    if window is not None:
+        return InputError(f"the script {ended} before the profiler wrote a trace{why}")
+    n = r.steps_seen
+    if n == 0:
+        if r.returncode != 0:
+            return InputError(f"the script exited with code {r.returncode} before any optimizer step{why}",
+                              hint=f"run it without perfstack to check: python {what}")
+        return InputError(
+            "the script finished without calling an optimizer's step(), so there are no step boundaries "
+            "to profile between",
+            hint="pass --window SECONDS to record a span of time instead (e.g. an inference script), or "
+                 "use the Python API: 'with perfstack.profile() as p:' and call p.step() once per step")
+    first, last_step = skip_first + 2, skip_first + 1 + steps
+    return InputError(
+        f"the script {ended} after {n} optimizer step{'s' if n != 1 else ''}, before the profile window "
+        f"(steps {first}-{last_step}, after {skip_first} skipped and 1 warm-up) was recorded{why}",
+        hint=f"lower --skip-first or --steps, or run the script for at least {last_step} steps")

@@ -1,0 +1,105 @@
+"""Interval arithmetic on a timeline (µs): unions, overlaps and an exclusive category sweep."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import Iterable, Sequence
+
+
+def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merge (start, end) pairs into disjoint sorted intervals."""
+    out: list[list[float]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+class Spans:
+    """Disjoint sorted intervals with O(log n) overlap queries."""
+
+    def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
+        merged = union(intervals)
+        self.starts = [s for s, _ in merged]
+        self.ends = [e for _, e in merged]
+        self.cum = [0.0]
+        for s, e in merged:
+            self.cum.append(self.cum[-1] + (e - s))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def overlap(self, a: float, b: float) -> float:
+        """Length of [a, b] covered by these intervals."""
+        if b <= a or not self.starts:
+            return 0.0
+        i = bisect_right(self.ends, a)  # first interval ending after a
+        j = bisect_left(self.starts, b)  # intervals [i, j) start before b
+        if i >= j:
+            return 0.0
+        total = self.cum[j] - self.cum[i]
+        total -= max(0.0, a - self.starts[i])
+        total -= max(0.0, self.ends[j - 1] - b)
+        return max(0.0, total)
+
+    def ends_within(self, a: float, b: float) -> bool:
+        """Does some interval end inside [a, b]?"""
+        i = bisect_left(self.ends, a)
+        return i < len(self.ends) and self.ends[i] <= b
+
+
+def clip(intervals: Sequence[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
+    return [(max(s, a), min(e, b)) for s, e in intervals if e > a and s < b]
+
+
+def gaps(busy: Sequence[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
+    """Idle intervals of [a, b] not covered by the disjoint sorted ``busy`` intervals."""
+    out, cur = [], a
+    for s, e in busy:
+        if e <= a:
+            continue
+        if s >= b:
+            break
+        if s > cur:
+            out.append((cur, s))
+        cur = max(cur, e)
+    if cur < b:
+        out.append((cur, b))
+    return out
+
+
+def sweep(events: Sequence[tuple[float, float, int]], a: float, b: float, n_cats: int,
+          comm: int | None = None) -> tuple[list[float], float, float]:
+    """Exclusive time per category over [a, b]: each instant goes to the lowest-index active
+    category. Returns (time per category, communication time overlapped by other work,
+    communication time with nothing else running)."""
+    points: list[tuple[float, int, int]] = []
+    for s, e, c in events:
+        s, e = max(s, a), min(e, b)
+        if e > s:
+            points.append((s, 1, c))
+            points.append((e, -1, c))
+    points.sort()
+    active = [0] * n_cats
+    out = [0.0] * n_cats
+    overlapped = exposed = 0.0
+    prev = None
+    for t, d, c in points:
+        if prev is not None and t > prev:
+            for k in range(n_cats):
+                if active[k]:
+                    out[k] += t - prev
+                    if comm is not None and active[comm]:
+                        if k == comm:
+                            exposed += t - prev
+                        else:
+                            overlapped += t - prev
+                    break
+        active[c] += d
+        prev = t
+    return out, overlapped, exposed

@@ -1,0 +1,213 @@
+"""capture.run on real tiny scripts (CPU torch), the telemetry sampler, and argv parsing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from perfstack.errors import InputError, UsageError
+from perfstack.profile import capture
+from perfstack.profile.capture import TelemetrySampler, parse_argv
+
+torch = pytest.importorskip("torch")
+
+MLP = """
+import sys, json
+import torch, torch.nn as nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range({n}):
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("script stdout: done", sys.argv[1:])
+open(sys.argv[1], "w").write(json.dumps({{"argv": sys.argv, "name": __name__}}))
+"""
+
+
+def script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def fake_sample(i: int) -> dict:
+    return {"sm_clock_mhz": 1980, "power_w": 100.0 + i}
+
+
+def step_names(trace: Path) -> list[str]:
+    with gzip.open(trace, "rt") as f:
+        doc = json.load(f)
+    return sorted({e["name"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def test_run_records_a_window_of_steps(tmp_path, capfd):
+    s = script(tmp_path, MLP.format(n=10))
+    marker = tmp_path / "ran.json"
+    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", steps=3, skip_first=2,
+                    gpus=[0, 1], sample=fake_sample)
+    assert r.returncode == 0 and not r.interrupted
+    assert r.steps_seen == 10  # >= steps
+    assert [p.name for p in r.trace_paths] == ["train.pt.trace.json.gz"]
+    assert r.trace_paths[0].parent == tmp_path / "out"
+    # 2 skipped (0, 1), 1 warm-up (2), 3 recorded: labelled with the script's own step numbers
+    assert step_names(r.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    ran = json.loads(marker.read_text())  # the script ran to its end, unmodified, as __main__
+    assert ran == {"argv": [str(s), str(marker)], "name": "__main__"}
+    assert {t["gpu"] for t in r.telemetry} == {0, 1}
+    assert all({"time", "t", "sm_clock_mhz"} <= t.keys() for t in r.telemetry)
+    out, err = capfd.readouterr()
+    assert "script stdout: done" not in out and "script stdout: done" in err  # our stdout is the report's
+    assert not list((tmp_path / "out").glob(".perfstack*"))
+
+
+def test_script_that_raises_before_any_step(tmp_path):
+    s = script(tmp_path, """
+        import torch
+        raise ValueError("boom: no data at /data/train")
+    """)
+    with pytest.raises(InputError, match=r"exited with code 1 before any optimizer step: "
+                                         r"ValueError: boom: no data at /data/train"):
+        capture.run([sys.executable, str(s)], tmp_path / "out", gpus=[])
+
+
+def test_script_without_optimizer_needs_window(tmp_path):
+    s = script(tmp_path, """
+        import torch
+        x = torch.randn(64, 64)
+        for _ in range(5):
+            x = torch.tanh(x @ x)
+    """, name="infer.py")
+    with pytest.raises(InputError, match="without calling an optimizer's step") as e:
+        capture.run(["python3", "-u", str(s)], tmp_path / "out", gpus=[])
+    assert "--window" in (e.value.hint or "")
+
+
+def test_window_records_one_span_without_optimizer(tmp_path):
+    s = script(tmp_path, """
+        import time, torch
+        x = torch.randn(64, 64)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2:
+            x = torch.tanh(x @ x)
+            time.sleep(0.01)
+    """, name="infer.py")
+    t0 = time.monotonic()
+    r = capture.run([str(s)], tmp_path / "out", window=1, gpus=[])
+    assert r.returncode == 0 and r.steps_seen == 0
+    assert step_names(r.trace_paths[0]) == ["ProfilerStep#0"]
+    assert time.monotonic() - t0 < 60
+
+
+def test_script_ending_before_the_window(tmp_path):
+    s = script(tmp_path, MLP.format(n=3))
+    with pytest.raises(InputError, match="after 3 optimizer steps, before the profile window"):
+        capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+
+
+def test_crash_inside_the_window_keeps_what_was_recorded(tmp_path):
+    s = script(tmp_path, MLP.format(n=5).replace("opt.zero_grad()", "opt.zero_grad()\n    if i == 4: raise SystemExit(3)"))
+    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+    assert r.returncode == 3 and r.steps_seen == 5
+    assert step_names(r.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4"]
+
+
+def test_stop_after_window_ends_the_script(tmp_path):
+    s = script(tmp_path, MLP.format(n=100000))
+    marker = tmp_path / "ran.json"
+    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", steps=2, skip_first=1,
+                    stop_after_window=True, gpus=[])
+    assert r.returncode == 0 and r.steps_seen == 4 and r.trace_paths
+    assert not marker.exists()
+
+
+def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers need the main thread")
+    s = script(tmp_path, MLP.format(n=10**9))
+    seen: list = []
+
+    def interrupt(paths):
+        seen.extend(paths)
+        os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C at the terminal reaches perfstack
+
+    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=2, skip_first=1,
+                    gpus=[], on_trace=interrupt)
+    assert r.interrupted and r.returncode == 130
+    assert seen == r.trace_paths and r.trace_paths[0].exists()
+    assert "KeyboardInterrupt" in r.stderr_tail
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sampler_samples_and_stops_cleanly():
+    calls: list[int] = []
+
+    def sample(i):
+        calls.append(i)
+        if i == 1:
+            raise RuntimeError("GPU is lost")
+        return {"power_w": 300.0}
+
+    s = TelemetrySampler(gpus=[0, 1], sample=sample, interval=0.02).start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    records = s.stop()
+    assert time.monotonic() - t0 < 1 and not s._thread.is_alive()
+    assert len(records) >= 4 and {r["gpu"] for r in records} == {0, 1}
+    assert {r.get("error") for r in records if r["gpu"] == 1} == {"RuntimeError: GPU is lost"}
+    ts = [r["t"] for r in records if r["gpu"] == 0]
+    assert ts == sorted(ts) and all(r["time"] > 1e9 for r in records)
+    n = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == n  # really stopped
+
+
+def test_sampler_without_gpus_starts_no_thread():
+    s = TelemetrySampler(gpus=[], sample=fake_sample).start()
+    assert s._thread is None and s.stop() == []
+
+
+@pytest.mark.parametrize("argv, script, args, opts", [
+    (["python", "train.py", "--lr", "3"], "train.py", ["--lr", "3"], []),
+    (["python3", "-u", "train.py"], "train.py", [], ["-u"]),
+    (["python3.11", "-X", "dev", "-W", "error", "train.py", "-u"], "train.py", ["-u"], ["-X", "dev", "-W", "error"]),
+    (["train.py", "a", "b"], "train.py", ["a", "b"], []),
+    ([sys.executable, "-O", "train.py"], "train.py", [], ["-O"]),
+])
+def test_parse_argv(tmp_path, monkeypatch, argv, script, args, opts):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    t = parse_argv(argv)
+    assert (t.script, t.module, t.args, t.python_options) == (script, None, args, opts)
+
+
+def test_parse_argv_module():
+    t = parse_argv(["python", "-m", "pkg.train", "--x"])
+    assert (t.script, t.module, t.args, t.name) == (None, "pkg.train", ["--x"], "train")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["torchrun", "--nproc-per-node", "2", "train.py"], "torchrun.*out of scope"),
+    (["/usr/bin/torchrun", "train.py"], "torchrun.*out of scope"),
+    (["python", "-m", "torch.distributed.run", "train.py"], "torch.distributed.run.*out of scope"),
+    (["python", "-c", "print(1)"], "script file"),
+    (["python", "missing.py"], "script not found: missing.py"),
+    (["python"], "names no script"),
+    (["ls", "-l"], "not one"),
+    ([], "no command"),
+])
+def test_parse_argv_refuses(tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=message):
+        parse_argv(argv)
