@@ -28,7 +28,7 @@ EXPECTED = {  # chart -> series it must draw
     "peak-bars": {"gemm.bf16.best", "hbm.copy", "h2d.pinned.best"},
     "curve-transfer": {"h2d.pinned", "h2d.pageable", "d2h.pinned", "d2h.pageable"},
     "roofline": {"ceiling bf16/fp16", "GEMM bf16", "profile kernel classes"},
-    "profile-steps": {"compute", "dataloader", "idle"},
+    "profile-steps": {"gemm", "idle"},
     "recoverable": {"dataloader-stall"},
     "memory": {"weights"},
     "latency": set(),

@@ -3,8 +3,10 @@
 The facts, findings and checks are the live doctor Runs recorded on the H100 and 2xH200 machines
 (tests/fixtures/runs). The bench figures follow the shape the bench modules write (names, params,
 raw samples in seconds, stats from bench.timing.summarize); their values are the H100 figures
-DESIGN.md quotes, with seeded noise. The profile and estimate sections follow the shapes
-report.views documents. When the recorded full bench Runs exist, tests prefer them.
+DESIGN.md quotes, with seeded noise, unless the recorded full bench Runs are used. With
+``recorded=True`` the profile section is perfstack's own analysis of traces recorded on the same
+machines (tests/fixtures/traces); otherwise a hand-built profile in the shape report.views documents.
+The estimates come from the estimate package.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from perfstack.bench.verdict import judge, lower_is_better
 from perfstack.model import Finding, Measurement, Run, Severity
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+# One planted problem per machine: a stalled DataLoader on the H100, unoverlapped all-reduces on 2xH200.
+RECORDED_TRACES = {"h100": ["h100/dataloader-stall.pt.trace.json.gz"],
+                   "h200x2": ["h200x2/ddp-not-overlapped.rank0.pt.trace.json.gz",
+                              "h200x2/ddp-not-overlapped.rank1.pt.trace.json.gz"]}
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 
@@ -38,6 +45,14 @@ def doctor(name: str = "h100") -> Run:
 def _recorded(name: str) -> dict[str, Any] | None:
     p = RUNS / f"{name}-bench-full.json"
     return json.loads(p.read_text()) if p.exists() else None
+
+
+@lru_cache(maxsize=4)
+def recorded_profile(name: str = "h100") -> tuple[dict[str, Any], list[Finding]]:
+    """perfstack's analysis of a trace recorded on that machine: (Run.profile, ranked findings)."""
+    from perfstack.profile.summary import profile_run
+    run = profile_run([TRACES / t for t in RECORDED_TRACES[name]])
+    return run.profile, run.findings
 
 
 def recorded_bench(name: str = "h100") -> Run | None:
@@ -184,8 +199,9 @@ def full_run(name: str = "h100", seed: int = 1, scale: float = 1.0, recorded: bo
     recorded = recorded_bench(name) if recorded else None
     gpus = len(run.facts.value("gpu.list") or []) or 1
     run.measurements = recorded.measurements if recorded and scale == 1.0 else bench_measurements(seed, scale, gpus)
-    run.profile = PROFILE
+    profile, found = recorded_profile(name) if recorded else (PROFILE, profile_findings())
+    run.profile = json.loads(json.dumps(profile))
     run.estimates = estimates("h200" if name.startswith("h200") else "h100-sxm")
-    run.findings = run.findings + profile_findings()
+    run.findings = run.findings + list(found)
     run.meta = {**run.meta, "command": "doctor"}
     return run

@@ -99,7 +99,10 @@ def test_full_view_has_every_section_with_series():
     assert ("bf16/fp16", pytest.approx(989.4)) in [(label, x) for label, x in v.roofline.ceilings]
     assert any(g == "profile kernel classes" for *_, g in v.roofline.points)
     assert v.roofline.ridges["bf16/fp16"] == pytest.approx(989.4 / 4.8)
-    assert v.profile.ranked[0].id == "dataloader-stall"  # largest recoverable time first
+    # perfstack's analysis of the recorded 2xH200 DDP traces: the unoverlapped all-reduces lead
+    assert v.profile.ranked[0].id == "comm-not-overlapped"
+    assert [f.recoverable_ms for f in v.profile.ranked] == sorted((f.recoverable_ms for f in v.profile.ranked),
+                                                                  reverse=True)
     est = v.estimates  # perfstack estimate's sheet for Llama-2-7B on an H200
     assert est.capacity == ("NVIDIA H200 SXM 141GB capacity", pytest.approx(141.0))
     sheet = full_run("h200x2").estimates["memory"]
@@ -154,7 +157,7 @@ def test_html_report_is_well_formed_and_self_contained(name):
     assert expected <= set(c.charts)
     assert {"h2d.pinned", "d2h.pageable"} <= c.series["curve-transfer"]
     assert "ceiling bf16/fp16" in c.series["roofline"] and "GEMM bf16" in c.series["roofline"]
-    assert {"compute", "dataloader"} <= c.series["profile-steps"]
+    assert {"gemm", "idle"} <= c.series["profile-steps"]
     assert {"weights", "KV cache (all sequences)"} <= c.series["memory"]
     assert "<script" in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
 

@@ -132,19 +132,24 @@ def analyze(trace: Trace) -> dict[str, Any]:
             dtype = classify.op_dtype(op.types) if op else None
             shape = classify.gemm_shape(op.name, op.dims) if op else None
             tc = classify.tensor_cores(g.name, dtype, precision)
-            flops = None
+            flops = nbytes = None
             if shape:
                 bsz, m_, n_, k_ = shape
-                flops = 2.0 * bsz * m_ * n_ * k_ / max(1, gemm_kernels_per_ext.get(g.external_id, 1))
+                split = max(1, gemm_kernels_per_ext.get(g.external_id, 1))
+                flops = 2.0 * bsz * m_ * n_ * k_ / split
+                # Minimum traffic: read A and B once, write C once (what the roofline's x axis needs).
+                nbytes = bsz * (m_ * k_ + k_ * n_ + m_ * n_) * classify.itemsize(dtype) / split
             bad = classify.misaligned(shape, dtype) if shape else []
             key = (dtype or "?", tc, bool(bad))
             row = gemm_rows.setdefault(key, {"dtype": dtype, "tensor_cores": tc, "misaligned": bool(bad),
-                                             "count": 0, "time_us": 0.0, "flops": 0.0, "flops_time_us": 0.0,
+                                             "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0,
+                                             "flops_time_us": 0.0,
                                              "shapes": {}, "ops": set()})
             row["count"] += 1
             row["time_us"] += g.dur
             if flops:
                 row["flops"] += flops
+                row["bytes"] += nbytes
                 row["flops_time_us"] += g.dur
             if shape:
                 s = f"{shape[1]}x{shape[2]}x{shape[3]}" + (f" (batch {shape[0]})" if shape[0] > 1 else "")
@@ -255,6 +260,7 @@ def analyze(trace: Trace) -> dict[str, Any]:
         ft = row.pop("flops_time_us")
         row["time_ms_per_step"] = _ms(t_us / n_steps)
         row["flops_per_step"] = row.pop("flops") / n_steps
+        row["bytes_per_step"] = row.pop("bytes") / n_steps
         row["tflops"] = round(row["flops_per_step"] * n_steps / (ft * 1e-6) / 1e12, 2) if ft else None
         row["shapes"] = dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6])
         row["ops"] = sorted(row["ops"])

@@ -126,6 +126,14 @@ def gemm_shape(op: str, dims: Sequence | None) -> tuple[int, int, int, int] | No
     return None
 
 
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8, "fp8": 1, "int8": 1}
+
+
+def itemsize(dtype: str | None) -> int:
+    """Bytes per element; 2 when the dtype is unknown (the common 16-bit case)."""
+    return ITEMSIZE.get(dtype or "", 2)
+
+
 def op_dtype(types: Sequence | None) -> str | None:
     if not types:
         return None

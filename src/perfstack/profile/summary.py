@@ -41,7 +41,7 @@ def _efficiency(p: dict, spec: Any, model_flops: float | None) -> None:
         if g["misaligned"]:
             label += " misaligned"
         classes.append({"name": label, "time_ms": g["time_ms_per_step"], "flops": g["flops_per_step"] or None,
-                        "tflops": g["tflops"], "peak_tflops": peak})
+                        "bytes": g["bytes_per_step"] or None, "tflops": g["tflops"], "peak_tflops": peak})
     for cat, ms in p["breakdown_ms"].items():
         if cat not in ("gemm", "idle", "cpu"):
             classes.append({"name": cat, "time_ms": round(ms, 4), "flops": None, "tflops": None})

@@ -25,6 +25,8 @@ from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, laye
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
 
+MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
+
 # Facts shown at the top of every report, in this order.
 KEY_FACTS = (("GPUs", "gpu.summary"), ("driver", "driver.version"), ("CUDA (driver)", "driver.cuda_version"),
              ("torch", "python.torch"), ("NCCL", "python.nccl"), ("cuDNN", "python.cudnn"),
@@ -310,7 +312,7 @@ def profile_view(run: Run) -> ProfileView | None:
     for _, segs in steps:
         cats += [c for c, _ in segs if c not in cats]
     gaps = sorted((dict(g) for g in p.get("idle_gaps") or [] if isinstance(g, Mapping)),
-                  key=lambda g: -(g.get("duration_ms") or 0))
+                  key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
     return ProfileView(categories=cats, steps=steps, step_ms=step_time(p, mean), gaps=gaps, ranked=ranked,
                        kernels=profile_kernels(p))
 
