@@ -160,7 +160,9 @@ def host_sync(p: dict, ctx: Context) -> PHit | None:
                f"{_f(step - wait)} ms per step, more than the GPU's {_f(busy)} ms, so the step is CPU-bound and the "
                f"syncs are not its critical path")
         why = "The syncs are real but cheap here: the CPU is the bottleneck (see launch-bound / gpu-idle)."
-    return PHit(ev, rec, why=why, claims={"sync": p["idle_by_reason_ms"].get("sync", 0.0)})
+    # The idle a fix recovers is the sync's own: the GPU waits while the host, released late, does
+    # the work it could have done during the kernels. gpu-idle must not count it again.
+    return PHit(ev, rec, why=why, claims={"sync": max(rec, p["idle_by_reason_ms"].get("sync", 0.0))})
 
 
 @profile_check("pageable-memcpy", "framework", "Host-to-device copies from pageable memory",
