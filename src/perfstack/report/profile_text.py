@@ -54,8 +54,8 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     L = p.get("launch") or {}
     if L:
         lts = L.get("launch_to_start_us") or {}
-        console.print(Text(f"launch: {L.get('kernels_per_step', 0):g} kernels/step, median {L.get('median_kernel_us')} µs, "
-                           f"launch→start median {lts.get('median')} µs; syncs {p['sync']['calls_per_step']:g}/step; "
+        console.print(Text(f"launch: {L.get('kernels_per_step', 0):g} kernels/step, median {_us(L.get('median_kernel_us'))}, "
+                           f"launch→start median {_us(lts.get('median'))}; syncs {p['sync']['calls_per_step']:g}/step; "
                            f"allocator calls {p['allocator']['calls_per_step']:g}/step"))
     if p.get("comm", {}).get("ms_per_step"):
         c = p["comm"]
@@ -89,3 +89,7 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     console.print(Text("\nEach figure is what that fix alone would recover; they overlap and do not add up. "
                        "'perfstack explain-profile' is not needed: the model of each rule is in docs/profile.md.",
                        style="dim"))
+
+
+def _us(v: float | None) -> str:
+    return "—" if v is None else f"{v:g} µs"
