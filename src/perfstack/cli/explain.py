@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,10 +23,25 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
+def _all_checks() -> dict[str, Any]:
+    """The doctor's checks, then the profile's (ranked by recoverable time, so no fixed severity)."""
+    from perfstack.profile.rules import PROFILE_CHECKS
+
+    checks: dict[str, Any] = {c.id: c for c in select_checks()}
+    for c in PROFILE_CHECKS.values():
+        checks.setdefault(c.id, c)
+    return checks
+
+
+def _severity(c: Any) -> str:
+    sev = getattr(c, "severity", None)
+    return sev.value if sev is not None else "by share"  # profile findings: from the share of the step they would recover
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    checks = {c.id: c for c in select_checks()}
+    checks = _all_checks()
     if args.id is None:
-        rows = [{"id": c.id, "layer": c.layer, "severity": c.severity.value, "title": c.title} for c in checks.values()]
+        rows = [{"id": c.id, "layer": c.layer, "severity": _severity(c), "title": c.title} for c in checks.values()]
         if args.json:
             out.out(json.dumps(rows, indent=2), highlight=False)
             return 0
@@ -40,12 +56,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         close = difflib.get_close_matches(args.id, list(checks), n=3)
         raise UsageError(f"no check named {args.id}",
                          hint=(f"did you mean {', '.join(close)}? " if close else "") + "'perfstack explain' lists them")
-    doc = {"id": c.id, "layer": c.layer, "severity": c.severity.value, "title": c.title, "checks": c.doc,
-           "why": c.why, "fix": c.fix, "refs": c.refs}
+    doc = {"id": c.id, "layer": c.layer, "severity": _severity(c), "title": c.title, "checks": c.doc,
+           "why": c.why, "fix": c.fix, "refs": getattr(c, "refs", "")}
     if args.json:
         out.out(json.dumps(doc, indent=2), highlight=False)
         return 0
-    out.print(Text.assemble((c.id, "bold"), f"  ·  {LAYERS[c.layer]}  ·  worst severity {c.severity.value}"))
+    out.print(Text.assemble((c.id, "bold"), f"  ·  {LAYERS[c.layer]}  ·  severity {_severity(c)}"))
     out.print(Text(c.title, style="bold"))
     for label in ("checks", "why", "fix", "refs"):
         if doc[label]:

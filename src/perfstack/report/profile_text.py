@@ -87,8 +87,7 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
         console.print(Text(f"   evidence: {f.evidence}"))
         console.print(Text(f"   fix: {f.fix}"))
     console.print(Text("\nEach figure is what that fix alone would recover; they overlap and do not add up. "
-                       "'perfstack explain-profile' is not needed: the model of each rule is in docs/profile.md.",
-                       style="dim"))
+                       "'perfstack explain ID' shows how each is estimated.", style="dim"))
 
 
 def _us(v: float | None) -> str:
