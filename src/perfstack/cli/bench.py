@@ -17,11 +17,11 @@ from rich.progress import (
 
 from perfstack import bench as benches
 from perfstack.audit import FAIL_ON, audit, exit_code
+from perfstack.cli import output
 from perfstack.errors import UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
-from perfstack.report.html import write_report
 from perfstack.rules import select_checks
 from perfstack.rules.measured import MEASURED
 
@@ -34,9 +34,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--suite", choices=benches.SUITES, default="quick", help="quick (default, about a minute) or full")
     p.add_argument("--path", dest="storage_path", metavar="PATH", help="file or directory for the storage benchmark")
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
-    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
-    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.set_defaults(func=run)
 
@@ -67,19 +65,8 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    for path in (args.output, args.html):
-        if path and Path(path).is_dir():
-            raise UsageError(f"{path} is a directory", hint="give a file name")
+    output.check_paths(args.output, args.html)
     fn = bench_fn(args, err, args.suite, args.names, args.storage_path)
     result = audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=fn, command="bench")
-    if args.output:
-        result.save(args.output)
-        err.print(f"saved Run to {args.output}")
-    if args.html:
-        write_report(result, args.html)
-        err.print(f"wrote the HTML report to {args.html}")
-    if args.json:
-        out.out(result.to_json(), highlight=False)
-    else:
-        render_bench(result, out, verbose=args.verbose > 0)
+    output.emit(result, args, out, err, lambda: render_bench(result, out, verbose=args.verbose > 0))
     return exit_code(result, args.fail_on)

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from perfstack.audit import FAIL_ON, audit, exit_code, summary
 from perfstack.bench import SUITES
+from perfstack.cli import output
 from perfstack.cli.bench import bench_fn
 from perfstack.errors import UsageError
 from perfstack.host.bundle import BundleHost
@@ -17,7 +18,6 @@ from perfstack.host.live import LiveHost
 from perfstack.model import Run
 from perfstack.report.bench_text import render_measurements
 from perfstack.report.fixscript import render_fix_script
-from perfstack.report.html import write_report
 from perfstack.report.text import render_doctor
 from perfstack.rules import fix_first, select_checks
 
@@ -30,13 +30,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("doctor", parents=[common], help="audit this machine (or a bundle), bottom-up",
                        description="Audit the stack layer by layer: findings with evidence and the fix.")
     p.add_argument("--bundle", metavar="DIR", help="audit a recorded bundle instead of this machine")
-    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
-    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="critical",
                    help="exit 1 when a finding at or above this severity exists (default: critical)")
     p.add_argument("--select", action="append", metavar="IDS", help="only these check ids or layers (comma-separated)")
     p.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--fix-script", metavar="FILE", help="write the fixes as a shell script to review (never run)")
     p.add_argument("--bench", choices=SUITES, metavar="SUITE",
                    help="also run the benchmark suite (quick or full) and judge its results")
@@ -57,24 +55,15 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    for path in (args.output, args.fix_script, args.html):
-        if path and Path(path).is_dir():
-            raise UsageError(f"{path} is a directory", hint="give a file name")
+    output.check_paths(args.output, args.fix_script, args.html)
     result = doctor_run(args, err)
-    if args.output:
-        result.save(args.output)
-        err.print(f"saved Run to {args.output}")
-    if args.html:
-        write_report(result, args.html)
-        err.print(f"wrote the HTML report to {args.html}")
     if args.fix_script:
         Path(args.fix_script).write_text(render_fix_script(result), encoding="utf-8")
         err.print(f"wrote fixes to {args.fix_script} for review; perfstack did not run them")
-    if args.json:
-        out.out(result.to_json(), highlight=False)
-    else:
+
+    def render() -> None:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
         if result.measurements:
             render_measurements(result, out, verbose=args.verbose > 0)
+    output.emit(result, args, out, err, render)
     return exit_code(result, args.fail_on)
-

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from perfstack import __version__
+from perfstack.cli import output
 from perfstack.errors import UsageError
 from perfstack.estimate import catalog, hardware, infer, train
 from perfstack.estimate.config import ModelSpec, load_config, parse_config
@@ -40,8 +41,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", metavar="NAME", help="GPU from the spec table (default h100-sxm)")
     p.add_argument("--calibrate", metavar="RUN.json",
                    help="use measured TFLOP/s and bandwidth from a 'perfstack bench' Run instead of spec peaks")
-    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
-    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
+    output.add_arguments(p)
 
 
 def _positive(text: str) -> int:
@@ -151,16 +151,9 @@ def build_run(args: argparse.Namespace) -> Run:
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
-    if args.output and Path(args.output).is_dir():
-        raise UsageError(f"{args.output} is a directory", hint="give a file name")
+    output.check_paths(args.output, args.html)
     result = build_run(args)
-    if args.output:
-        result.save(args.output)
-        err.print(f"saved Run to {args.output}")
-    if args.json:
-        out.out(result.to_json(), highlight=False)
-    else:
-        render_estimate(result, out, verbose=args.verbose > 0)
+    output.emit(result, args, out, err, lambda: render_estimate(result, out, verbose=args.verbose > 0))
     return 0
 
 

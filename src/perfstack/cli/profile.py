@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from perfstack.audit import FAIL_ON, exit_code
+from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
-from perfstack.report.html import write_report
 from perfstack.report.profile_text import render_profile
 
 
@@ -31,9 +31,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="capture mode: end the script once the profiled steps are recorded")
     p.add_argument("--out-dir", metavar="DIR", help="capture mode: where traces are written (default: a temp dir)")
     p.add_argument("--model-flops-per-step", type=float, metavar="FLOPS", help="model FLOPs per step, for MFU")
-    p.add_argument("--json", action="store_true", help="print the Run as one JSON document")
-    p.add_argument("-o", "--output", metavar="FILE", help="also save the Run as JSON")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (capture mode)")
     p.set_defaults(func=run)
@@ -73,9 +71,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(f"--skip-first {args.skip_first}: must be 0 or more")
     if args.model_flops_per_step is not None and args.model_flops_per_step <= 0:
         raise UsageError(f"--model-flops-per-step {args.model_flops_per_step:g}: must be positive")
-    for path in (args.output, args.html):
-        if path and Path(path).is_dir():
-            raise UsageError(f"{path} is a directory", hint="give a file name")
+    output.check_paths(args.output, args.html)
     telemetry = None
     if cmd:
         res = _capture(args, err)
@@ -87,14 +83,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     result = profile_run(paths, model_flops_per_step=args.model_flops_per_step, telemetry=telemetry)
     for w in result.meta.get("warnings", []):
         err.print(f"perfstack: warning: {w}")
-    if args.output:
-        result.save(args.output)
-        err.print(f"saved Run to {args.output}")
-    if args.html:
-        write_report(result, args.html)
-        err.print(f"wrote the HTML report to {args.html}")
-    if args.json:
-        out.out(result.to_json(), highlight=False)
-    else:
-        render_profile(result, out, verbose=args.verbose > 0)
+    output.emit(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
     return exit_code(result, args.fail_on)
