@@ -96,7 +96,8 @@ def finding(id_: str, severity=Severity.WARNING, subject="", recoverable_ms=None
 def test_findings_fixed_introduced_unchanged_and_not_checked():
     before = run_with(findings=[finding("swappiness"), finding("thp"), finding("numa", subject="gpu0"),
                                 finding("pcie-x8")],
-                      checks=[CheckResult(i, "found") for i in ("swappiness", "thp", "numa", "pcie-x8")])
+                      checks=[CheckResult(i, "found") for i in ("swappiness", "thp", "numa", "pcie-x8")]
+                      + [CheckResult("new", "passed")])
     after = run_with(findings=[finding("thp", Severity.CRITICAL), finding("numa", subject="gpu1"), finding("new")],
                      checks=[CheckResult("swappiness", "passed"), CheckResult("thp", "found"),
                              CheckResult("numa", "found"), CheckResult("new", "found"),
@@ -207,3 +208,17 @@ def test_diff_saves_and_loads_back(tmp_path):
     assert data["kind"] == "perfstack-diff" and data["summary"]["measurements"]["regressed"] > 0
     back = Diff.from_dict(data)
     assert back.to_dict() == d.to_dict()
+
+
+def test_findings_of_checks_the_before_run_never_ran_are_not_introduced():
+    """A bench Run runs only the measured checks; diffing it against a doctor Run must not call
+    every doctor finding 'introduced'."""
+    from pathlib import Path
+
+    from perfstack.model import Run
+    runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    d = diff_runs(Run.load(runs / "h100-bench-full.json"), Run.load(runs / "h100-doctor-bench.json"))
+    by = {c.id: c for c in d.findings}
+    assert by["swappiness"].status == "not checked before"
+    assert "did not run this check" in by["swappiness"].reason
+    assert not [c for c in d.findings if c.status == "introduced"]

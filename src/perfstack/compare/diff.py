@@ -41,7 +41,7 @@ class FindingChange:
     subject: str
     layer: str
     title: str
-    status: str  # "fixed" | "introduced" | "unchanged" | "not checked after"
+    status: str  # "fixed" | "introduced" | "unchanged" | "not checked after" | "not checked before"
     severity: str  # the after-Run's severity where it has the finding, else the before-Run's
     before_severity: str | None = None
     evidence_before: str = ""
@@ -90,7 +90,8 @@ class Diff:
         return {
             "facts_drifted": len(self.facts),
             "findings": {s: count(self.findings, "status", s)
-                         for s in ("fixed", "introduced", "unchanged", "not checked after")},
+                         for s in ("fixed", "introduced", "unchanged", "not checked after",
+                                   "not checked before")},
             "measurements": {v: count(self.measurements, "verdict", v) for v in (IMPROVED, REGRESSED, NOISE)}
             | {"not compared": sum(1 for m in self.measurements if m.verdict not in (IMPROVED, REGRESSED, NOISE))},
             "hardware_same": self.hardware.get("same", True),
@@ -138,6 +139,7 @@ def finding_changes(before: Run, after: Run) -> list[FindingChange]:
     b = {_key(f): f for f in before.findings}
     a = {_key(f): f for f in after.findings}
     checked_after = {c.id: c for c in after.checks}
+    checked_before = {c.id: c for c in before.checks}
     out: list[FindingChange] = []
     for key in list(b) + [k for k in a if k not in b]:
         fb, fa = b.get(key), a.get(key)
@@ -150,9 +152,9 @@ def finding_changes(before: Run, after: Run) -> list[FindingChange]:
         if fb and not fa:
             change.status, change.reason = _gone(fb, after, checked_after.get(f.id))
         elif fa and not fb:
-            change.status = "introduced"
+            change.status, change.reason = _new(fa, before, checked_before.get(f.id))
         out.append(change)
-    rank = {"introduced": 0, "fixed": 1, "not checked after": 2, "unchanged": 3}
+    rank = {"introduced": 0, "fixed": 1, "not checked after": 2, "not checked before": 3, "unchanged": 4}
     return sorted(out, key=lambda c: rank[c.status])
 
 
@@ -165,6 +167,18 @@ def _gone(f: Finding, after: Run, check: Any) -> tuple[str, str]:
     if check.status in ("not-checked", "not-applicable"):
         return "not checked after", check.reason
     return "fixed", ""
+
+
+def _new(f: Finding, before: Run, check: Any) -> tuple[str, str]:
+    """A finding the before-Run lacks: introduced, or only not looked at before (a bench Run
+    against a doctor Run runs different checks)?"""
+    if f.recoverable_ms is not None:
+        return ("introduced", "") if before.profile else ("not checked before", "the before-Run has no profile")
+    if check is None:
+        return "not checked before", "the before-Run did not run this check"
+    if check.status in ("not-checked", "not-applicable"):
+        return "not checked before", check.reason
+    return "introduced", ""
 
 
 # -- measurements -----------------------------------------------------------------------------

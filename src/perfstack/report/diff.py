@@ -12,7 +12,8 @@ from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.report.charts import num
 
 VERDICT = {"improved": "green", "regressed": "bold red", "within noise": "dim"}
-STATUS = {"fixed": "green", "introduced": "bold red", "unchanged": "dim", "not checked after": "yellow"}
+STATUS = {"fixed": "green", "introduced": "bold red", "unchanged": "dim", "not checked after": "yellow",
+          "not checked before": "yellow"}
 SEVERITY = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 

@@ -212,7 +212,8 @@ def render_diff(diff: Diff) -> str:
                    + table(("", "before", "after"), rows))
     f, m = s["findings"], s["measurements"]
     out.append(f"**{s['facts_drifted']}** facts drifted · findings: {f['fixed']} fixed, {f['introduced']} introduced, "
-               f"{f['unchanged']} unchanged, {f['not checked after']} not checked after · figures: {m['improved']} "
+               f"{f['unchanged']} unchanged, {f['not checked after']} not checked after, "
+               f"{f['not checked before']} not checked before · figures: {m['improved']} "
                f"improved, {m['regressed']} regressed, {m['within noise']} within noise, {m['not compared']} not "
                "compared")
     if diff.facts:
