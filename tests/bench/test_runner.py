@@ -61,3 +61,17 @@ def test_verdicts():
     assert judge(Measurement("host", "h", 20.0, "GB/s"), None, "", None).verdict == "no reference"
     assert lower_is_better(Measurement("launch", "l", 1.5, "us"), 2.0, "").verdict == "good"
     assert lower_is_better(Measurement("launch", "l", 9.0, "us"), 2.0, "").verdict == "low"
+
+
+def test_table_shows_reasons_literally():
+    """Reasons and notes carry text like "perfstack[bench]" that must not be read as markup."""
+    import io
+
+    from rich.console import Console
+
+    from perfstack.model import Run
+    from perfstack.report.bench_text import render_measurements
+    m = Measurement("host", "host", None, "", status="skipped", reason="numpy is not installed: pip install 'perfstack[bench]'")
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    render_measurements(Run(measurements=[m]), console)
+    assert "perfstack[bench]" in console.file.getvalue()

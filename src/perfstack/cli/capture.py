@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     meta = {"tool_version": __version__, "captured": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     stats = recorder.write(rec, args.dir, meta)
     out.print(f"wrote bundle {args.dir}: {stats['files']} files, {stats['unavailable']} reads not available, "
-              f"{stats['redacted_files']} files redacted, {stats['gpu_uuids']} GPU UUIDs replaced")
-    out.print(f"audit it with: perfstack doctor --bundle {args.dir}")
+              f"{stats['redacted_files']} files redacted, {stats['gpu_uuids']} GPU UUIDs replaced", markup=False)
+    out.print(f"audit it with: perfstack doctor --bundle {args.dir}", markup=False)
     return 0
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     elif args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             render_diff(d, Console(file=f, width=140, no_color=True, highlight=False), args.verbose > 0)
-        err.print(f"wrote the diff to {args.output}", soft_wrap=True)
+        err.print(f"wrote the diff to {args.output}", soft_wrap=True, markup=False)
     else:
         render_diff(d, out, args.verbose > 0)
     if not d.hardware.get("same", True):

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             return 0
         t = Table("id", "layer", "severity", "title", box=None, pad_edge=False)
         for r in rows:
-            t.add_row(r["id"], r["layer"], r["severity"], r["title"])
+            t.add_row(r["id"], r["layer"], r["severity"], Text(r["title"]))
         out.print(t)
         out.print(Text(f"{len(rows)} checks; 'perfstack explain ID' for one", style="dim"))
         return 0

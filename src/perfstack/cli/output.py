@@ -29,11 +29,11 @@ def emit(result: Run, args: argparse.Namespace, out: Console, err: Console, rend
     """Save, write the HTML report, then print the JSON document or the terminal report."""
     if args.output:
         result.save(args.output)
-        err.print(f"saved Run to {args.output}")
+        err.print(f"saved Run to {args.output}", markup=False)
     if args.html:
         from perfstack.report.html import write_report
         write_report(result, args.html)
-        err.print(f"wrote the HTML report to {args.html}")
+        err.print(f"wrote the HTML report to {args.html}", markup=False)
     if args.json:
         out.out(result.to_json(), highlight=False)
     else:

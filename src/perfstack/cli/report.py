@@ -70,7 +70,7 @@ def emit(text: str, output: str | None, out: Console, err: Console, what: str) -
     """Write a rendered document to a file (and say so on stderr) or to stdout as is."""
     if output:
         Path(output).write_text(text, encoding="utf-8")
-        err.print(f"wrote {what} to {output}", soft_wrap=True)
+        err.print(f"wrote {what} to {output}", soft_wrap=True, markup=False)
     else:
         out.file.write(text if text.endswith("\n") else text + "\n")
         out.file.flush()
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             render_text(r, view, Console(file=f, width=120, no_color=True, highlight=False, soft_wrap=False),
                         args.verbose > 0)
-        err.print(f"wrote the report to {args.output}", soft_wrap=True)
+        err.print(f"wrote the report to {args.output}", soft_wrap=True, markup=False)
     else:
         render_text(r, view, out, args.verbose > 0)
     return 0

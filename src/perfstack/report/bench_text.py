@@ -19,7 +19,7 @@ def _num(v: float | None) -> str:
 
 def _row(m: Measurement) -> list[Text | str]:
     if m.status != "ok":
-        return [m.bench, m.name, "—", "—", "—", Text(m.status, style=VERDICT_STYLE[m.status]), m.reason]
+        return [m.bench, m.name, "—", "—", "—", Text(m.status, style=VERDICT_STYLE[m.status]), Text(m.reason)]
     pct = f"{m.fraction:.0%}" if m.fraction is not None else "—"
     if m.expected_fraction and m.fraction is not None:
         pct += f" (≈{m.expected_fraction:.0%} typical)"
@@ -28,7 +28,7 @@ def _row(m: Measurement) -> list[Text | str]:
     if spread is not None and m.stats.get("n", 0) > 1:
         notes = f"±{spread:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
     return [m.bench, m.name, f"{_num(m.value)} {m.unit}", f"{_num(m.peak)} {m.unit}" if m.peak else "—", pct,
-            Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), notes]
+            Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), Text(notes)]
 
 
 def render_measurements(run: Run, console: Console, verbose: bool = False) -> None:

@@ -66,7 +66,7 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     if verbose:
         k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
         for r in p.get("top_kernels", [])[:10]:
-            k.add_row(r["name"][:70], r["category"], str(r["count"]), f"{r['time_ms_per_step']:.3f}")
+            k.add_row(Text(r["name"][:70]), r["category"], str(r["count"]), f"{r['time_ms_per_step']:.3f}")
         console.print(k)
     if p.get("straggler"):
         s = p["straggler"]
@@ -79,7 +79,7 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     for col in ("#", "id", "severity", "recover", "%"):
         ft.add_column(col, justify="right" if col in ("#", "recover", "%") else "left")
     for i, f in enumerate(run.findings, 1):
-        ft.add_row(str(i), f.id + (f" [{f.subject}]" if f.subject else ""), Text(f.severity.value, style=SEV[f.severity.value]),
+        ft.add_row(str(i), Text(f.id + (f" [{f.subject}]" if f.subject else "")), Text(f.severity.value, style=SEV[f.severity.value]),
                    f"{f.recoverable_ms or 0:.2f} ms", f"{f.recoverable_pct or 0:.0f}%")
     console.print(ft)
     for i, f in enumerate(run.findings, 1):
