@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfstack.bench import transfer
+from perfstack.bench import _gpu, transfer
 from perfstack.model import Fact, Facts, Measurement, Run
 
 KIB, MIB, GIB = transfer.KIB, transfer.MIB, transfer.GIB
@@ -14,7 +14,7 @@ def test_sweeps():
     assert full[0] == 4 * KIB and full[-1] == GIB and len(full) == 10
     assert all(b == 4 * a for a, b in zip(full, full[1:]))
     assert transfer.point_name("h2d", "pinned", 256 * MIB) == "h2d.pinned.256MiB"
-    assert transfer.gbps(GIB, GIB / 55e9) == pytest.approx(55.0)
+    assert _gpu.gbps(GIB, GIB / 55e9) == pytest.approx(55.0)
 
 
 def point(n, gbps, status="ok"):

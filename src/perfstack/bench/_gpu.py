@@ -32,6 +32,11 @@ LIMITING = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
 
 
 # -- sizes ----------------------------------------------------------------------------------
+def gbps(nbytes: int, seconds: float) -> float:
+    """Bandwidth in GB/s (1e9 bytes per second), the unit every bandwidth figure uses."""
+    return nbytes / seconds / 1e9
+
+
 def size_label(n: int) -> str:
     """4096 -> '4KiB', 2**30 -> '1GiB'; sizes that are not a whole unit keep their bytes ('1000B')."""
     for unit, k in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):

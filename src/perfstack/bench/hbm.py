@@ -26,10 +26,6 @@ def bytes_moved(kind: str, buffer_bytes: int) -> int:
     return dict((k, f) for k, _, f in KERNELS)[kind] * buffer_bytes
 
 
-def gbps(nbytes: int, seconds: float) -> float:
-    return nbytes / seconds / 1e9
-
-
 def buffer_size(free: int | None, cap: int | None = None) -> int | None:
     """The largest buffer for which a copy's two buffers fit."""
     sizes = [s for s in BUFFER_SIZES if cap is None or s <= cap]
@@ -73,7 +69,7 @@ def run(ctx: BenchContext) -> list[Measurement]:
             samples = timing.measure(_kernel(torch, kind, src, dst), timing.CudaTimer(torch), min_reps=20,
                                      max_reps=5000, between=flush, **TIMING[ctx.suite])
             moved = bytes_moved(kind, n)
-            out.append(_gpu.measurement("hbm", f"hbm.{kind}", samples, lambda s, b=moved: gbps(b, s), "GB/s",
+            out.append(_gpu.measurement("hbm", f"hbm.{kind}", samples, lambda s, b=moved: _gpu.gbps(b, s), "GB/s",
                                         {"buffer_bytes": n, "bytes_per_rep": moved, "l2_flush": flush is not None,
                                          "counts": {"copy": "read + write", "read": "read", "write": "write"}[kind]}))
         del src, dst, flush

@@ -24,10 +24,6 @@ BYTES = {"quick": 256 * MIB, "full": GIB}
 TIMING = {"quick": {"budget_s": 0.2, "warmup_s": 0.05}, "full": {"budget_s": 0.5, "warmup_s": 0.1}}
 
 
-def gbps(nbytes: int, seconds: float) -> float:
-    return nbytes / seconds / 1e9
-
-
 def pair_link(facts: Facts, a: int, b: int) -> str | None:
     """The topology matrix cell between NVML GPUs a and b ("NV18", "PIX", "SYS", ...), if known."""
     topo = facts.value("pcie.topology") or {}
@@ -106,7 +102,7 @@ def _pair(torch: Any, ctx: BenchContext, i: int, j: int, nbytes: int, entries: l
             samples, ok = _copy(torch, i, j, nbytes, ctx.suite)
     finally:
         torch.cuda.empty_cache()
-    m = _gpu.measurement("p2p", name, samples, lambda s: gbps(nbytes, s), "GB/s", params)
+    m = _gpu.measurement("p2p", name, samples, lambda s: _gpu.gbps(nbytes, s), "GB/s", params)
     _gpu.finish([m], tel)
     m.notes.insert(0, f"can_device_access_peer({i}, {j}) = {peer}"
                    + ("" if peer else ": copies are staged through host memory"))

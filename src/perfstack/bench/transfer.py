@@ -42,10 +42,6 @@ def sizes(suite: str) -> tuple[int, ...]:
     return SIZES_FULL if suite == "full" else SIZES_QUICK
 
 
-def gbps(nbytes: int, seconds: float) -> float:
-    return nbytes / seconds / 1e9
-
-
 def point_name(direction: str, memory: str, nbytes: int) -> str:
     return f"{direction}.{memory}.{_gpu.size_label(nbytes)}"
 
@@ -94,7 +90,7 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
                 fn = lambda d=d, h=h, nb=nb: h.copy_(d, non_blocking=nb)  # noqa: E731
             samples = timing.measure(fn, timing.CudaTimer(torch), min_reps=10, max_reps=500, **TIMING[suite])
             out.append(_gpu.measurement(direction, point_name(direction, memory, n), samples,
-                                        lambda s, n=n: gbps(n, s), "GB/s",
+                                        lambda s, n=n: _gpu.gbps(n, s), "GB/s",
                                         {"sweep": True, "bytes": n, "memory": memory, "direction": direction}))
         del host
     del device_buf
@@ -106,7 +102,7 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
                                      f"no copy of {_gpu.size_label(HEADLINE_MIN)} or more fit", "GB/s"))
             continue
         m = _gpu.measurement(direction, f"{direction}.{memory}.best", best.samples, lambda s, n=best.params["bytes"]:
-                             gbps(n, s), "GB/s", {**best.params, "sweep": False,
+                             _gpu.gbps(n, s), "GB/s", {**best.params, "sweep": False,
                                                    "sizes": [x.params["bytes"] for x in out
                                                              if x.params.get("memory") == memory]})
         at = _gpu.size_label(best.params["bytes"])
@@ -191,7 +187,7 @@ def numa_compare(ctx: BenchContext, entry: dict[str, Any]) -> list[Measurement]:
         if isinstance(got, str):
             out.append(_gpu.error("h2d", f"h2d.pinned.{label}", got, "GB/s", params))
         else:
-            out.append(_gpu.measurement("h2d", f"h2d.pinned.{label}", got, lambda s: gbps(NUMA_BYTES, s), "GB/s",
+            out.append(_gpu.measurement("h2d", f"h2d.pinned.{label}", got, lambda s: _gpu.gbps(NUMA_BYTES, s), "GB/s",
                                         params))
     if all(m.status == "ok" and m.value for m in out):
         ratio = out[1].value / out[0].value  # type: ignore[operator]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 from rich.progress import (
@@ -17,8 +16,8 @@ from rich.progress import (
 
 from perfstack import bench as benches
 from perfstack.audit import FAIL_ON, audit, exit_code
+from perfstack.bench.storage import files_to_read
 from perfstack.cli import output
-from perfstack.errors import UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
@@ -42,8 +41,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str], storage_path: str | None):
     """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
     chosen = benches.select(names, suite, storage_path)
-    if storage_path and not Path(storage_path).exists():
-        raise UsageError(f"storage path {storage_path} does not exist", hint="give a file or directory to read")
+    if storage_path:
+        files_to_read(storage_path)  # fail before the other benchmarks spend a minute, not after
 
     def run_benches(facts: Facts) -> list[Measurement]:
         show = err.is_terminal and not args.quiet
