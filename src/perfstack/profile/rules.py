@@ -1,16 +1,16 @@
-"""Profile rules: pure functions of a profile summary (``analyze.analyze``) to findings, each with
-the time per step a fix would recover, ranked by it.
+"""Profile rules: pure functions of a profile summary (``summary.summarize``) to findings, each with
+the time per step its fix would recover, ranked by it.
 
-These are kept in their own registry (``PROFILE_CHECKS``), not in ``perfstack.rules.CHECKS``:
+Registered in their own registry (``PROFILE_CHECKS``), not in ``perfstack.rules.CHECKS``:
 ``perfstack doctor`` runs every check of that registry and profile rules need a trace.
 
-Avoiding double counting. Each finding's ``recoverable_ms`` is the gain if that fix were made
-alone. GPU idle time is partitioned gap by gap by what the CPU was doing (``analyze.REASONS``):
-data loading → dataloader-stall, allocator calls → allocator-churn, CPU dispatch → launch-bound;
-``gpu-idle`` only claims the idle time no other fired finding explains. Busy-time findings
-(fp32-matmul, gemm-misaligned, pageable-memcpy, comm-not-overlapped) shrink disjoint sets of GPU
-intervals. host-sync is modelled from the time the CPU was blocked and can overlap launch-bound
-(both shorten the CPU's critical path); the report says so rather than adding them up.
+Recoverable time. Each fix is replayed through the CPU/GPU model (``simulate``; the scenarios are
+computed in ``summary.whatifs``): the step without the change minus the step with it, with
+CPU-side time corrected for the profiler's overhead (``summary.overhead``). Each figure is the
+gain of that fix alone; two fixes of the same time (a sync removed, a CUDA graph) overlap, and
+the report says so rather than adding them up. Percentages are of the step without the profiler
+(measured when given, else estimated), and a finding whose severity differs between the profiled
+trace and the corrected one says so.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from typing import Any, Callable
 
 from perfstack.model import LAYERS, Finding, Severity
 
-GRAPH_REPLAY_US_PER_KERNEL = 1.0  # DESIGN.md: ≈1 µs per kernel replayed from a CUDA graph (H100, torch 2.11)
-DEFAULT_PINNED_GBPS = 25.0  # PCIe Gen4 x16 practical pinned, when the GPU is not in the spec table
-TF32_PRACTICAL, FP32_PRACTICAL, BF16_PRACTICAL = 0.72, 0.77, 0.80  # specs.practical_fraction defaults
 
 
 @dataclass
@@ -82,62 +79,71 @@ def _f(x: float, nd: int = 2) -> str:
 
 # -- rules ---------------------------------------------------------------------------------------
 
+
+def _w(p: dict, fid: str) -> tuple[float, float]:
+    """(ms, pct) a fix would recover per step, corrected for the profiler's overhead."""
+    w = (p.get("whatif") or {}).get(fid) or {}
+    return w.get("ms", 0.0), w.get("pct", 0.0)
+
+
+def _step(p: dict) -> float:
+    return (p.get("overhead") or {}).get("step_ms") or p["step_ms"]
+
+
+def _gpu_ms(p: dict, ms: float) -> str:
+    return f"{ms:.2f} ms of GPU time per step"
+
+
+# -- CPU side: the GPU waits for the host ----------------------------------------------------------
+
 @profile_check("dataloader-stall", "framework", "The GPU waits for the DataLoader",
-               doc="""Fires when the GPU is idle while the DataLoader's __next__ runs on the main thread
-               (enumerate(DataLoader)#...__next__) for ≥ 5% of the step. Recoverable = the idle gaps in which the
-               loader ran for ≥ 30% of the gap (or the loader time overlapping GPU idle, if larger): with workers
-               prefetching, the next batch is ready when the step ends.""",
+               doc="""Fires when the DataLoader's __next__ runs on the main thread
+               (enumerate(DataLoader)#...__next__) and replaying the step without that time (batches ready when
+               asked, as prefetching workers make them) recovers ≥ 5% of the step.""",
                why="Input pipelines that starve the GPU are the most common cause of low utilization; fixing I/O "
                    "stalls typically takes GPUs from about 70% to above 95% busy (book, ch. 5/13).",
                fix="DataLoader(num_workers=N (start at CPU cores / GPUs), pin_memory=True, prefetch_factor=2-4, "
                    "persistent_workers=True); move decoding/augmentation to the GPU (DALI, torchvision v2 on CUDA); "
                    "then .to(device, non_blocking=True).")
 def dataloader_stall(p: dict, ctx: Context) -> PHit | None:
-    step = p["step_ms"]
-    claimed = max(p["idle_by_reason_ms"].get("data loading", 0.0), p["data_wait_idle_ms"])
-    if not step or claimed < 0.05 * step:
+    ms, pct = _w(p, "dataloader-stall")
+    if not p["data_wait_ms"] or pct < 5:
         return None
-    return PHit(f"the DataLoader's __next__ ran {_f(p['data_wait_ms'])} ms per step on the main thread; the GPU "
-                f"was idle {_f(claimed)} ms of the {_f(step)} ms step waiting for it "
-                f"({p['busy_pct']:.0f}% busy)", claimed, claims={"data loading": claimed})
+    return PHit(f"the DataLoader's __next__ ran {_f(p['data_wait_ms'])} ms per step on the main thread (profiled); "
+                f"the GPU was idle {_f(p['data_wait_idle_ms'])} ms per step waiting for it", ms,
+                claims={"data loading": p["data_wait_idle_ms"]})
 
 
 @profile_check("launch-bound", "framework", "CPU dispatch is the critical path (many small kernels)",
-               doc="""Fires when ≥ 50 kernels run per step, most are short (median < 20 µs or ≥ 50% under
-               10 µs), the GPU idles ≥ 10% of the step while the CPU is dispatching, and the launch-to-start
-               delay is small (median < 50 µs: the GPU queue is empty, each kernel starts as soon as it is
-               launched). Recoverable = the idle time during CPU dispatch minus the cost of replaying the same
-               kernels from a CUDA graph (≈ 1 µs each).""",
+               doc="""Fires when ≥ 50 kernels run per step outside CUDA graphs and replaying the step with
+               CUDA-graph dispatch (the CPU time spent inside operators removed, ≈ 1 µs per kernel replayed)
+               recovers ≥ 5% of the step after the profiler's CPU overhead is removed. A GPU-bound step (the CPU
+               runs ahead) recovers nothing this way, and the rule stays silent.""",
                why="Eager PyTorch pays ~5-20 µs of CPU per op; when kernels are shorter than that the GPU waits "
                    "for the CPU. CUDA Graphs typically cut iteration time 20-30% and far more for tiny models.",
                fix="Capture the step in a CUDA graph (torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), "
                    "or torch.compile(model) to fuse the small kernels, or raise the batch size so each kernel does "
                    "more work; use fused optimizers (fused=True).")
 def launch_bound(p: dict, ctx: Context) -> PHit | None:
-    step, L = p["step_ms"], p["launch"]
-    k = L["kernels_per_step"]
-    dispatch = p["idle_by_reason_ms"].get("cpu dispatch", 0.0)
-    short = (L["median_kernel_us"] or 1e9) < 20 or L["short_kernel_pct"] >= 50
-    delay = (L["launch_to_start_us"] or {}).get("median")
-    if not step or k < 50 or not short or dispatch < 0.10 * step or L["graph_launches_per_step"] >= 1:
+    L = p["launch"]
+    ms, pct = _w(p, "launch-bound")
+    if L["kernels_per_step"] < 50 or L["graph_launches_per_step"] >= 1 or pct < 5:
         return None
-    if delay is not None and delay >= 50:
-        return None
-    rec = max(0.0, dispatch - k * GRAPH_REPLAY_US_PER_KERNEL / 1e3)
-    return PHit(f"{k:.0f} kernels per step, median {L['median_kernel_us']} µs ({L['short_kernel_pct']:.0f}% under "
-                f"10 µs); the GPU was idle {_f(dispatch)} ms of the {_f(step)} ms step while the CPU dispatched ops; "
-                f"median launch-to-start {delay} µs (the queue is empty); {L['launch_cpu_ms_per_step']:.2f} ms/step in "
-                f"launch calls (median {L['launch_call_us']} µs each)", rec, claims={"cpu dispatch": dispatch})
+    t, o = p["timeline"], p["overhead"]
+    return PHit(f"{L['kernels_per_step']:.0f} kernels per step, median {L['median_kernel_us']} µs; the CPU takes "
+                f"{t['cpu_step_ms']:.2f} ms per step profiled (≈ {t['cpu_step_ms'] * o['cpu_scale']:.2f} ms without "
+                f"the profiler) against {p['busy_ms']:.2f} ms of GPU work; idle while the CPU dispatched: "
+                f"{p['idle_by_reason_ms'].get('cpu dispatch', 0.0):.2f} ms per step (profiled)", ms,
+                claims={"cpu dispatch": p["idle_by_reason_ms"].get("cpu dispatch", 0.0)})
 
 
 @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
-               doc="""Fires when there are more than 2 blocking syncs per step (cudaStreamSynchronize,
-               cudaDeviceSynchronize, cudaEventSynchronize, blocking cudaMemcpy; from .item(), .cpu(), print of a
-               tensor, torch.cuda.synchronize()). Model: while the CPU waits it is not launching; without the
-               waits the step takes max(CPU time without waits, GPU busy time). Recoverable = step −
-               max(step − wait, busy) = min(wait, step − busy). When the CPU is the bottleneck anyway, each sync
-               waits only for the last few kernels and removing them recovers little: the finding says so and
-               points at the real bottleneck.""",
+               doc="""Fires when a step has more than one blocking sync (cudaStreamSynchronize,
+               cudaDeviceSynchronize, cudaEventSynchronize, blocking cudaMemcpy: from .item(), .cpu(), print of
+               a tensor, torch.cuda.synchronize()) and replaying the step with only its last sync recovers ≥ 1%.
+               While the CPU waits it is not launching; once the queue is drained the GPU waits for the launches
+               that follow. When the CPU is the bottleneck anyway, removing the syncs recovers little, and the
+               finding says so.""",
                why="A sync drains the GPU queue, so the GPU idles until the CPU launches again; in a GPU-bound loop "
                    "that serializes CPU and GPU work.",
                fix="Keep values on the GPU (accumulate the loss as a tensor, read it once per N steps), avoid "
@@ -145,153 +151,185 @@ def launch_bound(p: dict, ctx: Context) -> PHit | None:
                    "CUDA events for timing.")
 def host_sync(p: dict, ctx: Context) -> PHit | None:
     s = p["sync"]
-    step = p["step_ms"]
-    if s["calls_per_step"] <= 2 or not step:
+    ms, pct = _w(p, "host-sync")
+    if s["calls_per_step"] <= 1 or pct < 1:
         return None
-    wait = s["wait_ms_per_step"]
-    busy = p["busy_ms"]
-    rec = max(0.0, min(wait, step - busy))
-    names = ", ".join(f"{n} {c:g}" for n, c in sorted(s["by_name"].items(), key=lambda kv: -kv[1]))
-    ev = (f"{s['calls_per_step']:g} blocking syncs per step ({names}); the CPU waited {_f(wait)} ms per step in them; "
-          f"GPU busy {_f(busy)} ms of the {_f(step)} ms step")
-    why = None
-    if rec < 0.05 * step:
-        ev += (f". Removing them recovers at most {_f(rec)} ms: without the waits the CPU still needs "
-               f"{_f(step - wait)} ms per step, more than the GPU's {_f(busy)} ms, so the step is CPU-bound and the "
-               f"syncs are not its critical path")
-        why = "The syncs are real but cheap here: the CPU is the bottleneck (see launch-bound / gpu-idle)."
-    # The idle a fix recovers is the sync's own: the GPU waits while the host, released late, does
-    # the work it could have done during the kernels. gpu-idle must not count it again.
-    return PHit(ev, rec, why=why, claims={"sync": max(rec, p["idle_by_reason_ms"].get("sync", 0.0))})
-
-
-@profile_check("pageable-memcpy", "framework", "Host-to-device copies from pageable memory",
-               doc="""Fires when memcpys from or to pageable host memory (Memcpy HtoD (Pageable -> Device))
-               take ≥ 1% of the step. Recoverable = copy time × (1 − pageable bandwidth / pinned bandwidth), where
-               pageable bandwidth is measured from the trace's bytes and durations and pinned bandwidth is a
-               pinned copy of the same trace when there is one, else the PCIe practical figure for the GPU from
-               the spec table (85% of theoretical). Overlap gained by non_blocking copies is not counted.""",
-               why="Pageable copies are staged through a bounce buffer by the driver, run at a fraction of PCIe "
-                   "bandwidth and block the CPU; pinned copies run near PCIe speed and can overlap compute.",
-               fix="Allocate host tensors pinned (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy with "
-                   ".to(device, non_blocking=True); reuse the pinned buffer.")
-def pageable_memcpy(p: dict, ctx: Context) -> PHit | None:
-    step = p["step_ms"]
-    pageable = [m for m in p["memcpy"] if m["memory"] == "Pageable"]
-    t = sum(m["time_ms_per_step"] for m in pageable)
-    if not step or t < 0.01 * step:
-        return None
-    b = sum(m["bytes_per_step"] for m in pageable)
-    bw = b / (t * 1e-3) / 1e9 if t else 0.0
-    pinned = [m for m in p["memcpy"] if m["memory"] == "Pinned" and m["gbps"] and m["bytes_per_step"] >= 1 << 20]
-    if pinned:
-        ref, src = max(m["gbps"] for m in pinned), "a pinned copy in this trace"
-    elif ctx.spec is not None and getattr(ctx.spec, "pcie_gen", None):
-        from perfstack.specs import pcie_practical_gbps
-        ref = pcie_practical_gbps(ctx.spec.pcie_gen, ctx.spec.pcie_lanes or 16)
-        src = f"PCIe Gen{ctx.spec.pcie_gen} x{ctx.spec.pcie_lanes or 16} practical pinned"
-    else:
-        ref, src = DEFAULT_PINNED_GBPS, "PCIe Gen4 x16 practical pinned (GPU not in the spec table)"
-    rec = t * max(0.0, 1 - bw / ref) if ref else 0.0
-    dirs = ", ".join(f"{m['direction']} {m['bytes_per_step'] / 2**20:.0f} MiB in {m['time_ms_per_step']:.2f} ms"
-                     for m in pageable)
-    return PHit(f"pageable copies per step: {dirs} — {bw:.1f} GB/s against {ref:.1f} GB/s for {src}", rec)
-
-
-@profile_check("fp32-matmul", "framework", "FP32 GEMMs without Tensor Cores (TF32 off)",
-               doc="""Fires when GEMM kernels run in FP32 on the CUDA cores (kernel names sgemm / gemmSN / ffma /
-               simt / f32f32_f32f32 without tf32, or FP32 inputs under float32_matmul_precision 'highest').
-               Recoverable = their time × (1 − 1/speedup), speedup = (TF32 peak × 0.72) / (FP32 peak × 0.77),
-               the spec table's dense peaks times the practical cuBLAS ceilings (specs.practical_fraction); no
-               less than the time the same FLOPs need at the TF32 practical ceiling.""",
-               why="On Ampere/Hopper TF32 Tensor Cores are ~7× (A100: 8×) the FP32 CUDA-core peak, with a 10-bit "
-                   "mantissa that training tolerates.",
-               fix="torch.set_float32_matmul_precision('high') (TF32) or train in bf16 autocast "
-                   "(torch.autocast('cuda', torch.bfloat16)).")
-def fp32_matmul(p: dict, ctx: Context) -> PHit | None:
-    step = p["step_ms"]
-    rows = [g for g in p["gemms"] if g["tensor_cores"] is False or
-            (g["tensor_cores"] is None and g["dtype"] == "fp32" and p.get("precision") == "highest")]
-    rows = [g for g in rows if g["dtype"] in ("fp32", None)]
-    t = sum(g["time_ms_per_step"] for g in rows)
-    if not step or t < 0.01 * step:
-        return None
-    tf32, fp32 = (ctx.spec.peak_tflops("tf32"), ctx.spec.peak_tflops("fp32")) if ctx.spec else (None, None)
-    if tf32 and fp32:
-        speedup = (tf32 * TF32_PRACTICAL) / (fp32 * FP32_PRACTICAL)
-        src = f"{ctx.spec.name}: TF32 {tf32:g} vs FP32 {fp32:g} TFLOP/s dense, practical 72%/77%"
-    else:
-        speedup, src = 4.0, "GPU not in the spec table: a conservative 4×"
-    rec = t * (1 - 1 / speedup)
-    flops = sum(g["flops_per_step"] for g in rows)
-    achieved = flops / (t * 1e-3) / 1e12 if flops and t else None
-    ev = (f"{sum(g['count_per_step'] for g in rows):g} FP32 GEMM kernels per step without Tensor Cores take "
-          f"{_f(t)} ms of the {_f(step)} ms step" + (f" at {achieved:.1f} TFLOP/s" if achieved else "") +
-          f"; TF32 speedup {speedup:.1f}× ({src})")
-    return PHit(ev, rec)
-
-
-@profile_check("gemm-misaligned", "framework", "GEMM dimensions not aligned for Tensor Cores",
-               doc="""Fires when a GEMM (aten::mm/addmm/bmm/linear, from Input Dims) has M, N or K not a
-               multiple of 8 for 16-bit types, 16 for 8-bit, 4 for TF32. Recoverable = the misaligned GEMMs' time −
-               their FLOPs at the throughput aligned GEMMs of the same dtype reach in this trace (or, without
-               any, the spec table's dense peak × the practical ceiling, 80% for bf16/fp16), i.e. time ×
-               (1 − expected-slowdown/observed-slowdown); never negative.""",
-               why="cuBLAS picks slower kernels (align1/align2, no TMA) for unaligned leading dimensions; "
-                   "NVIDIA's guide asks for multiples of 8 (16-bit) or 16 (8-bit) elements.",
-               fix="Pad hidden sizes, vocabulary and batch×sequence to a multiple of 64 (at least 8): e.g. "
-                   "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.")
-def gemm_misaligned(p: dict, ctx: Context) -> PHit | None:
-    step = p["step_ms"]
-    bad = [g for g in p["gemms"] if g["misaligned"]]
-    t = sum(g["time_ms_per_step"] for g in bad)
-    if not step or not bad or t < 0.005 * step:
-        return None
-    rec = 0.0
-    parts = []
-    for g in bad:
-        good = [x for x in p["gemms"] if not x["misaligned"] and x["dtype"] == g["dtype"] and x["tflops"]
-                and x["flops_per_step"] >= 1e9]
-        if good:
-            expect, src = max(x["tflops"] for x in good), "aligned GEMMs in this trace"
-        else:
-            dt = {"fp32": "tf32"}.get(g["dtype"] or "", g["dtype"] or "bf16")
-            peak = ctx.spec.peak_tflops(dt) if ctx.spec and dt in ("bf16", "fp16", "fp8", "int8", "tf32") else None
-            frac = TF32_PRACTICAL if dt == "tf32" else BF16_PRACTICAL
-            expect, src = (peak * frac, f"{frac:.0%} of the {dt} peak") if peak else (None, "")
-        if not expect or not g["flops_per_step"]:
-            continue
-        ideal = g["flops_per_step"] / (expect * 1e12) * 1e3
-        rec += max(0.0, g["time_ms_per_step"] - ideal)
-        shapes = ", ".join(list(g["shapes"])[:3])
-        parts.append(f"{g['dtype']} GEMMs {shapes} take {_f(g['time_ms_per_step'])} ms/step at {g['tflops']} TFLOP/s "
-                     f"against {expect:.0f} TFLOP/s ({src})")
-    if not parts:
-        return None
-    return PHit("; ".join(parts), rec)
+    names = ", ".join(f"{n} {c:g}" for n, c in s["by_name"].items())
+    return PHit(f"{s['calls_per_step']:g} blocking syncs per step ({names}); the CPU waited "
+                f"{_f(s['wait_ms_per_step'])} ms per step in them (profiled); with one sync per step the replayed "
+                f"step is {_f(ms)} ms shorter", ms, claims={"sync": p["idle_by_reason_ms"].get("sync", 0.0)})
 
 
 @profile_check("allocator-churn", "allocator", "cudaMalloc/cudaFree in the steady state",
-               doc="""Fires when cudaMalloc/cudaFree (or torch.cuda.empty_cache) run in profiled steps after
-               warm-up: the caching allocator should serve every step from its cache. Recoverable = the GPU idle
-               gaps in which allocator calls ran for ≥ 30% of the gap (or the allocator time overlapping GPU
-               idle, if larger): cudaFree synchronizes the device and cudaMalloc blocks the CPU.""",
+               doc="""Fires when cudaMalloc/cudaFree (or torch.cuda.empty_cache) run in profiled steps after warm-up
+               and replaying the step without them (and without the device syncs cudaFree makes) recovers ≥ 1%.""",
                why="cudaFree is device-synchronizing and cudaMalloc costs 10 µs-ms; a step that allocates afresh "
                    "serializes the CPU and GPU.",
                fix="Remove torch.cuda.empty_cache() from the loop; keep shapes stable (pad/bucket variable sizes); "
                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for fragmentation.")
 def allocator_churn(p: dict, ctx: Context) -> PHit | None:
-    a, step = p["allocator"], p["step_ms"]
-    if a["calls_per_step"] < 1 or not step:
-        return None
-    claimed = p["idle_by_reason_ms"].get("allocator", 0.0)
-    rec = max(claimed, a["idle_ms_per_step"])
-    if rec < 0.01 * step and a["ms_per_step"] < 0.01 * step:
+    a = p["allocator"]
+    ms, pct = _w(p, "allocator-churn")
+    if a["calls_per_step"] < 1 or pct < 1:
         return None
     names = ", ".join(f"{n} {c:g}" for n, c in a["by_name"].items())
-    return PHit(f"{a['calls_per_step']:g} allocator calls per step ({names}) taking {_f(a['ms_per_step'])} ms; "
-                f"the GPU was idle {_f(claimed)} ms per step in gaps dominated by them", rec,
-                claims={"allocator": claimed})
+    return PHit(f"{a['calls_per_step']:g} allocator calls per step ({names}) taking {_f(a['ms_per_step'])} ms "
+                f"(profiled); the GPU was idle {_f(a['idle_ms_per_step'])} ms per step in gaps dominated by them", ms,
+                claims={"allocator": a["idle_ms_per_step"]})
+
+
+# -- GPU side: what a busy GPU wastes ----------------------------------------------------------------
+
+@profile_check("unfused-elementwise", "framework", "Chains of unfused element-wise kernels",
+               doc="""Finds runs of consecutive eager element-wise, reduction and copy kernels on a stream (same
+               step and phase, no GEMM between them). A fused kernel reads the run's largest tensor once and writes
+               it once (bytes at 90% of the HBM peak, at least 2.5 µs); everything in between stays in registers.
+               The GPU time saved is replayed through the step model; fires at ≥ 2% of the step.""",
+               why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
+                   "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
+                   "half of the GPU time on a busy GPU.",
+               fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels); "
+                   "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).")
+def unfused_elementwise(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "unfused-elementwise")
+    e = (p.get("waste") or {}).get("unfused-elementwise")
+    if not e or pct < 2:
+        return None
+    return PHit(f"{e['chains_per_step']:g} chains of {e['kernels_per_step']:g} eager element-wise/copy kernels per "
+                f"step take {_f(e['eager_ms'])} ms of GPU time; fused, they would move their largest tensors once: "
+                f"≈ {_f(e['fused_ms'])} ms (most time in {', '.join(e['top_ops'][:4])})", ms)
+
+
+@profile_check("large-vocab-loss", "framework", "The loss over a large vocabulary streams fp32 logits",
+               doc="""Finds the element-wise and copy kernels of cross-entropy / log-softmax / NLL (forward and
+               backward, with the logits' upcast) over a last dimension ≥ 16384. A fused or chunked loss reads
+               the 16-bit logits once and writes their gradient once; fires at ≥ 2% of the step.""",
+               why="At a 50k vocabulary the N×V logits are the largest tensor of a language model step; upcasting "
+                   "them to fp32 and running softmax, NLL and their backward separately moves them through HBM "
+                   "many times.",
+               fix="Use a fused cross-entropy (torch.compile of the loss, Liger's FusedLinearCrossEntropy, "
+                   "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.")
+def large_vocab_loss(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "large-vocab-loss")
+    e = (p.get("waste") or {}).get("large-vocab-loss")
+    if not e or pct < 2:
+        return None
+    return PHit(f"the loss over a {e['vocab']}-wide vocabulary ({e['rows']} rows{', fp32' if e['fp32'] else ''}) "
+                f"runs {e['kernels_per_step']:g} kernels taking {_f(e['time_ms'])} ms per step; reading the logits "
+                f"once and writing their gradient once takes ≈ {_f(e['fused_ms'])} ms", ms)
+
+
+@profile_check("attention-unfused", "framework", "Attention materializes the S×S score matrix",
+               doc="""Finds attention computed as matmul → mask → softmax → matmul (by hand, or SDPA's math path):
+               batched GEMMs producing or consuming a square S×S matrix (S ≥ 128, head dim ≤ 256) and the
+               element-wise kernels on it. A flash kernel does the same FLOPs at ~40% of the 16-bit peak without
+               writing the scores; fires at ≥ 2% of the step.""",
+               why="The score matrix is S² per head: at S = 2048 it dwarfs Q, K and V, and every mask, softmax and "
+                   "dropout over it is a full pass through HBM; flash attention keeps it in on-chip memory.",
+               fix="Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (flash / "
+                   "memory-efficient / cuDNN backends) with 16-bit q, k, v; for Hugging Face models "
+                   "attn_implementation='sdpa' or 'flash_attention_2'.")
+def attention_unfused(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "attention-unfused")
+    e = (p.get("waste") or {}).get("attention-unfused")
+    if not e or pct < 2:
+        return None
+    how = "SDPA's math path" if e["math_path"] else "matmul + softmax + matmul"
+    return PHit(f"attention as {how}: {e['kernels_per_step']:g} kernels per step take {_f(e['time_ms'])} ms at "
+                f"{e['tflops']:g} TFLOP/s; a flash kernel would take ≈ {_f(e['flash_ms'])} ms", ms)
+
+
+@profile_check("fp32-conv", "framework", "Convolutions in fp32",
+               doc="""Finds convolution kernels (cuDNN fprop/dgrad/wgrad, launched by convolution ops) whose inputs
+               are fp32. With bf16 autocast and channels_last they run on the Tensor Cores at the 16-bit rate
+               (modelled at 35% of the dense bf16 peak, what ResNet-50's convolutions reach on an H100 in the
+               validation traces), the fp32 element-wise work around them (batch norm, ReLU, adds) moves half the
+               bytes, and cuDNN's layout transposes disappear; fires at ≥ 2% of the step.""",
+               why="fp32 convolutions run on the CUDA cores (or TF32 at best); ResNet-style training is several "
+                   "times faster in bf16 with channels_last.",
+               fix="torch.autocast('cuda', torch.bfloat16); model.to(memory_format=torch.channels_last) and "
+                   "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.")
+def fp32_conv(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "fp32-conv")
+    e = (p.get("waste") or {}).get("fp32-conv")
+    if not e or pct < 2:
+        return None
+    tc = "TF32" if e["tf32_kernels_pct"] >= 50 else "no Tensor Cores"
+    return PHit(f"fp32 convolutions ({tc}) take {_f(e['conv_ms'])} ms per step at {e['tflops']:g} TFLOP/s; in bf16 "
+                f"≈ {_f(e['bf16_ms'])} ms; fp32 element-wise work around them {_f(e['elementwise_fp32_ms'])} ms"
+                + (f"; layout transposes {_f(e['layout_ms'])} ms" if e["layout_ms"] else ""), ms)
+
+
+@profile_check("fp32-matmul", "framework", "FP32 GEMMs without Tensor Cores (TF32 off)",
+               doc="""Fires when GEMM kernels run in FP32 on the CUDA cores (kernel names sgemm / gemmSN / ffma /
+               simt / f32f32_f32f32 without tf32, or FP32 inputs under float32_matmul_precision 'highest').
+               Their time shrinks by (TF32 peak × 0.72) / (FP32 peak × 0.77), the spec table's dense peaks times
+               the practical cuBLAS ceilings; replayed through the step model, fires at ≥ 1%.""",
+               why="On Ampere/Hopper TF32 Tensor Cores are ~7× (A100: 8×) the FP32 CUDA-core peak, with a 10-bit "
+                   "mantissa that training tolerates.",
+               fix="torch.set_float32_matmul_precision('high') (TF32) or train in bf16 autocast "
+                   "(torch.autocast('cuda', torch.bfloat16)).")
+def fp32_matmul(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "fp32-matmul")
+    e = (p.get("waste") or {}).get("fp32-matmul")
+    if not e or pct < 1:
+        return None
+    return PHit(f"{e['kernels_per_step']:g} FP32 GEMM kernels per step without Tensor Cores take {_f(e['time_ms'])} ms"
+                + (f" at {e['tflops']:g} TFLOP/s" if e["tflops"] else "") +
+                f"; TF32 speedup {e['speedup']:g}× ({e['source']})", ms)
+
+
+@profile_check("gemm-misaligned", "framework", "GEMM dimensions not aligned for Tensor Cores",
+               doc="""Fires when a GEMM (aten::mm/addmm/bmm/linear, from Input Dims) has M, N or K not a multiple
+               of 8 for 16-bit types, 16 for 8-bit, 4 for TF32 — except GEMVs (M or N ≤ 16, e.g. batch-1 decode),
+               which are bound by reading the weights whatever their alignment. The misaligned GEMMs are brought
+               to the throughput aligned GEMMs of the same dtype reach in this trace (or 80% of the dense peak)
+               and replayed; fires at ≥ 1%.""",
+               why="cuBLAS picks slower kernels (align1/align2, no TMA) for unaligned leading dimensions; "
+                   "NVIDIA's guide asks for multiples of 8 (16-bit) or 16 (8-bit) elements.",
+               fix="Pad hidden sizes, vocabulary and batch×sequence to a multiple of 64 (at least 8): e.g. "
+                   "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.")
+def gemm_misaligned(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "gemm-misaligned")
+    e = (p.get("waste") or {}).get("gemm-misaligned")
+    if not e or pct < 1:
+        return None
+    parts = [f"{g['dtype']} GEMMs {', '.join(g['shapes'])} take {_f(g['time_ms'])} ms/step at {g['tflops']:g} TFLOP/s "
+             f"against {g['expect_tflops']:g} TFLOP/s ({g['source']})" for g in e["groups"]]
+    return PHit("; ".join(parts), ms)
+
+
+@profile_check("pageable-memcpy", "framework", "Host-to-device copies from pageable memory",
+               doc="""Fires when host↔device copies read or write pageable host memory. Pinned memory runs them at
+               the rate of the fastest pinned copy in the trace (or the PCIe link's practical pinned rate from the
+               spec table) and lets them overlap compute (non_blocking=True); replayed, fires at ≥ 1%.""",
+               why="Pageable copies are staged through a bounce buffer by the driver: half the bandwidth or less, "
+                   "and they block the host.",
+               fix="DataLoader(pin_memory=True) or tensor.pin_memory() once for reused host buffers; then "
+                   ".to(device, non_blocking=True).")
+def pageable_memcpy(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "pageable-memcpy")
+    e = (p.get("waste") or {}).get("pageable-memcpy")
+    if not e or pct < 1:
+        return None
+    return PHit(f"pageable copies move {e['bytes_per_step'] / 2**20:.0f} MiB per step in {_f(e['time_ms'])} ms "
+                f"({e['gbps']:g} GB/s) against {e['pinned_gbps']:g} GB/s for {e['source']}", ms)
+
+
+@profile_check("optimizer-not-fused", "framework", "The optimizer step is not fused",
+               doc="""Fires when the kernels Optimizer.step launches include no fused optimizer op (foreach or a
+               per-parameter loop). A fused Adam(W) reads and writes parameters and moments and reads gradients
+               once: 28 bytes per fp32 parameter at 90% of the HBM peak; replayed, fires at ≥ 2%.""",
+               why="The foreach optimizer launches one kernel per operation per tensor group and streams the "
+                   "parameters several times; a per-parameter loop launches thousands of tiny kernels.",
+               fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.")
+def optimizer_not_fused(p: dict, ctx: Context) -> PHit | None:
+    ms, pct = _w(p, "optimizer-not-fused")
+    e = (p.get("waste") or {}).get("optimizer-not-fused")
+    if not e or pct < 2:
+        return None
+    return PHit(f"Optimizer.step runs {e['kernels_per_step']:g} kernels taking {_f(e['time_ms'])} ms per step for "
+                f"{e['params'] / 1e6:.1f} M parameters; fused: ≈ {_f(e['fused_ms'])} ms", ms)
 
 
 @profile_check("comm-not-overlapped", "mathlib-nccl", "Communication is not overlapped with compute",
@@ -305,7 +343,7 @@ def allocator_churn(p: dict, ctx: Context) -> PHit | None:
                    "or FSDP instead of all_reduce after backward; for custom loops, launch async collectives "
                    "(async_op=True) per bucket as gradients become ready.")
 def comm_not_overlapped(p: dict, ctx: Context) -> PHit | None:
-    c, step = p["comm"], p["step_ms"]
+    c, step = p["comm"], _step(p)
     if not step or c["exposed_ms_per_step"] < 0.05 * step:
         return None
     rec = min(c["exposed_ms_per_step"], p["compute_ms"])
@@ -314,33 +352,42 @@ def comm_not_overlapped(p: dict, ctx: Context) -> PHit | None:
                 f"(overlapped collectives contend with compute for SMs and memory bandwidth)", rec)
 
 
+CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside ops")
+
+
 @profile_check("gpu-idle", "framework", "GPU idle inside the step",
-               doc="""Fires when the GPU (union of kernels, copies and memsets over all streams) is idle for ≥ 10%
-               of the step after removing the idle time other findings explain (data loading, allocator, CPU
-               dispatch when launch-bound fired, syncs). Recoverable = that unexplained idle time; the evidence
-               lists the largest gaps with the CPU activity in each.""",
+               doc="""Fires when the GPU is idle for ≥ 10% of the step after removing the idle time other findings
+               explain (data loading, allocator, syncs, CPU dispatch when launch-bound fired). Idle the CPU caused
+               is scaled by the profiler-overhead correction (it shrinks without the profiler); GPU-side bubbles
+               between queued kernels are not. The evidence lists the largest gaps and their causes.""",
                why="Dashboards should make you investigate below ~90% GPU busy; every idle microsecond in a step "
                    "is time the step could be shorter.",
                fix="Look at the largest gaps: move CPU work out of the step (logging, metrics, Python bookkeeping), "
                    "overlap it with GPU work (non_blocking copies, CUDA streams), or capture the step in a CUDA "
                    "graph / torch.compile.")
 def gpu_idle(p: dict, ctx: Context) -> PHit | None:
-    step = p["step_ms"]
-    if not step or not p["busy_ms"] and not p["top_kernels"]:
+    step = _step(p)
+    if not step or not p["busy_ms"]:
         return None
-    claimed = sum(ctx.claimed.values())
-    rest = max(0.0, p["idle_ms"] - claimed)
+    scale = (p.get("overhead") or {}).get("cpu_scale", 1.0)
+    rest = 0.0
+    for reason, ms in p["idle_by_reason_ms"].items():
+        if reason in ctx.claimed:
+            continue
+        rest += ms * scale if reason in CPU_REASONS else ms
+    # the corrected step cannot be shorter than its GPU work: idle is at most what is left
+    rest = min(rest, max(0.0, step - p["busy_ms"]))
     if rest < 0.10 * step:
         return None
-    gaps = p["idle_gaps"][:3]
-    gtxt = "; ".join(f"{g['duration_ms']:.2f} ms in step {g['step']} ({g['reason']}"
-                     + (f", CPU in {g['cpu_op']}" if g.get("cpu_op") else "") + ")" for g in gaps)
-    return PHit(f"GPU busy {p['busy_pct']:.0f}% of the {_f(step)} ms step; {_f(rest)} ms per step of idle time is not "
-                f"explained by another finding" + (f"; largest gaps: {gtxt}" if gtxt else ""), rest)
+    gaps = [g for g in p["idle_gaps"] if g["reason"] not in ctx.claimed][:3]
+    gtxt = "; ".join(f"{g['duration_ms']:.2f} ms in step {g['step']} ({g['reason']}, before {g['after'][:40]})"
+                     for g in gaps)
+    return PHit(f"GPU busy {p['busy_pct']:.0f}% of the {_f(p['step_ms'])} ms profiled step; ≈ {_f(rest)} ms per step of "
+                f"idle time without the profiler is not explained by another finding"
+                + (f"; largest gaps: {gtxt}" if gtxt else ""), rest)
 
 
 # -- multi-rank and telemetry --------------------------------------------------------------------
-
 @profile_check("straggler-rank", "mathlib-nccl", "One rank is slower and the others wait for it",
                doc="""With several rank traces: the straggler is the rank with the most non-communication time per
                step (step − NCCL time; the others' extra NCCL time is waiting for it). Fires when it exceeds the
@@ -419,8 +466,12 @@ def _num(v: Any) -> float | None:
 
 # -- evaluation ----------------------------------------------------------------------------------
 
+
+# -- evaluation ----------------------------------------------------------------------------------
+
 ORDER = ("dataloader-stall", "allocator-churn", "launch-bound", "host-sync", "pageable-memcpy", "fp32-matmul",
-         "gemm-misaligned", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
+         "fp32-conv", "gemm-misaligned", "attention-unfused", "large-vocab-loss", "unfused-elementwise",
+         "optimizer-not-fused", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
 
 
 def evaluate(p: dict, ctx: Context) -> list[Finding]:
@@ -438,10 +489,18 @@ def evaluate(p: dict, ctx: Context) -> list[Finding]:
 
 
 def to_finding(c: ProfileCheck, hit: PHit, p: dict) -> Finding:
-    step = p["step_ms"]
+    step = _step(p)
     rec = round(max(0.0, min(hit.recoverable_ms, step)), 3)
     sev = hit.severity or severity_for(rec, step)
-    return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=hit.evidence,
+    evidence = hit.evidence
+    w = (p.get("whatif") or {}).get(c.id)
+    o = p.get("overhead") or {}
+    if w and o.get("method") in ("measured", "estimated") and not hit.severity:
+        sev_prof = severity_for(w["ms_profiled"], p["step_ms"])
+        if sev_prof != sev:
+            evidence += (f" — the verdict depends on the profiler-overhead correction: {w['pct_profiled']:.0f}% of the "
+                         f"profiled step, {w['pct']:.0f}% of the step without the profiler ({o['method']})")
+    return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.get("file", "")] if p.get("file") else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)
 

@@ -1,5 +1,5 @@
-"""Traces → one Run: analyse each file (one per rank), combine ranks, add GEMM efficiency and MFU
-against the spec table, telemetry, and the ranked findings."""
+"""Traces → one Run: analyse each file (one per rank), correct for the profiler's overhead, replay
+each candidate fix through the CPU/GPU model, combine ranks, and rank the findings."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ from typing import Any, Iterable
 from perfstack import __version__
 from perfstack.errors import InputError
 from perfstack.model import Run
-from perfstack.profile import rules
+from perfstack.profile import classify, cpu, efficiency, rules, waste
 from perfstack.profile.analyze import analyze
+from perfstack.profile.simulate import Scenario, replay, solve_scale
 from perfstack.profile.trace import load
 
-GEMM_PEAK_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8"}
+# The profiler's CPU cost per recorded event (an operator or a CUDA runtime call) with
+# record_shapes=True, measured on an H100 host with torch 2.11 (record_validation.py
+# --only calibration; docs/profile.md): what the CPU time of a step shrinks by without it.
+PROFILER_US_PER_EVENT = 1.5
+MIN_SCALE = 0.2
 
 
 def _spec(name: str | None):
@@ -27,43 +32,118 @@ def _spec(name: str | None):
         return None
 
 
-def _efficiency(p: dict, spec: Any, model_flops: float | None) -> None:
-    """kernel_classes (for the HTML roofline), achieved TFLOP/s vs peak, MFU."""
-    classes = []
-    for g in p["gemms"]:
-        dt = g["dtype"]
-        peak_dtype = GEMM_PEAK_DTYPE.get(dt or "") or ("tf32" if dt == "fp32" and g["tensor_cores"] else
-                                                       "fp32" if dt == "fp32" else None)
-        peak = spec.peak_tflops(peak_dtype) if spec and peak_dtype else None
-        g["peak_tflops"] = peak
-        g["pct_of_peak"] = round(100 * g["tflops"] / peak, 1) if peak and g["tflops"] else None
-        label = f"GEMM {dt or '?'} " + {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
-        if g["misaligned"]:
-            label += " misaligned"
-        classes.append({"name": label, "time_ms": g["time_ms_per_step"], "flops": g["flops_per_step"] or None,
-                        "bytes": g["bytes_per_step"] or None, "tflops": g["tflops"], "peak_tflops": peak})
-    for cat, ms in p["breakdown_ms"].items():
-        if cat not in ("gemm", "idle", "cpu"):
-            classes.append({"name": cat, "time_ms": round(ms, 4), "flops": None, "tflops": None})
-    p["kernel_classes"] = classes
-    flops = sum(g["flops_per_step"] for g in p["gemms"])
-    main = max(p["gemms"], key=lambda g: g["time_ms_per_step"], default=None)
-    peak = None
-    if main and spec:
-        d = main["dtype"]
-        peak = spec.peak_tflops("tf32" if d == "fp32" and main["tensor_cores"] else d) if d in (
-            "bf16", "fp16", "fp8", "int8", "fp32") else None
-    step_s = p["step_ms"] / 1e3
+def overhead(p: dict, tl, unprofiled_ms: float | None, note: str | None) -> dict[str, Any]:
+    """How much of the profiled step is the profiler, and the CPU scale that removes it."""
+    n = max(1, p["n_steps"])
+    profiled = p["step_ms"]
+    out: dict[str, Any] = {"profiled_step_ms": profiled, "events_per_step": p["events_per_step"]}
+    if tl is None:
+        out.update(method="none", cpu_scale=1.0, step_ms=unprofiled_ms or profiled,
+                   note="no replay model for this trace (launches not attributable): figures are of the profiled step")
+        return out
+    model = replay(tl) / 1e3 / n
+    out["model_step_ms"] = round(model, 4)
+    out["model_fit"] = round(model / profiled, 3) if profiled else None
+    cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
+    removed = PROFILER_US_PER_EVENT * p["events_per_step"] / 1e3
+    estimated = max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
+    estimate_note = (f"estimated: {p['events_per_step']:.0f} recorded CPU events per step × {PROFILER_US_PER_EVENT} µs "
+                     "each (H100 calibration); pass --step-ms with the step time measured without the profiler to "
+                     "replace the estimate")
+    if unprofiled_ms:
+        target = unprofiled_ms * 1e3 * n
+        out.update(method="measured", note=note or "step time measured without the profiler")
+        floor = replay(tl, MIN_SCALE)
+        if replay(tl, estimated) < floor * 1.05 or floor > target * 1.02:
+            # The step is GPU-bound (a faster CPU barely changes it), or even a CPU five times faster
+            # would not make it that short: the measured time says nothing about the CPU's speed, and
+            # what differs is on the GPU side (run-to-run noise, clocks).
+            scale = estimated
+            out["note"] += (f"; the step is bound by its GPU work ({floor / 1e3 / n:.2f} ms per step in the trace), "
+                            "so the CPU-side correction is the calibrated estimate")
+        else:
+            scale = solve_scale(tl, target, MIN_SCALE)
+            if scale == 1.0 and unprofiled_ms > model * 1.05:
+                out["note"] += (f"; the profiled trace replays at {model:.2f} ms, faster than the measured "
+                                f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded")
+    else:
+        scale = estimated
+        out.update(method="estimated", note=estimate_note)
+    out["cpu_scale"] = round(scale, 4)
+    out["cpu_inflation"] = round(1 / scale, 3)
+    out["step_ms"] = round(replay(tl, scale) / 1e3 / n, 4) if out["method"] != "measured" else unprofiled_ms
+    out["model_unprofiled_ms"] = round(replay(tl, scale) / 1e3 / n, 4)
+    return out
+
+
+def whatifs(p: dict, A, tl, spec) -> None:
+    """The recoverable time of each candidate fix: replayed at the corrected CPU speed and as recorded."""
+    n = max(1, p["n_steps"])
+    found = waste.detect(A, spec)
+    p["waste"] = {w.id: w.evidence for w in found}
+    out: dict[str, dict[str, float]] = {}
+    if tl is None:
+        step = p["overhead"]["step_ms"]
+        for w in found:
+            ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if p["timeline"]["bound"] == "gpu" else 0.0
+            out[w.id] = {"ms": round(ms, 4), "pct": round(100 * ms / step, 1) if step else 0.0,
+                         "ms_profiled": round(ms, 4), "pct_profiled": round(100 * ms / p["step_ms"], 1) if p["step_ms"] else 0.0}
+        p["whatif"] = out
+        return
+    pos = {gi: k for k, gi in enumerate(tl.g_index)}
+    scenarios: dict[str, Scenario] = {
+        "host-sync": Scenario("one sync per step", keep_sync="last-per-step"),
+        "dataloader-stall": Scenario("batches ready when asked", no_dataloader=True),
+        "allocator-churn": Scenario("no allocator calls", no_allocator=True),
+        "launch-bound": Scenario("CUDA-graph dispatch", graph=True),
+    }
+    for w in found:
+        d = list(tl.g_dur)
+        for gi, new in w.new_dur.items():
+            k = pos.get(gi)
+            if k is not None:
+                d[k] = new
+        bub = None
+        if w.id in ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused"):
+            # kernels the fix merges into one: the bubbles between them go with them
+            bub = list(tl.g_bubble)
+            prev: dict[int, int] = {}
+            for k, gi in enumerate(tl.g_index):  # in start order
+                st = A.gpu[gi].stream
+                if gi in w.new_dur and prev.get(st) in w.new_dur:
+                    bub[k] = 0.0
+                prev[st] = gi
+        scenarios[w.id] = Scenario(w.id, g_dur=d, g_bubble=bub)
+    scale = p["overhead"]["cpu_scale"]
+    base_c, base_p = replay(tl, scale), replay(tl, 1.0)
+    for name, sc in scenarios.items():
+        rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
+        out[name] = {"ms": round(max(0.0, rc) / 1e3 / n, 4), "pct": round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
+                     "ms_profiled": round(max(0.0, rp) / 1e3 / n, 4),
+                     "pct_profiled": round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0}
+    p["whatif"] = out
+
+
+def _mfu(p: dict, spec, model_flops: float | None) -> None:
+    comp = [r for r in p["_ops_all"] if r["category"] in classify.COMPUTE and r["flops_per_step"]]
+    flops = sum(r["flops_per_step"] for r in comp)
+    main = max(comp, key=lambda r: r["time_ms_per_step"], default=None)
+    peak = efficiency.peak_for(spec, main["dtype"], True) if main else None
+    if main and main["dtype"] == "fp32" and spec:
+        peak = spec.peak_tflops("tf32")  # what fp32 math can reach on Tensor Cores
+    step_s = p["overhead"]["step_ms"] / 1e3
     p["gemm_flops_per_step"] = flops
-    p["gemm_tflops_per_step_time"] = round(flops / step_s / 1e12, 2) if step_s and flops else None
+    p["model_tflops"] = round(flops / step_s / 1e12, 2) if step_s and flops else None
     p["mfu"] = None
+    cats = sorted({r["category"] for r in comp})
     if model_flops and peak and step_s:
         p["mfu"] = {"value": round(model_flops / step_s / (peak * 1e12), 4), "source": "--model-flops-per-step",
-                    "peak_tflops": peak, "dtype": main["dtype"]}
+                    "peak_tflops": peak, "dtype": main["dtype"] if main else None}
     elif flops and peak and step_s:
         p["mfu"] = {"value": round(flops / step_s / (peak * 1e12), 4),
-                    "source": "GEMM FLOPs from the trace's Input Dims (attention and other ops not counted)",
-                    "peak_tflops": peak, "dtype": main["dtype"]}
+                    "source": f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
+                              f"{'measured' if p['overhead']['method'] == 'measured' else 'estimated'} step without "
+                              "the profiler", "peak_tflops": peak, "dtype": main["dtype"]}
 
 
 def _straggler(ranks: list[dict]) -> dict | None:
@@ -86,14 +166,34 @@ def _straggler(ranks: list[dict]) -> dict | None:
             "excess_ms": round(max(0.0, nc[worst] - med), 4), "cause": f"{cause} (+{delta:.2f} ms per step)"}
 
 
+def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms: float | None = None,
+              unprofiled_note: str | None = None, model_flops: float | None = None) -> dict[str, Any]:
+    """One trace's summary, with overhead, what-ifs, efficiency and MFU (JSON-able)."""
+    p = analyze(load(path))
+    A = p.pop("_analysis")
+    spec = _spec(spec_name or p["device_name"])
+    p["gpu_spec"] = spec.name if spec else None
+    efficiency.against_peaks(p, spec)
+    tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
+    p["overhead"] = overhead(p, tl, unprofiled_step_ms, unprofiled_note)
+    whatifs(p, A, tl, spec)
+    _mfu(p, spec, model_flops)
+    p.pop("_ops_all", None)
+    p["_spec"] = spec
+    return p
+
+
 def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None = None,
-                telemetry: list[dict] | None = None, command: str = "profile") -> Run:
+                telemetry: list[dict] | None = None, command: str = "profile", *,
+                unprofiled_step_ms: float | None = None, unprofiled_note: str | None = None) -> Run:
+    """``unprofiled_step_ms``: the step time measured without the profiler (capture mode measures it
+    around the profiled window; ``--step-ms`` gives it in trace mode); ``unprofiled_note`` says how."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise InputError("no trace files given", hint="perfstack profile --trace FILE [FILE...]")
     summaries = []
     for i, path in enumerate(paths):
-        s = analyze(load(path))
+        s = summarize(path, None, unprofiled_step_ms, unprofiled_note, model_flops_per_step)
         if s["rank"] is None:
             s["rank"] = i if len(paths) > 1 else 0
         summaries.append(s)
@@ -103,11 +203,10 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
                                                                           for s in summaries),
                          hint="give one trace per rank of the same run")
     summaries.sort(key=lambda s: s["rank"])
-    spec = _spec(summaries[0]["device_name"])
-    for s in summaries:
-        _efficiency(s, spec, model_flops_per_step)
+    spec = summaries[0].pop("_spec")
+    for s in summaries[1:]:
+        s.pop("_spec", None)
     main = dict(summaries[0])
-    main["gpu_spec"] = spec.name if spec else None
     if len(summaries) > 1:
         main["ranks"] = [{k: s[k] for k in ("rank", "file", "step_ms", "busy_pct", "idle_ms", "compute_ms",
                                             "breakdown_ms", "idle_by_reason_ms", "comm", "device_name")}
@@ -116,14 +215,12 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
         main["files"] = [s["file"] for s in summaries]
     if telemetry:
         main["telemetry"] = rules.telemetry_summary(telemetry, spec)
-    findings = []
     by_id: dict[str, Any] = {}
     for s in summaries:
         p = dict(s)
         p["straggler"] = main.get("straggler")
         p["telemetry"] = main.get("telemetry")
-        fs = rules.evaluate(p, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step))
-        for f in fs:
+        for f in rules.evaluate(p, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step)):
             if len(summaries) > 1 and f.id not in ("straggler-rank", "throttled-during-run"):
                 f.subject = f.subject or f"rank{s['rank']}"
             prev = by_id.get(f.id)

@@ -1,0 +1,200 @@
+"""Who launched each GPU event: the CUDA runtime call (by correlation id), the operator that made
+that call (by nesting on the CPU thread), the operator's family and phase (by its ancestors), and
+the profiler step (the ``ProfilerStep#N`` window in which the launch happened).
+
+Attribution is by launch, not by timestamp: when the CPU runs ahead, a step's kernels run on the
+GPU long after its CPU window has closed, and they still belong to it. A CUDA graph launch owns
+the kernels it replays (they carry its correlation id); an NCCL kernel belongs to the step whose
+code issued the collective. Only when a trace has no correlation ids does attribution fall back to
+timestamps (the GPU-side ``ProfilerStep`` spans Kineto writes, else the CPU windows), and it says so.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from perfstack.profile import classify
+from perfstack.profile.trace import Trace
+
+PHASES = ("forward", "backward", "optimizer")
+_RANK = {"attention": 0, "conv": 1, "gemm": 2, "copy": 3}
+COMPILED, LOSS, ATTN_MATH, DATALOADER = 1, 2, 4, 8
+
+
+@dataclass
+class OpInfo:
+    """What the ancestors of each op say (parallel lists, indexed like ``trace.ops``)."""
+    parent: list[int]
+    family: list[str | None]
+    phase: list[str]
+    flags: list[int]
+
+
+@dataclass
+class Attribution:
+    """Per GPU event of the analysed device (parallel lists, indexed like ``gpu``)."""
+    gpu: list  # the analysed device's events, in start order
+    step: list[int]  # index into the step windows, -1 when launched outside every step
+    launch: list[int]  # index into trace.runtime, -1 when unknown
+    op: list[int]  # innermost launching op (index into trace.ops), -1 when unknown
+    category: list[str]
+    phase: list[str]
+    runtime_parent: list[int]  # per runtime call: innermost enclosing op, -1 when none
+    ops: OpInfo
+    method: str  # "launch" | "gpu annotations" | "timestamps"
+    notes: list[str] = field(default_factory=list)
+    unattributed: int = 0  # GPU events launched before/after every profiled step
+
+
+def _phase_of(name: str) -> str | None:
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
+        return "optimizer"
+    if name.startswith("autograd::engine::evaluate_function") or name.startswith("CompiledFunctionBackward"):
+        return "backward"
+    return None
+
+
+def _flags_of(name: str) -> int:
+    f = 0
+    if name.startswith(("Torch-Compiled Region", "CompiledFunction")) or name.startswith("## Call CompiledFxGraph"):
+        f |= COMPILED
+    if classify.LOSS_OPS.search(name):
+        f |= LOSS
+    if "_scaled_dot_product_attention_math" in name or "_attention_math" in name:
+        f |= ATTN_MATH
+    if name.startswith("enumerate(DataLoader)"):
+        f |= DATALOADER
+    return f
+
+
+def nest(trace: Trace) -> tuple[OpInfo, list[int]]:
+    """Parent of every op and the innermost op enclosing every runtime call, per thread."""
+    ops, rts = trace.ops, trace.runtime
+    n_ops = len(ops)
+    parent = [-1] * n_ops
+    rparent = [-1] * len(rts)
+    by_tid: dict = defaultdict(list)
+    for i, o in enumerate(ops):
+        by_tid[o.tid].append((o.ts, -o.dur, 0, i))
+    for j, r in enumerate(rts):
+        by_tid[r.tid].append((r.ts, -r.dur, 1, j))
+    for items in by_tid.values():
+        items.sort()
+        stack: list[tuple[float, int]] = []  # (end, op index)
+        for ts, neg_dur, is_rt, i in items:
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            top = stack[-1][1] if stack else -1
+            if is_rt:
+                rparent[i] = top
+            else:
+                parent[i] = top
+                stack.append((ts - neg_dur, i))
+    # Ancestors before descendants: parents start no later than their children.
+    order = sorted(range(n_ops), key=lambda i: (ops[i].ts, -ops[i].dur))
+    fam: list[str | None] = [None] * n_ops
+    phase = ["forward"] * n_ops
+    flags = [0] * n_ops
+    fam_cache: dict[str, str | None] = {}
+    for i in order:
+        name = ops[i].name
+        own = fam_cache.get(name, 0)
+        if own == 0:
+            own = fam_cache[name] = classify.family(name)
+        p = parent[i]
+        if p >= 0:
+            pf = fam[p]
+            fam[i] = pf if own is None or (pf is not None and _RANK[pf] <= _RANK[own]) else own
+            ph = _phase_of(name)
+            phase[i] = "optimizer" if phase[p] == "optimizer" else (ph or phase[p])
+            flags[i] = flags[p] | _flags_of(name)
+        else:
+            fam[i] = own
+            phase[i] = _phase_of(name) or "forward"
+            flags[i] = _flags_of(name)
+    return OpInfo(parent, fam, phase, flags), rparent
+
+
+def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) -> Attribution:
+    """Attribute the GPU events ``gpu`` (one device, sorted by start) to launches, ops and steps."""
+    info, rparent = nest(trace)
+    rts = trace.runtime
+    rt_by_corr: dict[int, int] = {}
+    for j, r in enumerate(rts):
+        if r.correlation is not None and r.correlation not in rt_by_corr:
+            rt_by_corr[r.correlation] = j
+    op_by_ext: dict[int, int] = {}
+    for i, o in enumerate(trace.ops):
+        if o.external_id is not None and o.cat == "op" and o.external_id not in op_by_ext:
+            op_by_ext[o.external_id] = i
+    starts = [a for _, a, _ in windows]
+    ends = [b for _, _, b in windows]
+
+    def window_of(t: float) -> int:
+        k = bisect_right(starts, t) - 1
+        return k if k >= 0 and t < ends[k] else -1
+
+    n = len(gpu)
+    step, launch, opi = [-1] * n, [-1] * n, [-1] * n
+    linked = 0
+    for i, g in enumerate(gpu):
+        j = rt_by_corr.get(g.correlation) if g.correlation is not None else None
+        if j is not None:
+            linked += 1
+            launch[i] = j
+            opi[i] = rparent[j]
+            step[i] = window_of(rts[j].ts)
+        if opi[i] < 0 and g.external_id is not None:
+            opi[i] = op_by_ext.get(g.external_id, -1)
+    notes: list[str] = []
+    method = "launch"
+    if n and linked < 0.5 * n:
+        # Not enough correlation ids to attribute by launch: use the GPU-side step spans, else the
+        # CPU windows, by timestamp, and say what that costs.
+        method = _by_timestamp(trace, gpu, windows, step, launch)
+        notes.append(f"only {linked} of {n} GPU events carry a correlation id matching a CUDA runtime call: GPU "
+                     f"work was attributed to steps by {method}, so work a step queued but the GPU ran after the "
+                     "step's window counts in the next step, and launch delays, CPU causes of idle gaps and "
+                     "per-operator figures are not available for the rest")
+    elif n and linked < n:
+        notes.append(f"{n - linked} of {n} GPU events have no matching CUDA runtime call (their launch was not "
+                     "recorded); they count in the GPU timeline but not in any step's launch figures")
+    cats, phases = [], []
+    cat_cache: dict[tuple, str] = {}
+    for i, g in enumerate(gpu):
+        o = opi[i]
+        fam, ph = (info.family[o], info.phase[o]) if o >= 0 else (None, "")
+        key = (g.kind, g.name, fam, ph == "optimizer")
+        c = cat_cache.get(key)
+        if c is None:
+            c = cat_cache[key] = classify.category(g.kind, g.name, fam, ph)
+        cats.append(c)
+        phases.append(ph)
+    unattributed = sum(1 for s in step if s < 0)
+    return Attribution(gpu, step, launch, opi, cats, phases, rparent, info, method, notes, unattributed)
+
+
+def _by_timestamp(trace: Trace, gpu: list, windows: list, step: list[int], launch: list[int]) -> str:
+    spans = {}
+    for a in getattr(trace, "gpu_annotations", ()):
+        if a.name.startswith("ProfilerStep#"):
+            try:
+                spans.setdefault(int(a.name.split("#", 1)[1]), (a.ts, a.ts + a.dur))
+            except ValueError:
+                continue
+    numbers = {num: k for k, (num, _, _) in enumerate(windows)}
+    use = [(numbers[num], s, e) for num, (s, e) in spans.items() if num in numbers]
+    method = "the GPU-side ProfilerStep spans"
+    if len(use) < len(windows):
+        use = [(k, a, b) for k, (_, a, b) in enumerate(windows)]
+        method = "timestamp (the CPU step windows)"
+    use.sort(key=lambda x: x[1])
+    starts = [s for _, s, _ in use]
+    for i, g in enumerate(gpu):
+        if launch[i] >= 0 and step[i] >= 0:
+            continue
+        k = bisect_right(starts, g.ts) - 1
+        step[i] = use[k][0] if k >= 0 and g.ts < use[k][2] else -1
+    return method

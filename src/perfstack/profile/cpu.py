@@ -1,0 +1,167 @@
+"""The CPU side of a trace: what the host was doing (data loading, allocator calls, blocking syncs,
+operator dispatch), why each GPU idle gap happened, and the action sequence the replay model runs.
+
+Why a gap happened is decided by the launch of the kernel that ends it (its correlation id): if
+that launch had already returned when the GPU went idle, the kernel was queued and the GPU was
+waiting on itself (a dependency between streams, an event, a bubble between dependent kernels);
+otherwise the GPU waited for the CPU, and what the CPU did between the start of the gap and that
+launch names the cause: the DataLoader, the allocator, a blocking sync that had drained the queue,
+operator dispatch, or host code outside any recorded operator.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Timeline
+from perfstack.profile.timeline import Spans
+from perfstack.profile.trace import Trace
+
+SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+              "cuCtxSynchronize", "cuEventSynchronize"}
+BLOCKING_COPIES = {"cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy"}
+SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
+ALLOC_CALLS = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync", "cuMemAlloc_v2", "cuMemFree_v2",
+               "cudaHostAlloc", "cudaFreeHost", "cudaMallocHost", "cuMemCreate", "cuMemMap", "cuMemUnmap",
+               "cuMemRelease", "cuMemAddressReserve", "cuMemSetAccess"}
+ALLOC_SYNCS = {"cudaFree", "cuMemFree_v2", "cudaFreeHost"}  # these wait for the device to be idle
+KERNEL_LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                   "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice"}
+GRAPH_LAUNCHES = {"cudaGraphLaunch", "cuGraphLaunch"}
+REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside ops", "gpu queued", "unknown")
+
+
+@dataclass
+class CpuSpans:
+    dataloader: Spans
+    alloc: Spans
+    sync: Spans  # blocking calls (runtime syncs, blocking copies, .item())
+    ops: Spans  # inside any operator (dispatch)
+
+
+def spans(trace: Trace) -> CpuSpans:
+    dl, alloc, sync, ops = [], [], [], []
+    for o in trace.ops:
+        iv = (o.ts, o.ts + o.dur)
+        if o.name.startswith("enumerate(DataLoader)"):
+            dl.append(iv)
+        elif "empty_cache" in o.name:
+            alloc.append(iv)
+        elif o.name in SYNC_OPS:
+            sync.append(iv)
+        # dispatch: operators, and the user's record_function ranges (Optimizer.step#...) that a CUDA
+        # graph captures along with them; not the DataLoader nor the step markers
+        if o.cat == "op" or (o.cat == "annotation" and "#" in o.name and not o.name.startswith("enumerate(")):
+            ops.append(iv)
+    for r in trace.runtime:
+        iv = (r.ts, r.ts + r.dur)
+        if r.name in ALLOC_CALLS:
+            alloc.append(iv)
+        if r.name in SYNC_CALLS or r.name in BLOCKING_COPIES:
+            sync.append(iv)
+    return CpuSpans(Spans(dl), Spans(alloc), Spans(sync), Spans(ops))
+
+
+def gap_reason(a: float, b: float, launch, cs: CpuSpans) -> str:
+    """Why the GPU was idle over [a, b]; ``launch`` is the runtime call of the event that ends it."""
+    if launch is None:
+        return "unknown"
+    if launch.ts + launch.dur <= a + 1.0:
+        return "gpu queued"
+    c0, c1 = a, max(a, launch.ts)
+    n = c1 - c0
+    if n <= 0:
+        return "cpu dispatch"
+    if cs.dataloader.overlap(c0, c1) >= 0.3 * n:
+        return "data loading"
+    if cs.alloc.overlap(c0, c1) >= 0.3 * n:
+        return "allocator"
+    if cs.sync.overlap(c0 - 5.0, c1) > 0 or cs.sync.ends_within(c0 - 20.0, c1):
+        return "sync"
+    if cs.ops.overlap(c0, c1) >= 0.3 * n:
+        return "cpu dispatch"
+    return "cpu outside ops"
+
+
+def timeline(trace: Trace, att, windows: list[tuple[int, float, float]], cs: CpuSpans) -> Timeline | None:
+    """The replayable action sequence of the profiled steps, or None when launches are unknown."""
+    if att.method != "launch" or not windows:
+        return None
+    gpu = att.gpu
+    by_launch: dict[int, list[int]] = {}
+    for i, j in enumerate(att.launch):
+        if j >= 0 and att.step[i] >= 0:
+            by_launch.setdefault(j, []).append(i)
+    t0, t_end = windows[0][1], windows[-1][2]
+    starts = [a for _, a, _ in windows]
+    rts = trace.runtime
+    lo = bisect_left([r.ts for r in rts], t0) if rts else 0
+    cand = []
+    for j in range(lo, len(rts)):
+        r = rts[j]
+        if r.ts >= t_end:
+            break
+        if j in by_launch:
+            # a call that returns only after its GPU work began (a pageable copy, a blocking memcpy) also
+            # waits for the queue ahead of it: a launch followed by a sync
+            began = min(gpu[i].ts for i in by_launch[j])
+            blocking = r.name in BLOCKING_COPIES or (began < r.ts + r.dur and r.dur > 20.0
+                                                     and r.name not in KERNEL_LAUNCHES | GRAPH_LAUNCHES)
+            kind = COPY_SYNC if blocking else LAUNCH
+        elif r.name in SYNC_CALLS or r.name in BLOCKING_COPIES or r.name in ALLOC_SYNCS:
+            kind = SYNC
+        else:
+            continue
+        cand.append((r.ts, j, kind))
+    cand.sort()
+    tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
+    # GPU events: durations, streams, and the bubble neither the launch nor the stream explains
+    idx = {e: k for k, e in enumerate(i for evs in by_launch.values() for i in evs)}
+    order = sorted(idx, key=lambda i: gpu[i].ts)
+    remap = {}
+    for i in order:
+        remap[i] = len(tl.g_dur)
+        tl.g_dur.append(gpu[i].dur)
+        tl.g_stream.append(gpu[i].stream)
+        tl.g_bubble.append(0.0)
+        tl.g_index.append(i)
+    lat = _latency(gpu, att, rts)
+    tl.latency_us = lat
+    prev_end: dict[int, float] = {}
+    for i, g in enumerate(gpu):  # all events of the device, so pre-window work occupies its stream
+        j = att.launch[i]
+        k = remap.get(i)
+        if k is not None:
+            ready = max(prev_end.get(g.stream, -1e300), rts[j].ts + rts[j].dur + lat)
+            tl.g_bubble[k] = max(0.0, g.ts - ready) if ready > -1e299 else 0.0
+        prev_end[g.stream] = max(prev_end.get(g.stream, -1e300), g.ts + g.dur)
+    cursor = t0
+    for ts, j, kind in cand:
+        r = rts[j]
+        gap_a, gap_b = cursor, max(cursor, ts)
+        k = bisect_left(starts, ts + 1e-9) - 1
+        step = max(0, k)
+        evs = sorted((remap[i] for i in by_launch.get(j, ())), key=lambda e: e)
+        dur = r.dur if kind == LAUNCH else min(r.dur, 8.0) if kind == SYNC else min(r.dur, 8.0)
+        tl.add(kind, dur, step, gap_b - gap_a, cs.dataloader.overlap(gap_a, gap_b), cs.alloc.overlap(gap_a, gap_b),
+               max(0.0, cs.ops.overlap(gap_a, gap_b) - cs.dataloader.overlap(gap_a, gap_b)), evs,
+               alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
+        cursor = max(cursor, ts + r.dur)
+    tl.tail_us = max(0.0, t_end - cursor)
+    return tl
+
+
+def _latency(gpu, att, rts) -> float:
+    """Launch-return to kernel-start delay when the queue is empty (p10 of the positive delays)."""
+    ds = []
+    for i, g in enumerate(gpu[:200000]):
+        j = att.launch[i]
+        if j >= 0 and g.kind == "kernel":
+            d = g.ts - (rts[j].ts + rts[j].dur)
+            if d > 0:
+                ds.append(d)
+    if not ds:
+        return 3.0
+    ds.sort()
+    return min(20.0, ds[len(ds) // 10])

@@ -1,0 +1,200 @@
+"""Where the GPU's busy time goes and how well it is spent: per kernel, per operator (FLOPs and
+bytes from the operator's recorded shapes, achieved TFLOP/s and GB/s, placed on the roofline
+against the SKU's peaks), GEMMs by dtype and Tensor-Core use, copies by direction, GPU time by
+phase (forward, backward, optimizer), compiled code (Triton kernels, compiled regions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from perfstack.profile import classify
+
+HBM_PRACTICAL = 0.90  # specs.practical hbm_copy: a streaming kernel reaches ~90% of the HBM peak
+
+
+def _ms(us: float) -> float:
+    return round(us / 1e3, 4)
+
+
+def kernels(A, out: dict[str, Any]) -> None:
+    """Fill ``out`` with top_kernels, ops, gemms, memcpy, phases_ms and compiled, per step."""
+    gpu, att, trace = A.gpu, A.att, A.trace
+    n = max(1, len(A.windows))
+    precision = trace.meta.get("float32_matmul_precision")
+    op_time: dict[int, float] = defaultdict(float)
+    op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
+    for i, g in enumerate(gpu):
+        if att.step[i] >= 0 and att.op[i] >= 0:
+            op_time[att.op[i]] += g.dur
+            if att.category[i] in classify.COMPUTE:
+                op_compute[att.op[i]] += g.dur
+    names: dict[str, dict[str, Any]] = {}
+    ops: dict[tuple, dict[str, Any]] = {}
+    gemms: dict[tuple, dict[str, Any]] = {}
+    memcpy: dict[tuple, dict[str, Any]] = {}
+    phases: dict[str, float] = defaultdict(float)
+    triton_us = 0.0
+    busy_us = 0.0
+    for i, g in enumerate(gpu):
+        if att.step[i] < 0:
+            continue
+        c = att.category[i]
+        busy_us += g.dur
+        k = names.get(g.name)
+        if k is None:
+            k = names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
+        k["count"] += 1
+        k["time_us"] += g.dur
+        phases[att.phase[i] or "unknown"] += g.dur
+        if g.name.startswith("triton_"):
+            triton_us += g.dur
+        if g.kind == "memcpy":
+            key = classify.memcpy_kind(g.name)
+            m = memcpy.setdefault(key, {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0})
+            m["count"] += 1
+            m["bytes"] += g.bytes or 0
+            m["time_us"] += g.dur
+            continue
+        o = att.op[i]
+        cost = A.cost(o)
+        share = g.dur / op_time[o] if o >= 0 and op_time[o] else 0.0
+        fshare = g.dur / op_compute[o] if c in classify.COMPUTE and op_compute.get(o) else 0.0
+        f = cost.flops * fshare if cost and cost.flops and fshare else None
+        b = cost.bytes * share if cost and cost.bytes else None
+        opname = trace.ops[o].name if o >= 0 else "(no operator)"
+        row = ops.setdefault((opname, c, cost.dtype if cost else None), {
+            "op": opname, "category": c, "dtype": cost.dtype if cost else None, "kernels": 0, "time_us": 0.0,
+            "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()})
+        row["kernels"] += 1
+        row["time_us"] += g.dur
+        row["calls"].add(o)
+        if f:
+            row["flops"] += f
+            row["counted_us"] += g.dur
+        if b:
+            row["bytes"] += b
+            row["bytes_us"] += g.dur
+        if c in ("gemm", "attention") and cost and cost.gemm:
+            _gemm_row(gemms, g, c, cost, f, b, precision)
+    top = sorted(names.values(), key=lambda k: -k["time_us"])[:15]
+    for k in top:
+        k["time_ms_per_step"] = _ms(k.pop("time_us") / n)
+    out["top_kernels"] = top
+    rows = []
+    for r in ops.values():
+        t, ft, bt = r.pop("time_us"), r.pop("counted_us"), r.pop("bytes_us")
+        r["calls_per_step"] = round(len(r.pop("calls")) / n, 2)
+        r["kernels_per_step"] = round(r.pop("kernels") / n, 2)
+        r["time_ms_per_step"] = _ms(t / n)
+        r["flops_per_step"] = r.pop("flops") / n
+        r["bytes_per_step"] = r.pop("bytes") / n
+        r["tflops"] = round(r["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft and r["flops_per_step"] else None
+        r["gbps"] = round(r["bytes_per_step"] * n / (bt * 1e-6) / 1e9, 1) if bt and r["bytes_per_step"] else None
+        rows.append(r)
+    rows.sort(key=lambda r: -r["time_ms_per_step"])
+    out["ops"] = rows[:40]
+    out["_ops_all"] = rows
+    out["gemms"] = _finish_gemms(gemms, n)
+    mc = []
+    for m in memcpy.values():
+        t_us = m.pop("time_us")
+        m["time_ms_per_step"] = _ms(t_us / n)
+        m["bytes_per_step"] = int(m["bytes"] / n)
+        m["gbps"] = round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None
+        mc.append(m)
+    out["memcpy"] = mc
+    out["phases_ms"] = {k: _ms(v / n) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
+    regions = sum(1 for o in trace.ops if o.name.startswith("Torch-Compiled Region") and _in_windows(A, o.ts))
+    out["compiled"] = {"triton_pct": round(100 * triton_us / busy_us, 1) if busy_us else 0.0,
+                       "regions_per_step": round(regions / n, 2)}
+
+
+def _in_windows(A, ts: float) -> bool:
+    return any(a <= ts < b for _, a, b in A.windows)
+
+
+def _gemm_row(gemms: dict, g, cat: str, cost, f, b, precision) -> None:
+    dtype, shape = cost.dtype, cost.gemm
+    tc = classify.tensor_cores(g.name, dtype, precision)
+    gemv = classify.is_gemv(shape)
+    bad = bool(classify.misaligned(shape, dtype))
+    key = (dtype or "?", tc, bad, gemv, cat)
+    row = gemms.setdefault(key, {"dtype": dtype, "tensor_cores": tc, "misaligned": bad, "gemv": gemv,
+                                 "category": cat, "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0,
+                                 "flops_time_us": 0.0, "shapes": {}})
+    row["count"] += 1
+    row["time_us"] += g.dur
+    if f:
+        row["flops"] += f
+        row["bytes"] += b or 0.0
+        row["flops_time_us"] += g.dur
+    row["shapes"][cost.shape] = row["shapes"].get(cost.shape, 0) + 1
+
+
+def _finish_gemms(gemms: dict, n: int) -> list[dict]:
+    out = []
+    for row in gemms.values():
+        t_us, ft = row.pop("time_us"), row.pop("flops_time_us")
+        row["time_ms_per_step"] = _ms(t_us / n)
+        row["flops_per_step"] = row.pop("flops") / n
+        row["bytes_per_step"] = row.pop("bytes") / n
+        row["tflops"] = round(row["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft else None
+        row["gbps"] = round(row["bytes_per_step"] * n / (ft * 1e-6) / 1e9, 1) if ft and row["bytes_per_step"] else None
+        row["shapes"] = dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6])
+        row["count_per_step"] = round(row.pop("count") / n, 2)
+        out.append(row)
+    out.sort(key=lambda r: -r["time_ms_per_step"])
+    return out
+
+
+PEAK_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8"}
+
+
+def peak_for(spec, dtype: str | None, tensor_cores: bool | None) -> float | None:
+    if spec is None or not dtype:
+        return None
+    if dtype == "fp32":
+        return spec.peak_tflops("tf32" if tensor_cores else "fp32")
+    d = PEAK_DTYPE.get(dtype)
+    return spec.peak_tflops(d) if d else None
+
+
+def against_peaks(p: dict[str, Any], spec) -> None:
+    """Achieved figures against the SKU's peaks; ``kernel_classes`` for the HTML roofline."""
+    hbm = spec.hbm_tbps * 1e3 if spec and spec.hbm_tbps else None  # GB/s
+    for g in p["gemms"]:
+        peak = peak_for(spec, g["dtype"], g["tensor_cores"])
+        g["peak_tflops"] = peak
+        g["pct_of_peak"] = round(100 * g["tflops"] / peak, 1) if peak and g["tflops"] else None
+        g["pct_of_hbm"] = round(100 * g["gbps"] / hbm, 1) if hbm and g.get("gbps") else None
+    for r in p["ops"]:
+        peak = peak_for(spec, r["dtype"], True) if r["tflops"] else None
+        r["pct_of_peak"] = round(100 * r["tflops"] / peak, 1) if peak and r["tflops"] else None
+        r["pct_of_hbm"] = round(100 * r["gbps"] / hbm, 1) if hbm and r["gbps"] else None
+        if r["flops_per_step"] and r["bytes_per_step"] and peak and hbm:
+            ridge = peak * 1e3 / hbm  # FLOP per byte where compute and memory take equally long
+            r["bound"] = "compute" if r["flops_per_step"] / r["bytes_per_step"] >= ridge else "memory"
+        elif r["bytes_per_step"] and not r["flops_per_step"]:
+            r["bound"] = "memory"
+    classes = []
+    for g in p["gemms"]:
+        label = f"{g['category'].upper() if g['category'] != 'gemm' else 'GEMM'} {g['dtype'] or '?'} " + \
+                {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
+        label += " GEMV" if g["gemv"] else " misaligned" if g["misaligned"] else ""
+        classes.append({"name": label, "time_ms": g["time_ms_per_step"], "flops": g["flops_per_step"] or None,
+                        "bytes": g["bytes_per_step"] or None, "tflops": g["tflops"], "peak_tflops": g["peak_tflops"]})
+    by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in p["_ops_all"]:
+        if r["category"] in ("gemm",):
+            continue
+        d = by_cat[r["category"]]
+        d["time_ms"] += r["time_ms_per_step"]
+        d["flops"] += r["flops_per_step"]
+        d["bytes"] += r["bytes_per_step"]
+    for cat, d in by_cat.items():
+        t = d["time_ms"]
+        classes.append({"name": cat, "time_ms": round(t, 4), "flops": d["flops"] or None, "bytes": d["bytes"] or None,
+                        "tflops": round(d["flops"] / (t * 1e-3) / 1e12, 2) if d["flops"] and t else None,
+                        "gbps": round(d["bytes"] / (t * 1e-3) / 1e9, 1) if d["bytes"] and t else None})
+    p["kernel_classes"] = classes

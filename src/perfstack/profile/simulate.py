@@ -1,0 +1,135 @@
+"""Replay a profiled window as two timelines, the CPU issuing work and the GPU running it, so that
+"what would the step take if ..." has an answer that respects how they interact.
+
+The CPU side is the sequence of *actions* on its critical path (all threads merged by time): kernel,
+copy and graph launches, and blocking synchronizations. Between two actions the CPU does *work*
+(Python, operator dispatch, data loading, allocator calls), measured from the trace and split by
+what it overlapped. The GPU side is every launched event with its measured duration, on its
+stream: an event starts when it has been launched (plus the launch latency) and its stream is
+free, plus the bubble it had in the trace that neither explains (a cross-stream wait, say). A sync
+holds the CPU until the GPU has drained.
+
+Replayed unchanged, the model reproduces the profiled window (``fit``). Scaling the CPU work by
+``cpu_scale`` removes the profiler's inflation of CPU-side time; a scenario (no syncs, no data
+loading on the main thread, CUDA-graph dispatch, faster kernels) changes one thing and replays.
+The recoverable time of a fix is the difference between the two replays, so a faster kernel on
+a CPU-bound step recovers nothing, and removing a sync from a GPU-bound loop recovers only the
+idle it caused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+LAUNCH, SYNC, COPY_SYNC = 0, 1, 2
+SYNC_OVERHEAD_US = 8.0  # a synchronize call on an idle GPU (H100, torch 2.11): the part of a wait that stays
+GRAPH_US_PER_KERNEL = 1.0  # DESIGN.md: ≈1 µs per kernel replayed from a CUDA graph (H100, torch 2.11)
+
+
+@dataclass
+class Timeline:
+    """The replayable window. CPU actions in time order (parallel lists) and GPU events."""
+    t0: float  # window start (first step's CPU start), µs
+    n_steps: int
+    tail_us: float  # CPU work after the last action until the last window ends
+    kind: list[int] = field(default_factory=list)
+    dur: list[float] = field(default_factory=list)  # the action's own CPU time (a sync: its fixed overhead)
+    step: list[int] = field(default_factory=list)
+    gap: list[float] = field(default_factory=list)  # CPU work before the action
+    gap_dl: list[float] = field(default_factory=list)  # ... of which inside the DataLoader's __next__
+    gap_alloc: list[float] = field(default_factory=list)  # ... inside allocator calls / empty_cache
+    gap_op: list[float] = field(default_factory=list)  # ... inside operators (dispatch: what a graph removes)
+    alloc_sync: list[bool] = field(default_factory=list)  # a sync made by the allocator (cudaFree)
+    events: list[list[int]] = field(default_factory=list)  # GPU events each launch enqueues
+    g_dur: list[float] = field(default_factory=list)
+    g_stream: list[int] = field(default_factory=list)
+    g_bubble: list[float] = field(default_factory=list)
+    g_index: list[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
+    latency_us: float = 3.0
+
+    def add(self, kind: int, dur: float, step: int, gap: float, dl: float, alloc: float, op: float,
+            events: list[int], alloc_sync: bool = False) -> None:
+        self.kind.append(kind)
+        self.dur.append(dur)
+        self.step.append(step)
+        self.gap.append(gap)
+        self.gap_dl.append(dl)
+        self.gap_alloc.append(alloc)
+        self.gap_op.append(op)
+        self.events.append(events)
+        self.alloc_sync.append(alloc_sync)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One change to replay. Defaults replay the trace as recorded."""
+    name: str = "as recorded"
+    keep_sync: str = "all"  # "all" | "last-per-step"
+    no_dataloader: bool = False
+    no_allocator: bool = False
+    graph: bool = False  # dispatch replaced by CUDA-graph replay
+    g_dur: Sequence[float] | None = None  # new GPU durations (same indexing as Timeline.g_dur)
+    g_bubble: Sequence[float] | None = None
+
+
+def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> float:
+    """Total µs of the window under ``sc`` with CPU work scaled by ``cpu_scale``."""
+    g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
+    g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
+    last_sync = _last_sync_per_step(t) if sc.keep_sync == "last-per-step" else None
+    free: dict[int, float] = {}
+    gpu_end = t.t0
+    cpu = t.t0
+    lat = t.latency_us
+    for i, kind in enumerate(t.kind):
+        work = t.gap[i]
+        if sc.no_dataloader:
+            work -= t.gap_dl[i]
+        if sc.no_allocator:
+            work -= t.gap_alloc[i]
+        if sc.graph:
+            work -= t.gap_op[i]
+        cpu += max(0.0, work) * cpu_scale
+        if kind != SYNC:
+            evs = t.events[i]
+            cpu += (GRAPH_US_PER_KERNEL * len(evs) if sc.graph else t.dur[i] * cpu_scale)
+            ready = cpu + lat
+            for e in evs:
+                s = t.g_stream[e]
+                start = max(ready, free.get(s, t.t0) + g_bub[e])
+                end = start + g_dur[e]
+                free[s] = end
+                if end > gpu_end:
+                    gpu_end = end
+        if kind != LAUNCH:
+            if (sc.no_allocator and t.alloc_sync[i]) or (last_sync is not None and i not in last_sync):
+                continue
+            cpu = max(cpu + SYNC_OVERHEAD_US * cpu_scale, gpu_end)
+    cpu += t.tail_us * cpu_scale
+    return max(cpu, gpu_end) - t.t0
+
+
+def _last_sync_per_step(t: Timeline) -> set[int]:
+    last: dict[int, int] = {}
+    for i, k in enumerate(t.kind):
+        if k != LAUNCH and not t.alloc_sync[i]:
+            last[t.step[i]] = i
+    return set(last.values())
+
+
+def solve_scale(t: Timeline, target_us: float, lo: float = 0.2) -> float:
+    """The CPU scale at which the replayed window takes ``target_us`` (bisection: the replay is
+    non-decreasing in the scale). 1.0 when even the recorded CPU speed is not slower than the target."""
+    if replay(t, 1.0) <= target_us:
+        return 1.0
+    if replay(t, lo) >= target_us:
+        return lo
+    a, b = lo, 1.0
+    for _ in range(30):
+        m = (a + b) / 2
+        if replay(t, m) > target_us:
+            b = m
+        else:
+            a = m
+    return (a + b) / 2

@@ -1,0 +1,432 @@
+"""What a busy GPU wastes, and what each fix would leave: memory-bound element-wise chains that
+fusion collapses, the fp32 loss over a large vocabulary, attention written as matmul + softmax +
+matmul, fp32 convolutions, FP32 GEMMs without Tensor Cores, misaligned GEMMs, pageable copies,
+unfused optimizers.
+
+Each detector returns a ``Waste``: the new duration of every GPU event the fix would change (µs;
+0 for a kernel the fix removes) and its evidence. The replay model (``simulate``) turns those into
+step time, so a faster kernel on a CPU-bound step is worth nothing, as it should be. Estimates of
+the fixed kernels come from bytes and FLOPs at practical ceilings of the SKU (``specs``), never
+from the slow kernels' own speed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfstack.profile import classify
+from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
+
+HBM_PRACTICAL = 0.90  # a streaming kernel reaches ~90% of the HBM peak (specs.practical hbm_copy)
+MIN_KERNEL_US = 2.5  # the shortest a fused kernel runs on an H100 (launch to completion of a tiny kernel)
+VOCAB_MIN = 16384
+# Fractions of the dense 16-bit peak that well-tuned kernels of each kind reach on an H100 in this
+# project's validation traces (tests/fixtures/traces/validation, record_validation.py).
+FLASH_PRACTICAL = 0.40
+CONV_PRACTICAL = 0.35
+TF32_PRACTICAL, FP32_PRACTICAL, BF16_PRACTICAL = 0.72, 0.77, 0.80  # specs.practical_fraction
+PAGEABLE_FUSED = re.compile(r"_fused_|fused_adam|FusedAdam|_fused_sgd", re.I)
+
+
+@dataclass
+class Waste:
+    id: str
+    new_dur: dict[int, float] = field(default_factory=dict)  # device event index -> µs after the fix
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def saved_us(self, gpu: list) -> float:
+        return sum(gpu[i].dur - d for i, d in self.new_dur.items())
+
+
+def detect(A, spec) -> list[Waste]:
+    out = []
+    for fn in (fusion, vocab_loss, attention, fp32_conv, fp32_matmul, gemm_misaligned, pageable_memcpy, optimizer):
+        w = fn(A, spec)
+        if w is not None and w.new_dur:
+            out.append(w)
+    return out
+
+
+def _hbm_gbps(spec) -> float | None:
+    return spec.hbm_tbps * 1e3 * HBM_PRACTICAL if spec and spec.hbm_tbps else None
+
+
+def _stream_runs(A, member) -> list[list[int]]:
+    """Maximal runs of consecutive events on one stream, in one step and phase, for which ``member``
+    holds."""
+    gpu, att = A.gpu, A.att
+    last: dict[int, list[int]] = {}
+    runs: list[list[int]] = []
+    for i, g in enumerate(gpu):
+        if att.step[i] < 0:
+            continue
+        cur = last.get(g.stream)
+        if member(i):
+            if cur and att.step[cur[-1]] == att.step[i] and att.phase[cur[-1]] == att.phase[i]:
+                cur.append(i)
+            else:
+                cur = last[g.stream] = [i]
+                runs.append(cur)
+        else:
+            last[g.stream] = None
+    return runs
+
+
+def fusion(A, spec) -> Waste | None:
+    """Chains of eager element-wise/copy kernels: a fused kernel reads the chain's largest tensor
+    once and writes it once; everything in between stays in registers."""
+    bw = _hbm_gbps(spec)
+    if not bw:
+        return None
+    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+
+    def member(i: int) -> bool:
+        o = att.op[i]
+        return (att.category[i] in ("elementwise", "copy") and gpu[i].kind == "kernel"
+                and not gpu[i].name.startswith("triton_") and (o < 0 or not flags[o] & COMPILED)
+                and att.phase[i] != "optimizer")
+    w = Waste("unfused-elementwise")
+    chains = eager = fused_total = 0.0
+    ops: dict[str, float] = defaultdict(float)
+    n_kernels = 0
+    for run in _stream_runs(A, member):
+        if len(run) < 2:
+            continue
+        # Members that touch data of the same size are taken for one dataflow (x → bias → GELU → cast):
+        # fused, they read it once and write it once. Members on data of other sizes (a weight's cast
+        # next to an activation's GELU) are independent and keep their own traffic.
+        groups: dict[int, list[int]] = defaultdict(list)
+        unknown = 0.0
+        for i in run:
+            c = A.cost(att.op[i])
+            if c is None or not c.big or not c.big_numel:
+                unknown += gpu[i].dur
+            else:
+                groups[c.big_numel].append(i)
+        t = sum(gpu[i].dur for i in run)
+        fused = unknown
+        scale: dict[int, float] = {}
+        for members in groups.values():
+            eager_g = sum(gpu[i].dur for i in members)
+            big = max(A.cost(att.op[i]).big for i in members)
+            fused_g = min(eager_g, max(2 * big / (bw * 1e3), MIN_KERNEL_US))
+            fused += fused_g
+            for i in members:
+                scale[i] = fused_g / eager_g if eager_g else 1.0
+        if fused >= t * 0.98:
+            continue
+        chains += 1
+        n_kernels += len(run)
+        eager += t
+        fused_total += fused
+        for i in run:
+            w.new_dur[i] = gpu[i].dur * scale.get(i, 1.0)
+            o = att.op[i]
+            ops[A.trace.ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += gpu[i].dur
+    n = max(1, len(A.windows))
+    w.evidence = {"chains_per_step": round(chains / n, 1), "kernels_per_step": round(n_kernels / n, 1),
+                  "eager_ms": round(eager / n / 1e3, 3), "fused_ms": round(fused_total / n / 1e3, 3),
+                  "top_ops": [k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]]}
+    return w
+
+
+def vocab_loss(A, spec) -> Waste | None:
+    """The loss over a large vocabulary in fp32: logits upcast, log-softmax and its gradient each
+    stream the N×V logits through HBM; a fused (or chunked) loss reads them once and writes the
+    gradient once, in 16-bit."""
+    bw = _hbm_gbps(spec)
+    if not bw:
+        return None
+    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    vocab, members, rows, fp32 = 0, [], 0, False
+    for i, g in enumerate(gpu):
+        o = att.op[i]
+        if att.step[i] < 0 or o < 0 or att.category[i] not in ("elementwise", "copy"):
+            continue
+        c = A.cost(o)
+        if not c or not c.last_dim or c.last_dim < VOCAB_MIN or not c.big:
+            continue
+        if not (flags[o] & LOSS) and att.category[i] != "copy":
+            continue
+        members.append(i)
+        if flags[o] & LOSS and c.last_dim > vocab:
+            vocab = c.last_dim
+            rows = int(c.big / classify.itemsize(c.dtype) / c.last_dim)
+            fp32 = fp32 or c.dtype == "fp32"
+    members = [i for i in members if A.cost(att.op[i]).last_dim == vocab]
+    if not vocab or not members:
+        return None
+    n = max(1, len(A.windows))
+    t = sum(gpu[i].dur for i in members)
+    fused = 2 * rows * vocab * 2 / (bw * 1e3) * n  # read the 16-bit logits once, write their gradient once
+    if fused >= t:
+        return None
+    w = Waste("large-vocab-loss")
+    per_step = fused / n
+    first_of_step: set[int] = set()
+    for i in members:
+        if att.step[i] not in first_of_step:
+            first_of_step.add(att.step[i])
+            w.new_dur[i] = per_step
+        else:
+            w.new_dur[i] = 0.0
+    w.evidence = {"vocab": vocab, "rows": rows, "fp32": fp32, "kernels_per_step": round(len(members) / n, 1),
+                  "time_ms": round(t / n / 1e3, 3), "fused_ms": round(per_step / 1e3, 3)}
+    return w
+
+
+def _scores_like(shape) -> bool:
+    return shape is not None and len(shape) >= 3 and shape[-1] == shape[-2] and shape[-1] >= 128
+
+
+def attention(A, spec) -> Waste | None:
+    """Attention computed as matmul → mask → softmax → matmul (by hand, or SDPA's math path): it
+    writes and reads the S×S score matrix several times; a flash kernel never materializes it."""
+    peak = spec.peak_tflops("bf16") if spec else None
+    if not peak:
+        return None
+    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    region, gemm_flops = [], 0.0
+    math_path = False
+    for i, g in enumerate(gpu):
+        o = att.op[i]
+        if att.step[i] < 0 or o < 0 or g.kind != "kernel" or att.phase[i] == "optimizer":
+            continue
+        if att.category[i] == "attention" and not flags[o] & ATTN_MATH:
+            continue  # a fused attention kernel already
+        op = A.trace.ops[o]
+        c = A.cost(o)
+        hit = bool(flags[o] & ATTN_MATH)
+        math_path = math_path or hit
+        if c and c.gemm:
+            b, m, nn, k = c.gemm
+            if (m == nn and m >= 128 and k <= 256 and b > 1) or (k >= 128 and k == m and nn <= 256 and b > 1) or \
+                    (k >= 128 and k == nn and m <= 256 and b > 1):
+                hit = True
+                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, _op_time(A, o)))
+        elif not hit and op.dims:
+            hit = any(_scores_like(classify.dims(d)) for d in op.dims)
+        if hit:
+            region.append(i)
+    if len(region) < 4 or not gemm_flops:
+        return None
+    n = max(1, len(A.windows))
+    t = sum(gpu[i].dur for i in region)
+    flash = gemm_flops / (peak * FLASH_PRACTICAL * 1e12) * 1e6
+    if flash >= t:
+        return None
+    w = Waste("attention-unfused")
+    scale = flash / t
+    for i in region:
+        w.new_dur[i] = gpu[i].dur * scale
+    w.evidence = {"math_path": math_path, "kernels_per_step": round(len(region) / n, 1),
+                  "time_ms": round(t / n / 1e3, 3), "flash_ms": round(flash / n / 1e3, 3),
+                  "tflops": round(gemm_flops / (t * 1e-6) / 1e12, 1)}
+    return w
+
+
+def _op_time(A, o: int) -> float:
+    cache = A.__dict__.setdefault("_op_time", None)
+    if cache is None:
+        cache = defaultdict(float)
+        for i, g in enumerate(A.gpu):  # FLOPs belong to an op's compute kernels, not its helpers
+            if A.att.op[i] >= 0 and A.att.category[i] in classify.COMPUTE:
+                cache[A.att.op[i]] += g.dur
+        A._op_time = cache
+    return cache[o]
+
+
+def fp32_conv(A, spec) -> Waste | None:
+    """Convolutions in fp32 (TF32 or not): bf16 autocast with channels_last runs them on the
+    Tensor Cores at the 16-bit rate and halves the bytes of the element-wise work around them."""
+    peak = spec.peak_tflops("bf16") if spec else None
+    if not peak:
+        return None
+    gpu, att = A.gpu, A.att
+    conv, elem, layout = [], [], []
+    flops_total = conv_t = 0.0
+    for i, g in enumerate(gpu):
+        o = att.op[i]
+        if att.step[i] < 0:
+            continue
+        c = A.cost(o)
+        if att.category[i] == "conv":
+            if classify.LAYOUT_KERNEL.search(g.name):
+                layout.append(i)
+            elif c and c.dtype == "fp32":
+                conv.append(i)
+                conv_t += g.dur
+                if c.flops:
+                    flops_total += c.flops * g.dur / max(1e-9, _op_time(A, o))
+        elif att.category[i] == "elementwise" and c and c.dtype == "fp32" and att.phase[i] != "optimizer":
+            elem.append(i)
+    if not conv or not flops_total:
+        return None
+    bf16 = flops_total / (peak * CONV_PRACTICAL * 1e12) * 1e6
+    if bf16 >= conv_t:
+        return None
+    w = Waste("fp32-conv")
+    for i in conv:
+        w.new_dur[i] = gpu[i].dur * bf16 / conv_t
+    for i in elem:
+        w.new_dur[i] = gpu[i].dur * 0.5
+    for i in layout:
+        w.new_dur[i] = 0.0
+    n = max(1, len(A.windows))
+    tc = sum(1 for i in conv if classify.tensor_cores(gpu[i].name, "fp32", None))
+    w.evidence = {"conv_ms": round(conv_t / n / 1e3, 3), "tflops": round(flops_total / (conv_t * 1e-6) / 1e12, 1),
+                  "bf16_ms": round(bf16 / n / 1e3, 3), "tf32_kernels_pct": round(100 * tc / len(conv)),
+                  "elementwise_fp32_ms": round(sum(gpu[i].dur for i in elem) / n / 1e3, 3),
+                  "layout_ms": round(sum(gpu[i].dur for i in layout) / n / 1e3, 3)}
+    return w
+
+
+def fp32_matmul(A, spec) -> Waste | None:
+    """FP32 GEMMs on the CUDA cores: TF32 runs them on the Tensor Cores."""
+    gpu, att = A.gpu, A.att
+    precision = A.trace.meta.get("float32_matmul_precision")
+    idx = []
+    for i, g in enumerate(gpu):
+        if att.step[i] < 0 or att.category[i] != "gemm" or att.op[i] < 0:
+            continue
+        c = A.cost(att.op[i])
+        if c and c.dtype == "fp32" and c.gemm and not classify.is_gemv(c.gemm):
+            tc = classify.tensor_cores(g.name, "fp32", precision)
+            if tc is False or (tc is None and precision == "highest"):
+                idx.append(i)
+    if not idx:
+        return None
+    tf32, fp32 = (spec.peak_tflops("tf32"), spec.peak_tflops("fp32")) if spec else (None, None)
+    if tf32 and fp32:
+        speedup, src = (tf32 * TF32_PRACTICAL) / (fp32 * FP32_PRACTICAL), \
+            f"{spec.name}: TF32 {tf32:g} vs FP32 {fp32:g} TFLOP/s dense, practical 72%/77%"
+    else:
+        speedup, src = 4.0, "GPU not in the spec table: a conservative 4×"
+    w = Waste("fp32-matmul", {i: gpu[i].dur / speedup for i in idx})
+    n = max(1, len(A.windows))
+    t = sum(gpu[i].dur for i in idx)
+    fl = sum((A.cost(att.op[i]).flops or 0) * gpu[i].dur / max(1e-9, _op_time(A, att.op[i])) for i in idx)
+    w.evidence = {"kernels_per_step": round(len(idx) / n, 1), "time_ms": round(t / n / 1e3, 3),
+                  "tflops": round(fl / (t * 1e-6) / 1e12, 1) if t else None, "speedup": round(speedup, 1), "source": src}
+    return w
+
+
+def gemm_misaligned(A, spec) -> Waste | None:
+    """GEMMs whose M, N or K breaks the Tensor-Core alignment (GEMVs excluded: memory-bound anyway),
+    brought to the throughput aligned GEMMs of the same dtype reach in this trace (else 80% of peak)."""
+    gpu, att = A.gpu, A.att
+    bad: dict[str, list[int]] = defaultdict(list)
+    good_rate: dict[str, float] = {}
+    for i, g in enumerate(gpu):
+        if att.step[i] < 0 or att.category[i] != "gemm" or att.op[i] < 0:
+            continue
+        c = A.cost(att.op[i])
+        if not c or not c.gemm or not c.flops:
+            continue
+        share = c.flops * g.dur / max(1e-9, _op_time(A, att.op[i]))
+        if classify.misaligned(c.gemm, c.dtype):
+            bad[c.dtype or "?"].append(i)
+        elif share >= 1e9 and not classify.is_gemv(c.gemm):
+            good_rate[c.dtype or "?"] = max(good_rate.get(c.dtype or "?", 0.0), share / g.dur)  # FLOP/µs
+    if not bad:
+        return None
+    w = Waste("gemm-misaligned")
+    parts = []
+    for dt, idx in bad.items():
+        rate = good_rate.get(dt)
+        src = "aligned GEMMs in this trace"
+        if not rate:
+            d = {"fp32": "tf32"}.get(dt, dt)
+            peak = spec.peak_tflops(d) if spec and d in ("bf16", "fp16", "fp8", "int8", "tf32") else None
+            frac = TF32_PRACTICAL if d == "tf32" else BF16_PRACTICAL
+            if not peak:
+                continue
+            rate, src = peak * frac * 1e6, f"{frac:.0%} of the {d} peak"
+        t = fl = 0.0
+        shapes: dict[str, int] = defaultdict(int)
+        for i in idx:
+            c = A.cost(att.op[i])
+            f = c.flops * gpu[i].dur / max(1e-9, _op_time(A, att.op[i]))
+            w.new_dur[i] = min(gpu[i].dur, f / rate)
+            t += gpu[i].dur
+            fl += f
+            shapes[c.shape] += 1
+        parts.append({"dtype": dt, "time_ms": round(t / max(1, len(A.windows)) / 1e3, 3),
+                      "tflops": round(fl / (t * 1e-6) / 1e12, 1), "expect_tflops": round(rate / 1e6, 1), "source": src,
+                      "shapes": [s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]})
+    w.evidence = {"groups": parts}
+    return w
+
+
+def pageable_memcpy(A, spec) -> Waste | None:
+    """Host↔device copies from pageable memory: pinned memory runs them at the PCIe rate."""
+    gpu, att = A.gpu, A.att
+    pinned_rates = [g.bytes / g.dur for i, g in enumerate(gpu) if g.kind == "memcpy" and att.step[i] >= 0 and g.bytes
+                    and g.dur > 0 and classify.memcpy_kind(g.name)[1] == "Pinned" and g.bytes >= 1 << 20]
+    if pinned_rates:
+        pinned, src = max(pinned_rates) / 1e3, "pinned copies in this trace"  # GB/s
+    elif spec and spec.pcie_gen and spec.pcie_lanes:
+        from perfstack.specs import pcie_practical_gbps
+        pinned = pcie_practical_gbps(spec.pcie_gen, spec.pcie_lanes)
+        src = f"PCIe Gen{spec.pcie_gen} x{spec.pcie_lanes} practical pinned"
+    else:
+        pinned, src = 25.0, "PCIe Gen4 x16 practical pinned (GPU not in the spec table)"
+    w = Waste("pageable-memcpy")
+    t = b = 0.0
+    for i, g in enumerate(gpu):
+        if g.kind == "memcpy" and att.step[i] >= 0 and classify.memcpy_kind(g.name)[1] == "Pageable" and g.bytes:
+            new = g.bytes / (pinned * 1e3)
+            if new < g.dur:
+                w.new_dur[i] = new
+                t += g.dur
+                b += g.bytes
+    if not w.new_dur:
+        return None
+    n = max(1, len(A.windows))
+    w.evidence = {"time_ms": round(t / n / 1e3, 3), "bytes_per_step": int(b / n), "gbps": round(b / t / 1e3, 1),
+                  "pinned_gbps": round(pinned, 1), "source": src}
+    return w
+
+
+def optimizer(A, spec) -> Waste | None:
+    """An optimizer step that is not fused: foreach (one kernel per op per tensor group) or a
+    per-parameter loop. A fused Adam(W) reads and writes parameter, moments and gradient once."""
+    bw = _hbm_gbps(spec)
+    if not bw:
+        return None
+    gpu, att, ops = A.gpu, A.att, A.trace.ops
+    idx = [i for i in range(len(gpu)) if att.step[i] >= 0 and att.category[i] == "optimizer" and gpu[i].kind == "kernel"]
+    if not idx:
+        return None
+    opt_ops = {att.op[i] for i in idx if att.op[i] >= 0}
+    if any(PAGEABLE_FUSED.search(ops[o].name) for o in opt_ops):
+        return None
+    params = 0
+    for o in sorted(opt_ops):
+        if ops[o].name.startswith("aten::_foreach_") and ops[o].dims:
+            shapes = ops[o].dims[0]
+            if isinstance(shapes, list):
+                params = sum(classify.numel(s) for s in shapes if classify.dims(s)) or params
+                if params:
+                    break
+    if not params:
+        return None
+    n = max(1, len(A.windows))
+    fused = 28.0 * params / (bw * 1e3)  # fp32 param r/w, grad r, two moments r/w: 7 × 4 bytes
+    t = sum(gpu[i].dur for i in idx) / n
+    if fused >= t:
+        return None
+    w = Waste("optimizer-not-fused")
+    seen: set[int] = set()
+    for i in idx:
+        if att.step[i] not in seen:
+            seen.add(att.step[i])
+            w.new_dur[i] = fused
+        else:
+            w.new_dur[i] = 0.0
+    w.evidence = {"kernels_per_step": round(len(idx) / n, 1), "time_ms": round(t / 1e3, 3),
+                  "fused_ms": round(fused / 1e3, 3), "params": params}
+    return w
