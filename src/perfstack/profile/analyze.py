@@ -181,6 +181,12 @@ def analyze(trace: Trace) -> dict[str, Any]:
     delays = [gpu[i].ts - (trace.runtime[j].ts + trace.runtime[j].dur) for i, j in enumerate(att.launch)
               if j >= 0 and att.step[i] >= 0 and gpu[i].kind == "kernel"]
     kdurs = [gpu[i].dur for i in range(len(gpu)) if att.step[i] >= 0 and gpu[i].kind == "kernel"]
+    early = [-(gpu[i].ts - trace.runtime[j].ts) for i, j in enumerate(att.launch) if j >= 0 and gpu[i].ts < trace.runtime[j].ts]
+    if early and len(early) >= 0.01 * max(1, len(delays)):
+        # A kernel cannot start before the call that launched it: the CPU and GPU clocks disagree.
+        A.notes.append(f"{len(early)} GPU events start before the CPU call that launched them (by up to "
+                       f"{max(early) / 1e3:.3f} ms): the trace's CPU and GPU clocks disagree, so launch delays and the "
+                       "causes of idle gaps are unreliable; attribution to steps (by correlation id) is not affected")
     device_name = trace.device_names.get(A.device) if A.device is not None else None
     if device_name is None and trace.device_names:
         device_name = next(iter(trace.device_names.values()))
@@ -191,7 +197,7 @@ def analyze(trace: Trace) -> dict[str, Any]:
         "step_ms": mean("total_ms"), "busy_ms": mean("busy_ms"), "idle_ms": mean("idle_ms"),
         "busy_pct": _pct(mean("busy_ms"), mean("total_ms")),
         "timeline": {"cpu_step_ms": cpu_ms, "gpu_step_ms": gpu_ms,
-                     "bound": "gpu" if gpu_ms >= cpu_ms or _pct(mean("busy_ms"), mean("total_ms")) >= 85 else "cpu",
+                     "bound": _bound(mean("busy_ms"), mean("total_ms"), idle_reason, gpu_ms, cpu_ms),
                      "attribution": att.method,
                      "cpu_ahead_ms": _r(_quantile(delays, 0.5) / 1e3 if delays else None, 4),
                      "unattributed_events": att.unattributed},
@@ -226,6 +232,16 @@ def analyze(trace: Trace) -> dict[str, Any]:
     efficiency.kernels(A, out)
     out["_analysis"] = A  # dropped by summary before the Run is built
     return out
+
+
+def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu_ms: float) -> str:
+    """What sets the step time: the GPU's work, the CPU's, or syncs that make them take turns."""
+    if not total or busy >= 0.85 * total:
+        return "gpu"
+    idle_ms = total - busy
+    if idle.get("sync", 0.0) >= 0.5 * idle_ms:
+        return "syncs"
+    return "gpu" if gpu_ms > cpu_ms and idle.get("gpu queued", 0.0) >= 0.5 * idle_ms else "cpu"
 
 
 def _first_start_after(gpu: list):

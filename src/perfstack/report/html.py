@@ -155,10 +155,20 @@ def _roofline(r: RooflineView) -> str:
     return f"<h2>Roofline: {e(r.gpu)}</h2>{svg}{note}{table}"
 
 
+def _pct_of(o: dict) -> str:
+    if o.get("pct_of_peak") is not None:
+        return f"{o['pct_of_peak']:.0f}% FLOP/s"
+    if o.get("pct_of_hbm") is not None:
+        return f"{o['pct_of_hbm']:.0f}% HBM"
+    return ""
+
+
 def _profile(p: ProfileView) -> str:
     parts = ["<h2>Profile</h2>"]
-    if p.step_ms is not None:
-        parts.append(f'<div class="chips"><span class="chip">mean step {e(num(p.step_ms, "ms"))}</span></div>')
+    chips = ([f'<span class="chip">{e(k)}: {e(v)}</span>' for k, v in p.timing] if p.timing else
+             [f'<span class="chip">mean step {e(num(p.step_ms, "ms"))}</span>'] if p.step_ms is not None else [])
+    if chips:
+        parts.append(f'<div class="chips">{"".join(chips)}</div>')
     if p.steps:
         parts.append("<h3>Time per step by category</h3>")
         parts.append(charts.stacked_bars(p.steps, "Per-step time breakdown", "ms", kind="profile-steps"))
@@ -175,6 +185,13 @@ def _profile(p: ProfileView) -> str:
         keys = [k for k in keys if any(k in g for g in p.gaps)]
         rows = [[e(num(g[k]) if isinstance(g.get(k), float) else g.get(k, "")) for k in keys] for g in p.gaps]
         parts.append(_table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")]))
+    if p.ops:
+        parts.append("<h3>Operators by GPU time</h3>")
+        rows = [(f'<code>{e(o.get("op"))}</code>', e(o.get("category")), e(o.get("dtype") or ""),
+                 e(num(o.get("time_ms_per_step"))), e(num(o.get("tflops"))), e(num(o.get("gbps"))),
+                 e(_pct_of(o))) for o in p.ops]
+        parts.append(_table(("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows,
+                            num_cols=(3, 4, 5, 6)))
     if p.kernels:
         parts.append("<h3>Kernel classes</h3>")
         rows = [(e(k.get("name")), e(num(k.get("time_ms"))), e(num(k.get("intensity"))), e(num(k.get("tflops"))))

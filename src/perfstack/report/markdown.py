@@ -119,7 +119,9 @@ def roofline_md(r: RooflineView) -> str:
 
 def profile_md(p: ProfileView) -> str:
     out = ["## Profile"]
-    if p.step_ms is not None:
+    if p.timing:
+        out.append(" · ".join(f"{k}: **{v}**" for k, v in p.timing))
+    elif p.step_ms is not None:
         out.append(f"Mean step: **{num(p.step_ms, 'ms')}**")
     if p.steps:
         per = [dict(segs) for _, segs in p.steps]
@@ -138,6 +140,11 @@ def profile_md(p: ProfileView) -> str:
         keys = [k for k in ("step", "start_ms", "duration_ms", "before", "after", "reason") if any(k in g for g in p.gaps)]
         out.append("### Idle gaps\n\n" + table(keys, ([num(g.get(k)) if isinstance(g.get(k), float) else g.get(k, "")
                                                       for k in keys] for g in p.gaps)))
+    if p.ops:
+        out.append("### Operators by GPU time\n\n" + table(
+            ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s"),
+            ((o.get("op"), o.get("category"), o.get("dtype") or "", num(o.get("time_ms_per_step")), num(o.get("tflops")),
+              num(o.get("gbps"))) for o in p.ops), right=(3, 4, 5)))
     if p.kernels:
         out.append("### Kernel classes\n\n" + table(
             ("class", "time (ms)", "FLOP/byte", "TFLOP/s"),

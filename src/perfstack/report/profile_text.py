@@ -7,9 +7,11 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.model import Run
+from perfstack.report.views import profile_timing
 
-COLORS = {"gemm": "green", "attention": "cyan", "elementwise": "blue", "optimizer": "magenta", "memcpy": "yellow",
-          "memset": "yellow", "comm": "red", "other": "white", "idle": "grey50", "cpu": "white"}
+COLORS = {"gemm": "green", "conv": "green4", "attention": "cyan", "elementwise": "blue", "copy": "bright_blue",
+          "optimizer": "magenta", "memcpy": "yellow", "memset": "yellow", "comm": "red", "other": "white",
+          "idle": "grey50", "cpu": "white"}
 SEV = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
@@ -48,6 +50,15 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
         for c, v in sorted(mean.items(), key=lambda kv: -kv[1]):
             legend.append(f"{c} {v:.2f}  ", style=COLORS.get(c, "white"))
         console.print(legend)
+    timing = profile_timing(p)
+    if timing:
+        console.print(Text(" · ".join(f"{k} {v}" for k, v in timing)))
+    o = p.get("overhead") or {}
+    if o.get("note") and verbose:
+        console.print(Text(f"profiler overhead: {o['note']}", style="dim"))
+    phases = p.get("phases_ms") or {}
+    if phases:
+        console.print(Text("GPU time by phase (ms/step): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())))
     idle = p.get("idle_by_reason_ms") or {}
     if idle:
         console.print(Text("GPU idle by CPU activity (ms/step): " + ", ".join(f"{k} {v:.2f}" for k, v in idle.items())))
@@ -60,9 +71,17 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     if p.get("comm", {}).get("ms_per_step"):
         c = p["comm"]
         console.print(Text(f"NCCL: {c['ms_per_step']:.2f} ms/step, {c['overlap_pct']:.0f}% overlapped with compute"))
-    if p.get("mfu"):
+    if p.get("mfu") and verbose:
         console.print(Text(f"MFU {100 * p['mfu']['value']:.1f}% of {p['mfu']['peak_tflops']:g} TFLOP/s "
                            f"{p['mfu']['dtype']} ({p['mfu']['source']})"))
+    ops = p.get("ops") or []
+    if ops:
+        ot = Table("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", box=None, pad_edge=False,
+                   title="operators by GPU time", title_justify="left")
+        for r in ops[:15 if verbose else 8]:
+            ot.add_row(Text(str(r["op"])[:50]), r["category"], r.get("dtype") or "", f"{r['time_ms_per_step']:.3f}",
+                       _n(r.get("tflops")), _n(r.get("gbps")))
+        console.print(ot)
     if verbose:
         k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
         for r in p.get("top_kernels", [])[:10]:
@@ -86,8 +105,13 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
         console.print(Text(f"\n{i}. {f.title}", style="bold"))
         console.print(Text(f"   evidence: {f.evidence}"))
         console.print(Text(f"   fix: {f.fix}"))
-    console.print(Text("\nEach figure is what that fix alone would recover; they overlap and do not add up. "
+    console.print(Text("\nEach figure is what that fix alone would recover, replayed through a model of the CPU and "
+                       "GPU timelines with the profiler's CPU overhead removed; they overlap and do not add up. "
                        "'perfstack explain ID' shows how each is estimated.", style="dim"))
+
+
+def _n(v: float | None) -> str:
+    return "—" if v is None else f"{v:g}"
 
 
 def _us(v: float | None) -> str:

@@ -86,6 +86,8 @@ class ProfileView:
     gaps: list[dict[str, Any]]
     ranked: list[Finding]  # findings with recoverable time, largest first
     kernels: list[dict[str, Any]]
+    timing: list[tuple[str, str]] = field(default_factory=list)  # (label, value): profiled vs unprofiled, bound
+    ops: list[dict[str, Any]] = field(default_factory=list)  # operators by GPU time, with efficiency
 
 
 @dataclass
@@ -314,7 +316,32 @@ def profile_view(run: Run) -> ProfileView | None:
     gaps = sorted((dict(g) for g in p.get("idle_gaps") or [] if isinstance(g, Mapping)),
                   key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
     return ProfileView(categories=cats, steps=steps, step_ms=step_time(p, mean), gaps=gaps, ranked=ranked,
-                       kernels=profile_kernels(p))
+                       kernels=profile_kernels(p), timing=profile_timing(p),
+                       ops=[dict(o) for o in (p.get("ops") or [])[:15] if isinstance(o, Mapping)])
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    return f"{v:.2f}{unit}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
+
+
+def profile_timing(p: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The step's timing facts: profiled, without the profiler, which side bounds it, how far the CPU runs ahead."""
+    out: list[tuple[str, str]] = []
+    o, t = p.get("overhead"), p.get("timeline")
+    if isinstance(o, Mapping):
+        out.append(("profiled step", _fmt(o.get("profiled_step_ms"), " ms")))
+        how = {"measured": "measured", "estimated": "estimated"}.get(str(o.get("method")), "")
+        if how:
+            out.append((f"without the profiler ({how})", _fmt(o.get("step_ms"), " ms")))
+            out.append(("profiler CPU inflation", _fmt(o.get("cpu_inflation"), "×")))
+    if isinstance(t, Mapping):
+        out.append(("bound by", {"gpu": "GPU", "cpu": "CPU", "syncs": "host syncs (CPU and GPU take turns)"}
+                     .get(str(t.get("bound")), str(t.get("bound")))))
+        out.append(("CPU ahead of GPU (median)", _fmt(t.get("cpu_ahead_ms"), " ms")))
+    mfu = p.get("mfu")
+    if isinstance(mfu, Mapping) and isinstance(mfu.get("value"), (int, float)):
+        out.append(("MFU", f"{100 * mfu['value']:.1f}%"))
+    return out
 
 
 # -- the whole report -------------------------------------------------------------------------
