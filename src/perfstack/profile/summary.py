@@ -91,12 +91,17 @@ def whatifs(p: dict, A, tl, spec) -> None:
         p["whatif"] = out
         return
     pos = {gi: k for k, gi in enumerate(tl.g_index)}
-    scenarios: dict[str, Scenario] = {
-        "host-sync": Scenario("one sync per step", keep_sync="last-per-step"),
-        "dataloader-stall": Scenario("batches ready when asked", no_dataloader=True),
-        "allocator-churn": Scenario("no allocator calls", no_allocator=True),
-        "launch-bound": Scenario("CUDA-graph dispatch", graph=True),
-    }
+    # CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
+    # on large traces)
+    scenarios: dict[str, Scenario] = {}
+    if p["sync"]["calls_per_step"] > 1:
+        scenarios["host-sync"] = Scenario("one sync per step", keep_sync="last-per-step")
+    if p["data_wait_ms"] > 0:
+        scenarios["dataloader-stall"] = Scenario("batches ready when asked", no_dataloader=True)
+    if p["allocator"]["calls_per_step"] > 0 or p["allocator"]["ms_per_step"] > 0:
+        scenarios["allocator-churn"] = Scenario("no allocator calls", no_allocator=True)
+    if p["launch"]["kernels_per_step"] >= 50 and not p["launch"]["graph_launches_per_step"]:
+        scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True)
     for w in found:
         d = list(tl.g_dur)
         for gi, new in w.new_dur.items():
