@@ -105,13 +105,35 @@ def kernels(A, out: dict[str, Any]) -> None:
         mc.append(m)
     out["memcpy"] = mc
     out["phases_ms"] = {k: _ms(v / n) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
-    regions = sum(1 for o in trace.ops if o.name.startswith("Torch-Compiled Region") and _in_windows(A, o.ts))
-    out["compiled"] = {"triton_pct": round(100 * triton_us / busy_us, 1) if busy_us else 0.0,
-                       "regions_per_step": round(regions / n, 2)}
+    out["compiled"] = compiled(A, triton_us, busy_us)
 
 
-def _in_windows(A, ts: float) -> bool:
-    return any(a <= ts < b for _, a, b in A.windows)
+def compiled(A, triton_us: float, busy_us: float) -> dict[str, Any]:
+    """torch.compile in the trace: compiled regions entered per step (more than one per model call
+    means graph breaks), and compilation inside the profiled steps (recompiles)."""
+    n = max(1, len(A.windows))
+    starts = [a for _, a, _ in A.windows]
+    from bisect import bisect_right
+    regions, spans, frames = 0, [], set()
+    for o in A.trace.ops:
+        name = o.name
+        is_region = name.startswith("Torch-Compiled Region")
+        is_compile = "(dynamo_timed)" in name or name.startswith(("_compile.compile_inner", "compile_inner"))
+        if not (is_region or is_compile):
+            continue
+        k = bisect_right(starts, o.ts) - 1
+        if k < 0 or o.ts >= A.windows[k][2]:
+            continue
+        if is_region:
+            regions += 1
+            frames.add(name.rsplit(":", 1)[-1].strip())
+        else:
+            spans.append((o.ts, o.ts + o.dur))
+    from perfstack.profile.timeline import union
+    compile_us = sum(e - s for s, e in union(spans))  # nested dynamo-timed ranges count once
+    return {"triton_pct": round(100 * triton_us / busy_us, 1) if busy_us else 0.0,
+            "regions_per_step": round(regions / n, 2), "distinct_regions": len(frames),
+            "compile_ms_per_step": round(compile_us / n / 1e3, 3)}
 
 
 def _gemm_row(gemms: dict, g, cat: str, cost, f, b, precision) -> None:

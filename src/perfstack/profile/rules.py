@@ -195,9 +195,34 @@ def unfused_elementwise(p: dict, ctx: Context) -> PHit | None:
     e = (p.get("waste") or {}).get("unfused-elementwise")
     if not e or pct < 2:
         return None
-    return PHit(f"{e['chains_per_step']:g} chains of {e['kernels_per_step']:g} eager element-wise/copy kernels per "
-                f"step take {_f(e['eager_ms'])} ms of GPU time; fused, they would move their largest tensors once: "
-                f"≈ {_f(e['fused_ms'])} ms (most time in {', '.join(e['top_ops'][:4])})", ms)
+    ev = (f"{e['chains_per_step']:g} chains of {e['kernels_per_step']:g} eager element-wise/copy kernels per "
+          f"step take {_f(e['eager_ms'])} ms of GPU time; fused, they would move their largest tensors once: "
+          f"≈ {_f(e['fused_ms'])} ms (most time in {', '.join(e['top_ops'][:4])})")
+    comp = p.get("compiled") or {}
+    if comp.get("regions_per_step"):
+        # compiled code is in use: the eager chains are what runs between compiled regions
+        return PHit(ev + f"; {comp['regions_per_step']:g} compiled regions per step ({comp['distinct_regions']} "
+                         "distinct): these chains run eagerly between them", ms,
+                    fix="Find the graph breaks that leave these ops eager (TORCH_LOGS=graph_breaks, "
+                        "torch._dynamo.explain(model)(inputs)) and remove them (data-dependent Python control flow, "
+                        ".item(), unsupported calls); compile the loss and optimizer step too.")
+    return PHit(ev, ms)
+
+
+@profile_check("recompiles", "framework", "torch.compile recompiles inside the steady state",
+               doc="""Fires when compilation (TorchDynamo/Inductor ranges timed by dynamo) runs inside profiled steps
+               after warm-up. Recoverable = that compile time per step (it blocks the CPU while the GPU drains).""",
+               why="A recompile costs seconds of CPU and typically repeats whenever a shape, dtype or guarded Python "
+                   "value changes; in the steady state every step should hit the compile cache.",
+               fix="Find the cause with TORCH_LOGS=recompiles; mark dynamic dimensions (torch._dynamo.mark_dynamic "
+                   "or dynamic=True), pad or bucket variable shapes, avoid guarding on Python scalars that change.")
+def recompiles(p: dict, ctx: Context) -> PHit | None:
+    c = p.get("compiled") or {}
+    ms = c.get("compile_ms_per_step") or 0.0
+    if ms < 0.01 * _step(p):
+        return None
+    return PHit(f"{_f(ms)} ms per step compiling inside the profiled steps ({c.get('distinct_regions', 0)} distinct "
+                "compiled regions)", ms)
 
 
 @profile_check("large-vocab-loss", "framework", "The loss over a large vocabulary streams fp32 logits",
@@ -471,7 +496,7 @@ def _num(v: Any) -> float | None:
 
 ORDER = ("dataloader-stall", "allocator-churn", "launch-bound", "host-sync", "pageable-memcpy", "fp32-matmul",
          "fp32-conv", "gemm-misaligned", "attention-unfused", "large-vocab-loss", "unfused-elementwise",
-         "optimizer-not-fused", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
+         "optimizer-not-fused", "recompiles", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
 
 
 def evaluate(p: dict, ctx: Context) -> list[Finding]:
