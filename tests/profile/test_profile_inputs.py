@@ -175,6 +175,6 @@ def test_cli_capture_calls_capture_run(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cap, "run", fake)
     assert main(["profile", "--steps", "4", "--json", "--", "python", "train.py", "--lr", "1", "--", "x"]) == 0
     assert seen == {"argv": ["python", "train.py", "--lr", "1", "--", "x"], "steps": 4, "window": None,
-                    "skip_first": 2}
+                    "skip_first": None}
     doc = json.loads(capsys.readouterr().out)
     assert "throttled-during-run" in [f["id"] for f in doc["findings"]]

@@ -128,8 +128,56 @@ def test_stop_after_window_ends_the_script(tmp_path):
     marker = tmp_path / "ran.json"
     r = capture.run(["python", str(s), str(marker)], tmp_path / "out", steps=2, skip_first=1,
                     stop_after_window=True, gpus=[])
-    assert r.returncode == 0 and r.steps_seen == 4 and r.trace_paths
+    # 1 skipped, 1 warm-up, 2 recorded, then 5 timed without the profiler before the script ends
+    assert r.returncode == 0 and r.steps_seen == 9 and r.trace_paths
     assert not marker.exists()
+    assert r.unprofiled["after_steps"] == 5 and r.unprofiled["before_ms"] is None
+
+
+SLEEPY = """
+import sys, time
+import torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(int(sys.argv[1])):
+    time.sleep(0.01)
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_step_time_is_measured_without_the_profiler_before_and_after(tmp_path):
+    s = script(tmp_path, SLEEPY)
+    r = capture.run(["python", str(s), "25"], tmp_path / "out", steps=3, gpus=[])
+    u = r.unprofiled
+    assert set(u) == set(capture.UNPROFILED_KEYS)
+    # the default: 2 warm-up steps, 5 timed, then the profiler (warm-up 8, recorded 9-11), then 5 timed
+    assert step_names(r.trace_paths[0]) == sorted(["ProfilerStep#8", "ProfilerStep#9", "ProfilerStep#10"])
+    assert u["before_steps"] == 5 and u["after_steps"] == 5
+    assert 5 < u["before_ms"] < 100 and 5 < u["after_ms"] < 100  # a 10 ms sleep per step
+    assert u["step_ms"] == min(u["before_ms"], u["after_ms"])
+    assert 5 < u["profiled_ms"] < 200
+
+
+def test_windows_cut_short_keep_what_they_have(tmp_path):
+    s = script(tmp_path, SLEEPY)
+    r = capture.run(["python", str(s), "13"], tmp_path / "out", steps=3, gpus=[])
+    assert (r.unprofiled["before_steps"], r.unprofiled["after_steps"]) == (5, 2)  # steps 12 and 13
+    # an explicit skip of 2 times step 2 only (the first holds the script's start-up)
+    r = capture.run(["python", str(s), "6"], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+    assert r.trace_paths and r.unprofiled["before_steps"] == 1 and r.unprofiled["after_ms"] is None
+    assert r.unprofiled["step_ms"] == r.unprofiled["before_ms"]
+    # nothing to time: no step before the profiler, none after the window
+    r = capture.run(["python", str(s), "5"], tmp_path / "out", steps=3, skip_first=1, gpus=[])
+    assert r.trace_paths and r.returncode == 0 and r.unprofiled is None
+
+
+def test_default_skip_says_so_when_the_script_is_too_short(tmp_path):
+    s = script(tmp_path, SLEEPY)
+    with pytest.raises(InputError, match=r"after 4 optimizer steps, before the profile window \(steps 9-11, "
+                                         r"after up to 7 skipped \(2 warm-up, then up to 5 timed"):
+        capture.run(["python", str(s), "4"], tmp_path / "out", steps=3, gpus=[])
 
 
 def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
@@ -148,6 +196,47 @@ def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
     assert seen == r.trace_paths and r.trace_paths[0].exists()
     assert "KeyboardInterrupt" in r.stderr_tail
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _NoCuda:
+    class cuda:
+        @staticmethod
+        def is_initialized():
+            return False
+
+
+@pytest.mark.parametrize("skip_first, budget_s, started_at, before_steps", [
+    (None, 60.0, 7, 5),  # the default: 2 untimed warm-up steps, 5 timed
+    (None, 0.0, 3, 1),  # slow steps: the budget is spent after one timed step
+    (0, 60.0, 0, 0), (1, 60.0, 1, 0),  # nothing before the profiler, or only the start-up step
+    (2, 60.0, 2, 1), (3, 60.0, 3, 1), (4, 60.0, 4, 2), (10, 60.0, 10, 5),  # the last ones, from the 3rd
+])
+def test_step_clock_plan(skip_first, budget_s, started_at, before_steps):
+    from perfstack.profile._bootstrap import StepClock
+    clock = StepClock(_NoCuda, skip_first, 5, budget_s)
+    k = 0
+    while clock.started_at is None:
+        k += 1
+        clock.before(k)
+    assert clock.started_at == k == started_at
+    clock.profiled_begin()
+    clock.profiled_mark()
+    assert clock.after_begin()
+    after_steps = 5 if budget_s else 1
+    assert [clock.after() for _ in range(after_steps)] == [False] * (after_steps - 1) + [True]
+    clock.finish()
+    u = clock.result()
+    assert (u["before_steps"], u["after_steps"]) == (before_steps, after_steps)
+    assert u["profiled_ms"] is not None
+
+
+@pytest.mark.gpu
+def test_gpu_example_is_slower_under_the_profiler(tmp_path):
+    example = Path(__file__).parents[2] / "examples" / "train_mlp.py"
+    r = capture.run([sys.executable, str(example), "--steps", "30"], tmp_path / "out", stop_after_window=True)
+    u = r.unprofiled
+    assert r.returncode == 0 and u["before_steps"] >= 1 and u["after_steps"] >= 1
+    assert u["step_ms"] < u["profiled_ms"]
 
 
 def test_sampler_samples_and_stops_cleanly():

@@ -4,6 +4,7 @@ what a fix would recover per step."""
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from pathlib import Path
 
@@ -22,15 +23,22 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                                    "breakdown and findings ranked by the time a fix would recover.")
     p.add_argument("--trace", nargs="+", metavar="FILE", help="Kineto Chrome trace(s), .json or .json.gz")
     p.add_argument("--steps", type=int, default=3, help="capture mode: profiled steps (default 3)")
-    p.add_argument("--skip-first", type=int, default=2, metavar="N",
-                   help="capture mode: optimizer steps to let pass before profiling (default 2)")
+    p.add_argument("--skip-first", type=int, default=None, metavar="N",
+                   help="capture mode: optimizer steps to let pass before profiling; up to 5 of them (the last "
+                        "ones, never the first) are timed without the profiler (default: 2 untimed warm-up steps, "
+                        "then 5 timed ones, fewer once they have taken 5 s)")
     p.add_argument("--window", type=int, default=None, metavar="SECONDS",
                    help="capture mode, for scripts that never call an optimizer's step(): record this many "
                         "seconds from the script's import of torch")
     p.add_argument("--stop-after-window", action="store_true",
-                   help="capture mode: end the script once the profiled steps are recorded")
+                   help="capture mode: end the script once the profiled steps are recorded and up to 5 more "
+                        "are timed without the profiler")
     p.add_argument("--out-dir", metavar="DIR", help="capture mode: where traces are written (default: a temp dir)")
     p.add_argument("--model-flops-per-step", type=float, metavar="FLOPS", help="model FLOPs per step, for MFU")
+    p.add_argument("--step-ms", metavar="MS",
+                   help="the step time measured without the profiler, in milliseconds (e.g. from your training "
+                        "log), so that the figures are corrected for the profiler's overhead; capture mode measures "
+                        "it around the profiled window (this value replaces that measurement)")
     output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ARGS (capture mode)")
@@ -56,6 +64,19 @@ def _capture(args: argparse.Namespace, err: Console):
                             hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None
 
 
+def _step_ms(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ms > 0):
+        raise UsageError(f"--step-ms {value}: must be a finite number of milliseconds greater than 0",
+                         hint="give the step time measured without the profiler, e.g. --step-ms 4.25")
+    return ms
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     from perfstack.profile.summary import profile_run
 
@@ -67,20 +88,31 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                                                     "perfstack profile -- python train.py ARGS")
     if args.steps < 1:
         raise UsageError(f"--steps {args.steps}: must be at least 1")
-    if args.skip_first < 0:
+    if args.skip_first is not None and args.skip_first < 0:
         raise UsageError(f"--skip-first {args.skip_first}: must be 0 or more")
+    step_ms = _step_ms(args.step_ms)
     if args.model_flops_per_step is not None and args.model_flops_per_step <= 0:
         raise UsageError(f"--model-flops-per-step {args.model_flops_per_step:g}: must be positive")
     output.check_paths(args.output, args.html)
-    telemetry = None
+    telemetry = unprofiled = None
+    note = "given with --step-ms" if step_ms is not None else None
     if cmd:
         res = _capture(args, err)
         if not res.trace_paths:
             raise CannotRunHere(f"the command exited {res.returncode} without writing a trace")
-        paths, telemetry = res.trace_paths, res.telemetry
+        paths, telemetry, unprofiled = res.trace_paths, res.telemetry, res.unprofiled
+        from perfstack.profile.capture import overhead_line, unprofiled_note
+        line = overhead_line(unprofiled)
+        if line:
+            err.print(line)
+        if unprofiled and step_ms is None:
+            step_ms, note = unprofiled["step_ms"], unprofiled_note(unprofiled, "capture mode")
     else:
         paths = args.trace
-    result = profile_run(paths, model_flops_per_step=args.model_flops_per_step, telemetry=telemetry)
+    result = profile_run(paths, model_flops_per_step=args.model_flops_per_step, telemetry=telemetry,
+                         unprofiled_step_ms=step_ms, unprofiled_note=note)
+    if unprofiled and result.profile is not None:
+        result.profile["unprofiled"] = unprofiled
     for w in result.meta.get("warnings", []):
         err.print(f"perfstack: warning: {w}")
     output.emit(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))

@@ -5,8 +5,22 @@ _bootstrap.py, which runs the script with runpy as ``__main__`` (sys.argv and sy
 ``python train.py`` would set them). Step boundaries are the steps of the script's optimizer (a
 global ``register_optimizer_step_post_hook``): the profiler skips ``skip_first`` steps, warms up
 one, records ``steps``, writes ``<script>.pt.trace.json.gz`` into ``out_dir``, and detaches. The
-script then runs to its end (``stop_after_window=True`` ends it with exit 0 right after the trace
-is written; a Ctrl-C after the trace is written also keeps the trace). A script that never calls
+script then runs to its end (``stop_after_window=True`` ends it with exit 0 once the steps timed
+after the window are done; a Ctrl-C after the trace is written also keeps the trace).
+
+The profiler slows the CPU side of every step, so the step time is also measured without it:
+``timed_steps`` (5) steps just before the profiler starts and as many just after it detaches,
+each window fewer once it has taken ``timed_budget_s`` (5 s), never fewer than one step. A window
+synchronizes the GPU at its start and end only (``torch.cuda.synchronize()`` where the script uses
+CUDA, around ``time.perf_counter()``); its step time is its wall time over its steps. The default
+``skip_first=None`` lets 2 warm-up steps pass untimed, times the next ones, then starts the profiler
+(so the profiler starts after 7 steps when steps are fast, after 3 when they are slow); an explicit
+``skip_first`` N times the last steps of those N (from the 3rd where N allows). The profiled
+steps are timed the same way (``profiled_ms``: from a synchronize at the end of the profiler's
+warm-up step to when the CPU and the GPU have both finished the last recorded step, read from a
+CUDA event so that no synchronize lands in the trace). ``CaptureResult.unprofiled`` holds the
+figures (see UNPROFILED_KEYS), or None when no unprofiled step could be timed (the script ended
+first); a window cut short by the end of the script keeps the steps it had. A script that never calls
 an optimizer's ``step()`` (inference, a custom update) has no step boundaries: pass ``window``
 (seconds) to record one span of that length from the script's ``import torch``, or use the Python
 API (``perfstack.profile``) and call ``p.step()`` yourself. Steps are never invented from a timer.
@@ -35,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from perfstack.errors import InputError, UsageError
+from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, WARMUP_STEPS
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 INTERVAL_S = 0.1
@@ -43,6 +58,11 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accele
                     "deepspeed.launcher.runner")
 _PY = re.compile(r"^python(\d+(\.\d+)*)?[a-z]?(\.exe)?$")
 _OPT_WITH_VALUE = ("-W", "-X")
+# CaptureResult.unprofiled / Profile.unprofiled: milliseconds per step of the window before the
+# profiler and the one after it (None where absent) and their step counts (0 where absent);
+# step_ms = the faster window's, the figure to correct the profiled step with; profiled_ms = the
+# profiled steps timed the same way
+UNPROFILED_KEYS = ("before_ms", "after_ms", "before_steps", "after_steps", "step_ms", "profiled_ms")
 
 
 @dataclass
@@ -53,6 +73,29 @@ class CaptureResult:
     steps_seen: int
     stderr_tail: str
     interrupted: bool = False  # Ctrl-C ended the script after the trace was written
+    unprofiled: dict[str, Any] | None = None  # step time without the profiler (UNPROFILED_KEYS), or None
+
+
+def unprofiled_note(u: dict[str, Any], where: str) -> str:
+    """How the unprofiled step time was measured, for the analysis to quote:
+    'measured without the profiler over 5 steps before and 5 after the profiled window (capture mode)'."""
+    def steps(k: int, word: bool) -> str:
+        return f"{k} step{'s' if k != 1 else ''}" if word else str(k)
+    parts = []
+    if u.get("before_ms") is not None:
+        parts.append(f"{steps(u['before_steps'], True)} before")
+    if u.get("after_ms") is not None:
+        parts.append(f"{steps(u['after_steps'], not parts)} after")
+    both = "; the faster window is used" if len(parts) == 2 else ""
+    return f"measured without the profiler over {' and '.join(parts)} the profiled window{both} ({where})"
+
+
+def overhead_line(u: dict[str, Any] | None) -> str | None:
+    """'profiler overhead: 7.10 ms per step profiled vs 4.25 ms without (1.67×)', or None."""
+    if not u or not u.get("profiled_ms") or not u.get("step_ms"):
+        return None
+    p, q = u["profiled_ms"], u["step_ms"]
+    return f"profiler overhead: {p:.2f} ms per step profiled vs {q:.2f} ms without ({p / q:.2f}×)"
 
 
 @dataclass
@@ -307,8 +350,9 @@ def _last_line(text: str) -> str:
 
 # -- run -----------------------------------------------------------------------------------
 
-def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = None, skip_first: int = 2, *,
-        stop_after_window: bool = False, gpus: Sequence[int] | None = None,
+def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = None, skip_first: int | None = None,
+        *, stop_after_window: bool = False, timed_steps: int = TIMED_STEPS, timed_budget_s: float = TIMED_BUDGET_S,
+        gpus: Sequence[int] | None = None,
         sample: Callable[[int], dict[str, Any]] | None = None, interval: float = INTERVAL_S,
         env: dict[str, str] | None = None,
         on_trace: Callable[[list[Path]], None] | None = None) -> CaptureResult:
@@ -323,8 +367,10 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     target = parse_argv(argv)
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
-    if skip_first < 0:
+    if skip_first is not None and skip_first < 0:
         raise UsageError(f"--skip-first must be 0 or more, got {skip_first}")
+    if timed_steps < 0:
+        raise UsageError(f"timed_steps must be 0 or more, got {timed_steps}")
     if window is not None and window <= 0:
         raise UsageError(f"--window must be a positive number of seconds, got {window}")
     out_dir = Path(out_dir)
@@ -336,7 +382,8 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     os.close(fd)
     cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
                            "steps": steps, "skip_first": skip_first, "window": window,
-                           "stop_after_window": stop_after_window, "name": target.name}
+                           "stop_after_window": stop_after_window, "name": target.name,
+                           "timed_steps": timed_steps, "timed_budget_s": timed_budget_s}
     cfg["module" if target.module else "script"] = target.module or target.script
     cmd = [sys.executable, *target.python_options, str(BOOTSTRAP), json.dumps(cfg)]
     sampler = TelemetrySampler(gpus, sample, interval)
@@ -392,14 +439,15 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     tail = tee.text()
     traces = [Path(p) for p in status.get("traces", []) if os.path.exists(p)]
     interrupted = interrupts > 0 or rc in (130, -signal.SIGINT)
-    result = CaptureResult(traces, telemetry, rc, int(status.get("steps", 0)), tail, interrupted)
+    unprofiled = _unprofiled(status.get("unprofiled"))
+    result = CaptureResult(traces, telemetry, rc, int(status.get("steps", 0)), tail, interrupted, unprofiled)
     if traces:
         if on_trace and not announced:
             on_trace(traces)
         return result
     if interrupted:
         raise KeyboardInterrupt
-    raise _no_trace_error(result, status, target, steps, skip_first, window)
+    raise _no_trace_error(result, status, target, steps, skip_first, window, timed_steps)
 
 
 def _read_status(path: str) -> dict[str, Any]:
@@ -410,8 +458,18 @@ def _read_status(path: str) -> dict[str, Any]:
         return {}
 
 
-def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, steps: int, skip_first: int,
-                    window: int | None) -> InputError:
+def _unprofiled(u: Any) -> dict[str, Any] | None:
+    """The child's timing, kept only in its known shape (numbers or None under UNPROFILED_KEYS)."""
+    if not isinstance(u, dict):
+        return None
+    out = {k: u.get(k) for k in UNPROFILED_KEYS}
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in out.values()):
+        return None
+    return out if isinstance(out["step_ms"], (int, float)) and out["step_ms"] > 0 else None
+
+
+def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, steps: int, skip_first: int | None,
+                    window: int | None, timed_steps: int = TIMED_STEPS) -> InputError:
     ended = "finished" if r.returncode == 0 else f"exited with code {r.returncode}"
     last = _last_line(r.stderr_tail)
     why = f": {last}" if r.returncode != 0 else ""
@@ -436,8 +494,13 @@ def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, st
             "to profile between",
             hint="pass --window SECONDS to record a span of time instead (e.g. an inference script), or "
                  "use the Python API: 'with perfstack.profile() as p:' and call p.step() once per step")
-    first, last_step = skip_first + 2, skip_first + 1 + steps
+    skip = status.get("skip_first")
+    if not isinstance(skip, int):  # the profiler never started: what the plan would have skipped
+        skip = skip_first if skip_first is not None else WARMUP_STEPS + timed_steps
+    skipped = f"{skip} skipped" if skip_first is not None or isinstance(status.get("skip_first"), int) else \
+        f"up to {skip} skipped ({WARMUP_STEPS} warm-up, then up to {timed_steps} timed without the profiler)"
+    first, last_step = skip + 2, skip + 1 + steps
     return InputError(
         f"the script {ended} after {n} optimizer step{'s' if n != 1 else ''}, before the profile window "
-        f"(steps {first}-{last_step}, after {skip_first} skipped and 1 warm-up) was recorded{why}",
+        f"(steps {first}-{last_step}, after {skipped} and 1 warm-up) was recorded{why}",
         hint=f"lower --skip-first or --steps, or run the script for at least {last_step} steps")
