@@ -106,6 +106,9 @@ def category(kind: str, name: str, fam: str | None = None, phase: str | None = N
         return "comm"
     if phase == "optimizer":
         return "optimizer"
+    if fam == "conv" and not (_CONV.search(name) or _GEMM.search(name)) and (_ELEM.search(name) or _COPY.search(name)):
+        # element-wise work inside a convolution's backward (gradient accumulation), not the convolution
+        return "copy" if _COPY.search(name) else "elementwise"
     if fam in ("attention", "conv"):
         return fam
     if fam == "gemm":

@@ -11,6 +11,7 @@ operator dispatch, or host code outside any recorded operator.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -125,25 +126,48 @@ def timeline(trace: Trace, att, windows: list[tuple[int, float, float]], cs: Cpu
         tl.g_dur.append(gpu[i].dur)
         tl.g_stream.append(gpu[i].stream)
         tl.g_bubble.append(0.0)
+        tl.g_dep.append(False)
         tl.g_index.append(i)
+        tl.g_action.append(-1)
     lat = _latency(gpu, att, rts)
     tl.latency_us = lat
     prev_end: dict[int, float] = {}
+    pending: list[float] = []  # ends of started events, soonest first
+    last_done = -1e300  # the latest end, on any stream, at or before the current start
     for i, g in enumerate(gpu):  # all events of the device, so pre-window work occupies its stream
+        while pending and pending[0] <= g.ts + 1.0:
+            last_done = max(last_done, heapq.heappop(pending))
         j = att.launch[i]
         k = remap.get(i)
         if k is not None:
-            ready = max(prev_end.get(g.stream, -1e300), rts[j].ts + rts[j].dur + lat)
-            tl.g_bubble[k] = max(0.0, g.ts - ready) if ready > -1e299 else 0.0
+            own = max(prev_end.get(g.stream, -1e300), rts[j].ts + rts[j].dur + lat)
+            if last_done > own:
+                # it waited for another stream's work (an event dependency): replayed after whatever ran
+                # last on the device, with only the idle that followed that as its own bubble
+                tl.g_dep[k] = True
+                tl.g_bubble[k] = max(0.0, g.ts - last_done)
+            else:
+                tl.g_bubble[k] = max(0.0, g.ts - own)
         prev_end[g.stream] = max(prev_end.get(g.stream, -1e300), g.ts + g.dur)
+        heapq.heappush(pending, g.ts + g.dur)
+    # A launch call that blocks because the launch queue is full is waiting for the GPU, not working:
+    # count each call at most a few times the typical cost of its kind, and let the replay's GPU
+    # timeline supply the wait.
+    typical: dict[str, list[float]] = {}
+    for ts, j, kind in cand:
+        if kind == LAUNCH:
+            typical.setdefault(rts[j].name, []).append(rts[j].dur)
+    cap = {name: max(4 * sorted(v)[len(v) // 2], sorted(v)[len(v) // 2] + 30.0) for name, v in typical.items()}
     cursor = t0
     for ts, j, kind in cand:
         r = rts[j]
         gap_a, gap_b = cursor, max(cursor, ts)
         k = bisect_left(starts, ts + 1e-9) - 1
         step = max(0, k)
-        evs = sorted((remap[i] for i in by_launch.get(j, ())), key=lambda e: e)
-        dur = r.dur if kind == LAUNCH else min(r.dur, 8.0) if kind == SYNC else min(r.dur, 8.0)
+        evs = sorted(remap[i] for i in by_launch.get(j, ()))
+        for e in evs:
+            tl.g_action[e] = len(tl.kind)
+        dur = min(r.dur, cap[r.name]) if kind == LAUNCH else min(r.dur, 8.0)
         tl.add(kind, dur, step, gap_b - gap_a, cs.dataloader.overlap(gap_a, gap_b), cs.alloc.overlap(gap_a, gap_b),
                max(0.0, cs.ops.overlap(gap_a, gap_b) - cs.dataloader.overlap(gap_a, gap_b)), evs,
                alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)

@@ -45,7 +45,9 @@ class Timeline:
     g_dur: list[float] = field(default_factory=list)
     g_stream: list[int] = field(default_factory=list)
     g_bubble: list[float] = field(default_factory=list)
+    g_dep: list[bool] = field(default_factory=list)  # waited for another stream: starts after the device's last end
     g_index: list[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
+    g_action: list[int] = field(default_factory=list)  # the action that launches each GPU event
     latency_us: float = 3.0
 
     def add(self, kind: int, dur: float, step: int, gap: float, dl: float, alloc: float, op: float,
@@ -71,6 +73,7 @@ class Scenario:
     graph: bool = False  # dispatch replaced by CUDA-graph replay
     g_dur: Sequence[float] | None = None  # new GPU durations (same indexing as Timeline.g_dur)
     g_bubble: Sequence[float] | None = None
+    no_dispatch: frozenset[int] = frozenset()  # launches that disappear (their op is fused into another)
 
 
 def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> float:
@@ -78,6 +81,7 @@ def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> fl
     g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
     g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
     last_sync = _last_sync_per_step(t) if sc.keep_sync == "last-per-step" else None
+    dep = t.g_dep
     free: dict[int, float] = {}
     gpu_end = t.t0
     cpu = t.t0
@@ -88,16 +92,19 @@ def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> fl
             work -= t.gap_dl[i]
         if sc.no_allocator:
             work -= t.gap_alloc[i]
-        if sc.graph:
+        gone = i in sc.no_dispatch
+        if sc.graph or gone:
             work -= t.gap_op[i]
         cpu += max(0.0, work) * cpu_scale
         if kind != SYNC:
             evs = t.events[i]
-            cpu += (GRAPH_US_PER_KERNEL * len(evs) if sc.graph else t.dur[i] * cpu_scale)
+            cpu += (GRAPH_US_PER_KERNEL * len(evs) if sc.graph else 0.0 if gone else t.dur[i] * cpu_scale)
             ready = cpu + lat
             for e in evs:
                 s = t.g_stream[e]
                 start = max(ready, free.get(s, t.t0) + g_bub[e])
+                if dep[e]:
+                    start = max(start, gpu_end + g_bub[e])
                 end = start + g_dur[e]
                 free[s] = end
                 if end > gpu_end:

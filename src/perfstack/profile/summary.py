@@ -15,10 +15,11 @@ from perfstack.profile.analyze import analyze
 from perfstack.profile.simulate import Scenario, replay, solve_scale
 from perfstack.profile.trace import load
 
-# The profiler's CPU cost per recorded event (an operator or a CUDA runtime call) with
-# record_shapes=True, measured on an H100 host with torch 2.11 (record_validation.py
-# --only calibration; docs/profile.md): what the CPU time of a step shrinks by without it.
-PROFILER_US_PER_EVENT = 1.5
+# The profiler's CPU cost per recorded CPU-side event (an operator or a CUDA runtime call) with
+# record_shapes=True, measured on the project's H100 host with torch 2.11 (record_validation.py
+# --only calibration: 2.65 µs for nn.Linear, 2.95 for mm, 4.74 for add, per CPU-side event): what
+# the CPU time of a step shrinks by without the profiler. Host-dependent; --step-ms replaces it.
+PROFILER_US_PER_EVENT = 3.0
 MIN_SCALE = 0.2
 
 
@@ -118,7 +119,14 @@ def whatifs(p: dict, A, tl, spec) -> None:
                 if gi in w.new_dur and prev.get(st) in w.new_dur:
                     bub[k] = 0.0
                 prev[st] = gi
-        scenarios[w.id] = Scenario(w.id, g_dur=d, g_bubble=bub)
+        gone: set[int] = set()
+        if w.merged:
+            # an action whose every event is fused into another no longer dispatches anything
+            per_action: dict[int, list[int]] = {}
+            for k, gi in enumerate(tl.g_index):
+                per_action.setdefault(tl.g_action[k], []).append(gi)
+            gone = {a for a, gis in per_action.items() if a >= 0 and all(gi in w.merged for gi in gis)}
+        scenarios[w.id] = Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
     scale = p["overhead"]["cpu_scale"]
     base_c, base_p = replay(tl, scale), replay(tl, 1.0)
     for name, sc in scenarios.items():

@@ -2,66 +2,89 @@
 
 ``load(path)`` reads ``.json`` or ``.json.gz`` (what ``export_chrome_trace`` and
 ``tensorboard_trace_handler`` write) and returns a ``Trace``; anything that is not a readable
-torch.profiler trace raises ``InputError`` naming the file. Pure standard library.
+torch.profiler trace raises ``InputError`` naming the file.
 
 Kineto field names used (verified against torch 2.11 traces in tests/fixtures/traces):
   steps        ``ProfilerStep#N`` (cat ``user_annotation`` or ``cpu_op``) on the CPU
   GPU work     cat ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` (older Kineto: ``Kernel``, ``Memcpy``,
                ``Memset``); ``args``: ``device``, ``stream``, ``correlation``, ``External id``, ``bytes``
+  GPU spans    cat ``gpu_user_annotation``: record_function ranges (``ProfilerStep#N``,
+               ``Optimizer.step#...``) drawn on the GPU timeline
   host calls   cat ``cuda_runtime`` / ``cuda_driver`` (``cudaLaunchKernel``, ``cudaGraphLaunch``, ...)
   operators    cat ``cpu_op`` with ``Input Dims`` / ``Input type`` when ``record_shapes=True``;
                ``user_annotation`` for ``enumerate(DataLoader)#...``, ``Optimizer.step#...``
-  metadata     ``deviceProperties`` (GPU names), ``distributedInfo`` (rank, world size)
+  metadata     ``deviceProperties`` (GPU names), ``distributedInfo`` (rank, world size),
+               ``baseTimeNanoseconds`` (the wall-clock epoch of the trace's µs timestamps)
 
-A trace cut short (a truncated file, a crashed job) is salvaged event by event: what parsed is
-kept and ``Trace.warnings`` says so. Malformed individual events are skipped and counted.
+How it reads a file (a 1 GB trace is a few million events, a few hundred distinct names):
+  * the file (or the decompressed gzip stream) is read once into one mutable buffer; no text copy;
+  * msgspec splits ``traceEvents`` into per-event raw slices of that buffer (no copy), and each is
+    decoded straight into a small typed struct that keeps only the fields used here (unknown keys
+    such as ``Concrete Inputs``, ``grid``, ``Input Strides`` are skipped without being built);
+  * an event whose fields do not have the expected JSON types is decoded again leniently, one event
+    at a time: numbers given as strings are accepted, unusable values are skipped and counted in
+    ``Trace.skipped_events`` -- one odd event never costs the rest of the file;
+  * names and thread ids are shared between events; ``Input Dims`` / ``Input type`` are decoded once
+    per distinct value, and operators with the same shapes share the same lists (read-only);
+  * events become ``GpuEvent`` / ``CpuEvent`` structs that the cyclic garbage collector does not
+    track, built with the collector paused.
+
+A trace cut short (a truncated file or gzip stream, a crashed job) keeps the events before the cut,
+and ``Trace.warnings`` says so. ``NaN`` / ``Infinity`` (not JSON, but Python's json writes them)
+make the event that holds them unusable, not the file.
 """
 
 from __future__ import annotations
 
-import gzip
+import gc
 import json
+import mmap
+import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Dict, List, Optional, Union
+
+import msgspec
+from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
+GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 OP_CATS = {"cpu_op", "operator", "user_annotation", "python_function"}
-STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")
 HINT = "perfstack reads torch.profiler (Kineto) Chrome traces: prof.export_chrome_trace(path) or " \
        "torch.profiler.tensorboard_trace_handler(dir) write them"
 
 
-@dataclass(slots=True)
-class GpuEvent:
-    kind: str  # kernel | memcpy | memset
+class GpuEvent(msgspec.Struct, gc=False):
+    kind: str  # kernel | memcpy | memset | annotation (Trace.gpu_annotations)
     name: str
     ts: float  # µs
     dur: float
     device: int
     stream: int
-    correlation: int | None
-    external_id: int | None
-    bytes: int | None
+    correlation: Optional[int]
+    external_id: Optional[int]
+    bytes: Optional[int]
 
 
-@dataclass(slots=True)
-class CpuEvent:
+class CpuEvent(msgspec.Struct, gc=False):
     cat: str  # runtime | op | annotation
     name: str
     ts: float
     dur: float
     tid: Any
-    correlation: int | None = None
-    external_id: int | None = None
-    dims: list | None = None
-    types: list | None = None
+    correlation: Optional[int] = None
+    external_id: Optional[int] = None
+    dims: Optional[list] = None  # Input Dims of an operator, as in the trace; shared: do not modify
+    types: Optional[list] = None  # Input type of an operator; shared: do not modify
 
 
 @dataclass
@@ -86,126 +109,103 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     skipped_events: int = 0
     n_events: int = 0
+    gpu_annotations: list[GpuEvent] = field(default_factory=list)  # gpu_user_annotation spans
+    base_time_ns: int | None = None  # baseTimeNanoseconds: wall clock (ns since the epoch) of ts 0
 
 
-def _read_bytes(p: Path) -> tuple[bytes, list[str]]:
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"trace file {p} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{p} is a directory, not a trace file",
-                         hint="give the .pt.trace.json(.gz) files inside it, e.g. DIR/*.pt.trace.json*") from None
-    except OSError as e:
-        raise InputError(f"cannot read trace file {p}: {e.strerror or e}") from None
-    warnings: list[str] = []
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw), warnings
-        except (EOFError, OSError, zlib.error):
-            # truncated gzip: keep what decompresses
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            try:
-                data = d.decompress(raw)
-            except zlib.error as e:
-                raise InputError(f"trace file {p} is a corrupt gzip file ({e})") from None
-            if not data:
-                raise InputError(f"trace file {p} is a truncated gzip file with nothing readable") from None
-            warnings.append(f"{p.name}: gzip stream is truncated; analysed the part that was readable")
-            return data, warnings
-    if p.name.endswith(".gz"):
-        raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
-                         hint="rename it to .json if it is plain JSON, or re-export the trace")
-    return raw, warnings
+# --- what is decoded ----------------------------------------------------------------------------
+# Typed fast path: an event whose fields have other JSON types fails validation here and is
+# decoded again by the lenient path (_Builder.loose), which defines what every field means.
+
+_I64 = Annotated[int, Meta(ge=-(2**63) + 1, le=2**63 - 1)]  # what _int keeps
+_NULL = Raw(b"null")  # the default of an absent raw field (one shared object)
 
 
-def _salvage(text: str) -> dict | None:
-    """Events of a Chrome trace cut short, parsed one by one up to the cut."""
-    m = re.search(r'"traceEvents"\s*:\s*\[', text)
-    if not m or not text.lstrip().startswith("{"):
-        return None
-    dec = json.JSONDecoder()
-    events, i, n = [], m.end(), len(text)
-    while i < n:
-        while i < n and text[i] in " \t\r\n,":
-            i += 1
-        if i >= n or text[i] == "]":
-            break
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except ValueError:
-            break
-        events.append(obj)
-    head: dict = {}
-    # metadata that precedes traceEvents (deviceProperties, distributedInfo) — best effort
-    pre = text[:m.start()].rstrip().rstrip(",") + "}"
-    try:
-        head = json.loads(pre) if pre.startswith("{") else {}
-    except ValueError:
-        head = {}
-    head = head if isinstance(head, dict) else {}
-    head["traceEvents"] = events
-    return head
+class _Args(msgspec.Struct, gc=False):
+    device: Optional[_I64] = None
+    stream: Optional[_I64] = None
+    correlation: Optional[_I64] = None
+    external_id: Optional[_I64] = msgspec.field(default=None, name="External id")
+    bytes: Optional[_I64] = None
+    dims: Raw = msgspec.field(default=_NULL, name="Input Dims")
+    types: Raw = msgspec.field(default=_NULL, name="Input type")
 
 
-def _parse_json(p: Path, data: bytes, warnings: list[str]) -> Any:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-    except ValueError as e:
-        salvaged = _salvage(text)
-        if salvaged is not None and salvaged["traceEvents"]:
-            warnings.append(f"{p.name} is not valid JSON ({getattr(e, 'msg', e)} at line {getattr(e, 'lineno', '?')}): "
-                            f"the file looks truncated; analysed the {len(salvaged['traceEvents'])} events before the cut")
-            return salvaged
-        line = getattr(e, "lineno", None)
-        raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {e.msg})" if line else ""),
-                         hint=HINT) from None
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    ts: Optional[float] = None
+    dur: Optional[float] = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    args: Optional[_Args] = None
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        f = float(v)
-        return f if f == f and abs(f) != float("inf") else None
-    if isinstance(v, str):
-        try:
-            f = float(v)
-        except ValueError:
-            return None
-        return f if f == f and abs(f) != float("inf") else None
-    return None
+_HEAD_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds",
+              "float32_matmul_precision", "allow_tf32", "torch_version", "record_shapes", "metadata", "perfstack")
 
 
-def _int(v: Any) -> int | None:
-    f = _num(v)
-    return int(f) if f is not None and abs(f) < 2**63 else None
+class _Doc(msgspec.Struct):
+    traceEvents: Optional[List[Raw]] = None
+    schemaVersion: Raw = _NULL
+    deviceProperties: Raw = _NULL
+    distributedInfo: Raw = _NULL
+    baseTimeNanoseconds: Raw = _NULL
+    float32_matmul_precision: Raw = _NULL
+    allow_tf32: Raw = _NULL
+    torch_version: Raw = _NULL
+    record_shapes: Raw = _NULL
+    metadata: Raw = _NULL
+    perfstack: Raw = _NULL
+
+
+_TOP = msgspec.json.Decoder(Union[_Doc, List[Raw]])
+_EVENT = msgspec.json.Decoder(_Event)
+_ANY = msgspec.json.Decoder()
+_KEYS = msgspec.json.Decoder(Dict[str, Raw])
+_ERRORS = (ValueError, msgspec.MsgspecError, RecursionError, OverflowError)
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_NONWS = re.compile(rb"[^ \t\r\n]")
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
+_MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
+_MAX_CUTS = 64  # candidate cut points tried on a truncated file
+_MAX_CACHE = 1 << 18
+_CHUNK = 1 << 16
+_SPARE = 16  # whitespace after the text: room to close a cut document in place
+_BAD = object()  # an event that is not JSON at all
+_INF = float("inf")
+_TS = attrgetter("ts")
 
 
 def load(path: str | Path) -> Trace:
-    p = Path(path)
-    data, warnings = _read_bytes(p)
-    if not data.strip():
+    """The trace at ``path`` as typed event lists; InputError when it is not a readable
+    torch.profiler trace."""
+    return _load(Path(path))
+
+
+def _load(p: Path, lenient: bool = False) -> Trace:
+    """``lenient=True`` sends every event through the forgiving per-event path (what an event with
+    unexpected JSON types gets); for a well-formed trace the result is the same."""
+    buf, warnings = _read(p)
+    first = _NONWS.search(buf)
+    if first is None:
         raise InputError(f"trace file {p} is empty", hint=HINT)
-    doc = _parse_json(p, data, warnings)
-    del data
-    if isinstance(doc, list):  # the Chrome "JSON array" form
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        kind = "nsys export" if isinstance(doc, dict) and any(str(k).lower().startswith(("nsys", "cupti", "target")) for k in doc) \
-            else "Chrome trace"
-        raise InputError(f"{p} is not a {kind} with traceEvents", hint=HINT)
     t = Trace(path=str(p), warnings=warnings)
-    _metadata(doc, t)
-    _events(doc["traceEvents"], t)
-    kineto = bool(doc.get("schemaVersion") is not None or doc.get("deviceProperties") or t.steps or t.gpu or t.runtime
-                  or any(e.cat == "op" for e in t.ops))
+    enabled = gc.isenabled()
+    gc.disable()  # millions of new objects, none of them part of a cycle: nothing to collect
+    try:
+        head, events = _decode(p, buf, first.start(), warnings)
+        del buf  # the raw event slices still hold it until they are consumed
+        _metadata(head, t)
+        _Builder(t, lenient).build(events)
+        del events
+    finally:
+        if enabled:
+            gc.enable()
+    kineto = bool(head.get("schemaVersion") is not None or head.get("deviceProperties") or t.steps or t.gpu
+                  or t.runtime or any(e.cat == "op" for e in t.ops))
     if not kineto:
         raise InputError(f"{p} is a Chrome trace but not one from torch.profiler: it has no ProfilerStep, "
                          "cpu_op, CUDA runtime or GPU kernel events", hint=HINT)
@@ -218,75 +218,556 @@ def load(path: str | Path) -> Trace:
     return t
 
 
-def _metadata(doc: dict, t: Trace) -> None:
-    props = doc.get("deviceProperties")
+# --- reading the file ---------------------------------------------------------------------------
+
+def _read(p: Path) -> tuple[Any, list[str]]:
+    """The file's bytes in one writable buffer (an anonymous mmap of the file's size filled by
+    the kernel, or for gzip a bytearray grown as the stream decompresses), and warnings."""
+    warnings: list[str] = []
+    try:
+        with open(p, "rb", buffering=0) as f:
+            magic = f.read(2)
+            f.seek(0)
+            if magic == b"\x1f\x8b":
+                return _gunzip(p, f, warnings), warnings
+            if p.name.endswith(".gz"):
+                raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
+                                 hint="rename it to .json if it is plain JSON, or re-export the trace")
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                buf = bytearray()
+                while True:
+                    more = f.read(1 << 24)
+                    if not more:
+                        buf += b" " * _SPARE
+                        return buf, warnings
+                    buf += more
+            size = st.st_size
+            # pages are zero-filled by the kernel on first touch; the spare tail is whitespace, room to
+            # close a cut document in place
+            buf = _alloc(size + _SPARE)
+            got = 0
+            with memoryview(buf) as mv:
+                while got < size:
+                    n = f.readinto(mv[got:size])
+                    if not n:
+                        break
+                    got += n
+            buf[got:] = b" " * (len(buf) - got)
+            more = f.read(1 << 24)
+            if more:  # it grew while being read
+                grown = bytearray(buf[:got])
+                buf.close()
+                while more:
+                    grown += more
+                    more = f.read(1 << 24)
+                grown += b" " * _SPARE
+                return grown, warnings
+            return buf, warnings
+    except FileNotFoundError:
+        raise InputError(f"trace file {p} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"{p} is a directory, not a trace file",
+                         hint="give the .pt.trace.json(.gz) files inside it, e.g. DIR/*.pt.trace.json*") from None
+    except MemoryError:
+        raise InputError(f"trace file {p} does not fit in memory") from None
+    except OSError as e:
+        raise InputError(f"cannot read trace file {p}: {e.strerror or e}") from None
+
+
+def _alloc(n: int):
+    """n writable bytes: private anonymous memory, faulted in at once where the OS offers that."""
+    try:
+        if hasattr(mmap, "MAP_PRIVATE"):
+            return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
+        return mmap.mmap(-1, n)
+    except (OSError, ValueError, TypeError):
+        return bytearray(n)
+
+
+def _gunzip(p: Path, f, warnings: list[str]) -> bytearray:
+    """Stream-decompress into one growing buffer (never the compressed file and the whole text at
+    once); concatenated gzip members are read in turn, bytes after the last member are ignored;
+    a cut or corrupt stream keeps what came before."""
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = b""
+    problem = None
+    try:
+        while True:
+            if not pending:
+                pending = f.read(1 << 20)
+                if not pending:
+                    break
+            if d.eof:  # another member, or padding after the last one
+                if len(pending) < 2:
+                    more = f.read(1 << 20)
+                    if more:
+                        pending += more
+                        continue
+                if not pending.startswith(b"\x1f\x8b"):
+                    break
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += d.decompress(pending, 1 << 26)
+            pending = d.unused_data if d.eof else d.unconsumed_tail
+    except zlib.error as e:
+        problem = f"corrupt ({e})"
+    if problem is None and not d.eof:
+        problem = "truncated"
+    if problem is not None:
+        if not out:
+            what = "truncated gzip file with nothing readable" if problem == "truncated" \
+                else f"corrupt gzip file ({problem[9:-1]})"
+            raise InputError(f"trace file {p} is a {what}") from None
+        warnings.append(f"{p.name}: gzip stream is {problem}; analysed the part that was readable")
+    out += b" " * _SPARE
+    return out
+
+
+# --- the document -------------------------------------------------------------------------------
+
+def _generic(raw) -> Any:
+    """A JSON value decoded to Python objects; what msgspec refuses (a number beyond a double, invalid
+    UTF-8) is read by the standard library instead; _BAD when neither can."""
+    try:
+        return _ANY.decode(raw)
+    except _ERRORS:
+        pass
+    try:
+        return json.loads(bytes(raw).decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return _BAD
+
+
+def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, list]:
+    """(the metadata that is used, the events: raw slices of buf or, on the stdlib path, objects)."""
+    patches = 0
+    while True:
+        try:
+            top = _TOP.decode(buf)
+            break
+        except msgspec.ValidationError:
+            _not_a_trace(p, buf)
+        except RecursionError:
+            raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
+        except UnicodeDecodeError:
+            return _stdlib(p, buf, warnings)
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            m = _BYTE.search(msg)
+            pos = int(m.group(1)) if m else None
+            if pos is not None and "invalid character" in msg and _nonfinite(buf, pos, patch=False):
+                if patches >= _MAX_PATCHES:
+                    return _stdlib(p, buf, warnings)
+                _nonfinite(buf, pos, patch=True)
+                patches += 1
+                continue
+            top = _salvage(p, buf, first, msg, pos, warnings)
+            if top is None:
+                return _stdlib(p, buf, warnings)
+            break
+    if isinstance(top, list):
+        return {}, top
+    if top.traceEvents is None:
+        _not_a_trace(p, buf)
+    head = {}
+    for k in _HEAD_KEYS:
+        raw = getattr(top, k)
+        if raw is not _NULL:
+            v = _generic(raw)
+            if v is not _BAD:
+                head[k] = v
+    return head, top.traceEvents
+
+
+def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
+    """Is a NaN / Infinity / -Infinity token at pos (where msgspec stopped)? With patch, overwrite it
+    in place with ``[]`` and spaces: a value that is neither a number nor a string, so the event
+    (or argument) holding it is judged unusable the way a NaN is."""
+    if buf[pos:pos + 3] == b"NaN":
+        n = 3
+    elif buf[pos:pos + 8] == b"Infinity":
+        n = 8
+    else:
+        return False
+    if pos and buf[pos - 1] == 0x2D:  # '-'
+        pos, n = pos - 1, n + 1
+    if patch:
+        buf[pos:pos + n] = b"[]" + b" " * (n - 2)
+    return True
+
+
+def _not_a_trace(p: Path, buf) -> None:
+    try:
+        keys = list(_KEYS.decode(buf))
+    except _ERRORS:
+        keys = None
+    nsys = keys is not None and any(k.lower().startswith(("nsys", "cupti", "target")) for k in keys)
+    raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT) from None
+
+
+def _where(buf, msg: str, pos: int | None) -> str:
+    what = msg.split(": ", 1)[-1]
+    what = _BYTE.sub("", what).strip()
+    if pos is None:
+        return "it ends in the middle of the document" if "truncated" in msg else what
+    line = 1
+    with memoryview(buf) as mv:
+        for i in range(0, pos, 1 << 24):
+            line += bytes(mv[i:min(pos, i + (1 << 24))]).count(b"\n")
+    return f"line {line}: {what}"
+
+
+def _salvage(p: Path, buf, first: int, msg: str, pos: int | None, warnings: list[str]):
+    """A document cut short or broken at pos: decode it up to the last whole event before the
+    problem, closing the event list there (in place). None when that does not work out."""
+    where = _where(buf, msg, pos)
+    if pos is not None and "trailing characters" in msg:
+        end = pos - 1
+        mv = memoryview(buf)
+        part = mv[:end]
+        try:
+            top = _TOP.decode(part)
+        except _ERRORS:
+            part.release()
+            mv.release()
+        else:
+            warnings.append(f"{p.name}: ignored what follows the end of the JSON document ({where})")
+            return top
+    if buf[first] == 0x5B:  # '['
+        start, close = first + 1, b"]"
+    else:
+        m = _EVENTS_KEY.search(buf)
+        if not m:
+            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
+        start, close = m.end(), b"]}"
+    limit = len(buf) if pos is None else min(pos, len(buf))
+    hi, tries = limit, 0
+    while tries < _MAX_CUTS:
+        j = buf.rfind(b"}", start, hi)
+        if j < 0:
+            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
+        hi = j
+        c = j + 1
+        if not _AFTER_EVENT.match(buf, c, limit):
+            continue  # a '}' that does not end an element of the event list
+        tries += 1
+        saved = bytes(buf[c:c + len(close)])
+        buf[c:c + len(close)] = close
+        mv = memoryview(buf)
+        part = mv[:c + len(close)]
+        try:
+            top = _TOP.decode(part)
+        except _ERRORS:
+            part.release()
+            mv.release()
+            buf[c:c + len(close)] = saved
+            continue
+        n = len(top) if isinstance(top, list) else len(top.traceEvents or ())
+        if not n:
+            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
+        warnings.append(f"{p.name} is not valid JSON ({where}): the file looks truncated; "
+                        f"analysed the {n} events before the cut")
+        return top
+    return None
+
+
+def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, list]:
+    """The slow way, for what msgspec will not read (many NaN tokens, invalid UTF-8): the standard
+    library's decoder, event by event, stopping at the first event that does not parse."""
+    text = str(memoryview(buf), "utf-8", "replace")
+    dec = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    head: dict = {}
+    if text.startswith("["):
+        start = i + 1
+    else:
+        m = re.search(r'"traceEvents"\s*:\s*\[', text)
+        if not m or not text.startswith("{", i):
+            try:
+                doc = json.loads(text)
+            except RecursionError:
+                raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
+            except ValueError as e:
+                line = getattr(e, "lineno", None)
+                raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {e.msg})" if line else ""),
+                                 hint=HINT) from None
+            nsys = isinstance(doc, dict) and any(str(k).lower().startswith(("nsys", "cupti", "target")) for k in doc)
+            raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT)
+        start = m.end()
+        pre = text[:m.start()].rstrip().rstrip(",") + "}"
+        try:
+            h = json.loads(pre)
+        except (ValueError, RecursionError):
+            h = {}
+        if isinstance(h, dict):
+            head = {k: h[k] for k in _HEAD_KEYS if k in h}
+    events: list = []
+    i, n, cut = start, len(text), None
+    while True:
+        i = _skip_ws(text, i)
+        if i < n and text[i] == ",":
+            i += 1
+            continue
+        if i >= n:
+            cut = "it ends in the middle of the document"
+            break
+        if text[i] == "]":
+            break
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except RecursionError:
+            cut = "an event is nested too deeply"
+            break
+        except ValueError as e:
+            cut = f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}"
+            break
+        events.append(obj)
+    del text
+    if cut is not None:
+        if not events:
+            raise InputError(f"trace file {p} is not valid JSON ({cut})", hint=HINT)
+        warnings.append(f"{p.name} is not valid JSON ({cut}): the file looks truncated; "
+                        f"analysed the {len(events)} events before the cut")
+    return head, events
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _metadata(head: dict, t: Trace) -> None:
+    props = head.get("deviceProperties")
     if isinstance(props, list):
         for i, d in enumerate(props):
             if isinstance(d, dict) and isinstance(d.get("name"), str):
                 idx = _int(d.get("id"))
                 t.device_names[idx if idx is not None else i] = d["name"]
-    dist = doc.get("distributedInfo")
+    dist = head.get("distributedInfo")
     if isinstance(dist, dict):
         t.rank, t.world_size = _int(dist.get("rank")), _int(dist.get("world_size"))
+    t.base_time_ns = _int(head.get("baseTimeNanoseconds"))
     for key in ("float32_matmul_precision", "allow_tf32", "torch_version", "record_shapes"):
-        if key in doc and isinstance(doc[key], (str, int, float, bool)):
-            t.meta[key] = doc[key]
-    trace_meta = doc.get("metadata") or doc.get("perfstack")
+        if key in head and isinstance(head[key], (str, int, float, bool)):
+            t.meta[key] = head[key]
+    trace_meta = head.get("metadata") or head.get("perfstack")
     if isinstance(trace_meta, dict):
         for k, v in trace_meta.items():
             if isinstance(v, (str, int, float, bool)):
                 t.meta[str(k)] = v
 
 
-def _events(events: list, t: Trace) -> None:
-    gpu, runtime, ops, steps = t.gpu, t.runtime, t.ops, t.steps
-    skipped = 0
-    for e in events:
+# --- values -------------------------------------------------------------------------------------
+
+def _num(v: Any) -> float | None:
+    """A finite float from a JSON number or a numeric string; None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float, str)):
+        try:
+            f = float(v)
+        except (ValueError, OverflowError):
+            return None
+        return f if -_INF < f < _INF else None
+    return None
+
+
+def _int(v: Any) -> int | None:
+    """An int that fits in 64 bits from a JSON number or numeric string (floats truncated); None otherwise."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v if -(2**63) < v < 2**63 else None
+    if isinstance(v, str):
+        try:
+            i = int(v)
+        except ValueError:
+            pass
+        else:
+            return i if -(2**63) < i < 2**63 else None
+    f = _num(v)
+    return int(f) if f is not None and abs(f) < 2**63 else None
+
+
+def _tid(v: Any) -> Any:
+    return v if isinstance(v, (int, str, float)) and not isinstance(v, bool) else None
+
+
+def _shapes(v: Any) -> list | None:
+    """Input Dims / Input type as the trace has them (nested lists); a value that is not a list is None."""
+    return v if isinstance(v, list) else None
+
+
+def _category(cat: str) -> tuple[str, int]:
+    """(kind, group) of an event category: group 0 unused, 1 GPU work, 2 GPU span, 3 runtime, 4 operator."""
+    c = cat.lower()
+    if c in GPU_CATS:
+        return GPU_CATS[c], 1
+    if c in GPU_ANNOTATION_CATS:
+        return "annotation", 2
+    if c in RUNTIME_CATS:
+        return "runtime", 3
+    if c in OP_CATS:
+        return ("op" if c in ("cpu_op", "operator") else "annotation"), 4
+    return "", 0
+
+
+# --- events -------------------------------------------------------------------------------------
+
+class _Builder:
+    def __init__(self, t: Trace, lenient: bool) -> None:
+        self.t = t
+        self.lenient = lenient
+        self.skipped = 0
+        self.names: dict[str, str] = {}
+        self.tids: dict = {}
+        self.cats: dict[str, tuple[str, int]] = {}
+        self.shapes: dict[bytes, Any] = {}
+
+    def build(self, events: list) -> None:
+        """Consume ``events`` (emptied as it goes, so each slice is freed once decoded)."""
+        t = self.t
+        t.n_events = len(events)
+        events.reverse()
+        while events:
+            chunk = events[-_CHUNK:]
+            del events[-_CHUNK:]
+            chunk.reverse()
+            if self.lenient or (chunk and not isinstance(chunk[0], Raw)):
+                for e in chunk:
+                    self.loose(_generic(e) if isinstance(e, Raw) else e)
+            else:
+                self.typed(chunk)
+        t.skipped_events = self.skipped
+        steps = sorted(t.steps, key=_TS)
+        # one window per step number (a user annotation and a cpu_op copy may both exist)
+        seen: set[int] = set()
+        t.steps = [s for s in steps if not (s.number in seen or seen.add(s.number))]
+        for lst in (t.gpu, t.gpu_annotations, t.runtime, t.ops):
+            lst.sort(key=_TS)
+
+    def typed(self, chunk: list) -> None:
+        t = self.t
+        gpu, ann, runtime, ops, steps = t.gpu.append, t.gpu_annotations.append, t.runtime.append, t.ops.append, \
+            t.steps.append
+        names, tids, cats, shape, loose = self.names, self.tids, self.cats, self.shape, self.loose
+        dec = _EVENT.decode
+        null = _NULL
+        skipped = 0
+        for r in chunk:
+            try:
+                e = dec(r)
+            except _ERRORS:
+                loose(_generic(r))
+                continue
+            if e.ph != "X":
+                continue
+            cat = e.cat
+            if cat is None:
+                continue
+            c = cats.get(cat)
+            if c is None:
+                c = cats[cat] = _category(cat)
+            kind, group = c
+            if not group:
+                continue
+            name, ts, dur = e.name, e.ts, e.dur
+            if name is None or ts is None or dur is None or dur < 0:
+                skipped += 1
+                continue
+            n = names.get(name)
+            if n is None:
+                n = names[name] = name
+            a = e.args
+            if group < 3:
+                if a is None:
+                    dev = stream = corr = ext = nbytes = None
+                else:
+                    dev, stream, corr, ext, nbytes = a.device, a.stream, a.correlation, a.external_id, a.bytes
+                if dev is None:
+                    dev = _int(e.pid) or 0
+                if stream is None:
+                    stream = _int(e.tid) or 0
+                (gpu if group == 1 else ann)(GpuEvent(kind, n, ts, dur, dev, stream, corr, ext, nbytes))
+                continue
+            tid = e.tid
+            tid = tids.setdefault(tid, tid)
+            if group == 3:
+                if a is None:
+                    runtime(CpuEvent(kind, n, ts, dur, tid))
+                else:
+                    runtime(CpuEvent(kind, n, ts, dur, tid, a.correlation, a.external_id))
+                continue
+            if n.startswith("ProfilerStep#"):
+                m = STEP_RE.match(n)
+                if m:
+                    steps(Step(n, int(m.group(1)), ts, dur))
+                    continue
+            if a is None:
+                ops(CpuEvent(kind, n, ts, dur, tid))
+            else:
+                ops(CpuEvent(kind, n, ts, dur, tid, None, a.external_id,
+                             None if a.dims is null else shape(a.dims),
+                             None if a.types is null else shape(a.types)))
+        self.skipped += skipped
+
+    def shape(self, raw: Raw) -> Any:
+        key = bytes(raw)
+        v = self.shapes.get(key, _BAD)
+        if v is _BAD:
+            v = _shapes(_generic(key))
+            if len(self.shapes) < _MAX_CACHE:
+                self.shapes[key] = v
+        return v
+
+    def loose(self, e: Any) -> None:
+        """One event decoded to plain Python objects, checked field by field."""
         if not isinstance(e, dict):
-            skipped += 1
-            continue
+            self.skipped += 1
+            return
         if e.get("ph") != "X":
-            continue
+            return
         cat = e.get("cat")
         if not isinstance(cat, str):
-            continue
+            return
+        c = self.cats.get(cat)
+        if c is None:
+            c = self.cats[cat] = _category(cat)
+        kind, group = c
+        if not group:
+            return
         name = e.get("name")
         ts, dur = _num(e.get("ts")), _num(e.get("dur"))
         if not isinstance(name, str) or ts is None or dur is None or dur < 0:
-            skipped += 1
-            continue
+            self.skipped += 1
+            return
+        n = self.names.setdefault(name, name)
         args = e.get("args")
         if not isinstance(args, dict):
             args = {}
-        lcat = cat.lower()
-        kind = GPU_CATS.get(lcat)
-        if kind is not None:
+        t = self.t
+        if group < 3:
             dev = _int(args.get("device"))
             if dev is None:
                 dev = _int(e.get("pid")) or 0
             stream = _int(args.get("stream"))
             if stream is None:
                 stream = _int(e.get("tid")) or 0
-            gpu.append(GpuEvent(kind, name, ts, dur, dev, stream, _int(args.get("correlation")),
-                                _int(args.get("External id")), _int(args.get("bytes"))))
-        elif lcat in RUNTIME_CATS:
-            runtime.append(CpuEvent("runtime", name, ts, dur, e.get("tid"), _int(args.get("correlation")),
-                                    _int(args.get("External id"))))
-        elif lcat in OP_CATS:
-            m = STEP_RE.match(name)
-            if m:
-                steps.append(Step(name, int(m.group(1)), ts, dur))
-                continue
-            dims, types = args.get("Input Dims"), args.get("Input type")
-            ops.append(CpuEvent("op" if lcat in ("cpu_op", "operator") else "annotation", name, ts, dur, e.get("tid"),
-                                None, _int(args.get("External id")),
-                                dims if isinstance(dims, list) else None, types if isinstance(types, list) else None))
-    t.skipped_events = skipped
-    t.n_events = len(events)
-    steps.sort(key=lambda s: s.ts)
-    # one window per step number (a user annotation and a cpu_op copy may both exist)
-    seen: set[int] = set()
-    t.steps = [s for s in steps if not (s.number in seen or seen.add(s.number))]
-    gpu.sort(key=lambda g: g.ts)
-    runtime.sort(key=lambda r: r.ts)
-    ops.sort(key=lambda o: o.ts)
+            (t.gpu if group == 1 else t.gpu_annotations).append(
+                GpuEvent(kind, n, ts, dur, dev, stream, _int(args.get("correlation")),
+                         _int(args.get("External id")), _int(args.get("bytes"))))
+            return
+        tid = _tid(e.get("tid"))
+        if group == 3:
+            t.runtime.append(CpuEvent(kind, n, ts, dur, tid, _int(args.get("correlation")),
+                                      _int(args.get("External id"))))
+            return
+        m = STEP_RE.match(n)
+        if m:
+            t.steps.append(Step(n, int(m.group(1)), ts, dur))
+            return
+        t.ops.append(CpuEvent(kind, n, ts, dur, tid, None, _int(args.get("External id")),
+                              _shapes(args.get("Input Dims")), _shapes(args.get("Input type"))))

@@ -35,6 +35,7 @@ PAGEABLE_FUSED = re.compile(r"_fused_|fused_adam|FusedAdam|_fused_sgd", re.I)
 class Waste:
     id: str
     new_dur: dict[int, float] = field(default_factory=dict)  # device event index -> µs after the fix
+    merged: set[int] = field(default_factory=set)  # events fused into another: their launches go away too
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def saved_us(self, gpu: list) -> float:
@@ -122,6 +123,8 @@ def fusion(A, spec) -> Waste | None:
         n_kernels += len(run)
         eager += t
         fused_total += fused
+        for members in groups.values():
+            w.merged.update(members[1:])
         for i in run:
             w.new_dur[i] = gpu[i].dur * scale.get(i, 1.0)
             o = att.op[i]

@@ -1,0 +1,103 @@
+"""The profile against fixes measured without the profiler (tests/fixtures/traces/validation,
+recorded by record_validation.py on an H100): for each slow workload, the finding whose fix was
+applied ranks first and predicts the share of the step the fix recovered within 15 points (or
+0.6-1.5×); tuned controls raise no warning. ``pytest tests/profile/test_profile_validation.py -s`` prints
+the table that docs/profile.md carries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfstack.model import Severity
+from perfstack.profile.summary import profile_run
+
+V = Path(__file__).parents[1] / "fixtures" / "traces" / "validation" / "h100"
+# workload -> the finding whose fix the recording applied
+FIXES = {
+    "gpt2": "unfused-elementwise",
+    "llama": "unfused-elementwise",
+    "resnet50": "fp32-conv",
+    "decode": "launch-bound",
+    "dataloader": "dataloader-stall",
+    "sync": "host-sync",
+    "fp32-runahead": "fp32-matmul",
+    "attention": "attention-unfused",
+}
+CONTROLS = ["mlp-bf16-control", "mlp-bf16-control-synced", "gpt2-compiled-control"]
+
+
+def measured() -> dict:
+    return json.loads((V / "steps.json").read_text())["workloads"]
+
+
+def trace(name: str, variant: str) -> Path:
+    return V / f"{name}-{variant}.pt.trace.json.gz"
+
+
+def within(pred: float, meas: float) -> bool:
+    return abs(pred - meas) <= 15 or (meas > 0 and 0.6 <= pred / meas <= 1.5)
+
+
+def row(name: str, with_step_ms: bool) -> dict:
+    m = measured()[name]
+    slow, fixed = m["slow"]["min_ms"], m["fixed"]["min_ms"]
+    run = profile_run([trace(name, "slow")], unprofiled_step_ms=slow if with_step_ms else None)
+    fid = FIXES[name]
+    f = next((f for f in run.findings if f.id == fid), None)
+    return {"workload": name, "slow_ms": slow, "fixed_ms": fixed, "measured_pct": 100 * (slow - fixed) / slow,
+            "finding": fid, "rank": [x.id for x in run.findings].index(fid) + 1 if f else None,
+            "predicted_pct": f.recoverable_pct if f else 0.0, "top": run.findings[0].id if run.findings else None,
+            "profiled_ms": run.profile["step_ms"], "estimated_ms": run.profile["overhead"]["step_ms"]}
+
+
+@pytest.mark.parametrize("name", sorted(FIXES))
+def test_the_measured_fix_ranks_first_and_its_share_is_predicted(name):
+    r = row(name, with_step_ms=True)
+    assert r["rank"] == 1, r
+    assert within(r["predicted_pct"], r["measured_pct"]), r
+
+
+@pytest.mark.parametrize("name", sorted(FIXES))
+def test_without_the_unprofiled_step_time_the_estimate_still_ranks_the_fix_first(name):
+    r = row(name, with_step_ms=False)
+    assert r["rank"] == 1, r
+
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_controls_raise_no_warning(name):
+    m = measured()[name]
+    step = m.get("control", m.get("slow", {})).get("min_ms")
+    run = profile_run([trace(name, "control")], unprofiled_step_ms=step)
+    bad = [(f.id, f.recoverable_pct) for f in run.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert bad == []
+
+
+def test_a_loop_that_never_syncs_and_one_that_syncs_every_step_give_the_same_gpu_figures():
+    free = profile_run([trace("mlp-bf16-control", "control")]).profile
+    synced = profile_run([trace("mlp-bf16-control-synced", "control")]).profile
+    assert free["timeline"]["cpu_ahead_ms"] > 1.0  # the CPU runs ahead: its step windows are short
+    assert free["timeline"]["cpu_step_ms"] < 0.5 * free["step_ms"]
+    assert free["busy_ms"] == pytest.approx(synced["busy_ms"], rel=0.05)
+    assert free["launch"]["kernels_per_step"] == synced["launch"]["kernels_per_step"]
+    assert free["step_ms"] == pytest.approx(synced["step_ms"], rel=0.10)
+    assert free["breakdown_ms"]["gemm"] == pytest.approx(synced["breakdown_ms"]["gemm"], rel=0.05)
+
+
+def test_gpu_work_queued_ahead_of_the_cpu_is_counted():
+    p = profile_run([trace("fp32-runahead", "slow")]).profile
+    assert p["launch"]["kernels_per_step"] >= 3 and p["busy_pct"] > 90
+    assert p["gemms"][0]["flops_per_step"] == pytest.approx(3 * 2 * 8192**3, rel=0.01)
+
+
+def test_print_table(capsys):
+    rows = [row(n, True) for n in sorted(FIXES)]
+    print(f"\n{'workload':14} {'slow':>8} {'fixed':>8} {'measured':>9} {'finding':22} {'rank':>4} {'predicted':>9}"
+          f" {'profiled':>9} {'no --step-ms':>12}")
+    for r in rows:
+        est = row(r["workload"], False)
+        print(f"{r['workload']:14} {r['slow_ms']:8.2f} {r['fixed_ms']:8.2f} {r['measured_pct']:8.1f}% {r['finding']:22} "
+              f"{r['rank'] or '-':>4} {r['predicted_pct']:8.1f}% {r['profiled_ms']:9.2f} {est['predicted_pct']:11.1f}%")
+    assert len(rows) == len(FIXES)
