@@ -1,8 +1,21 @@
-"""How fast perfstack analyses a large trace: concatenate copies of a real trace (shifted in time,
-with fresh ids) to about 100 MB of JSON, then time load + analyze + rules in a child process and
-report wall time and peak RSS (resource.getrusage of the child).
+"""How fast perfstack reads and analyses a large torch.profiler trace.
 
-    python benchmarks/profile_speed.py [--mb 100] [--source tests/fixtures/traces/h100/host-sync.pt.trace.json.gz]
+Builds a trace of about ``--mb`` MB of JSON by concatenating copies of a real trace (each copy
+shifted in time past the previous one, with fresh correlation / External ids, flow ids and
+ProfilerStep numbers), written to a temporary directory as it is generated (never whole in
+memory). Events are written as compact JSON, one per line, so a megabyte holds more events than
+Kineto's indented output does (the conservative choice for a speed test).
+
+Then, in a child process pinned to two cores (``taskset -c 0,1`` where available), it times
+
+  (a) ``perfstack.profile.trace.load`` alone, and
+  (b) the whole ``perfstack.profile.summary.profile_run([path])``,
+
+each in a fresh child, and prints wall seconds, peak RSS of the child (``getrusage(RUSAGE_CHILDREN)``)
+and events per second.
+
+    python benchmarks/profile_speed.py [--mb 1000] [--gz] [--source TRACE.json.gz] [--only load|run]
+        [--repeat N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -10,78 +23,218 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import resource
+import os
+import platform
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+PREFERRED = FIXTURES / "validation" / "h100" / "gpt2-slow.pt.trace.json.gz"
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def synthesize(source: Path, target_mb: float, out: Path) -> tuple[int, int]:
-    doc = json.loads(gzip.decompress(source.read_bytes()))
-    events = doc["traceEvents"]
-    xs = [e for e in events if e.get("ph") == "X"]
-    t0 = min(e["ts"] for e in xs)
-    span = max(e["ts"] + e["dur"] for e in xs) - t0 + 1000.0
-    one = len(json.dumps(events))
-    copies = max(1, int(target_mb * 1e6 / one))
-    with open(out, "w") as f:
-        head = {k: v for k, v in doc.items() if k != "traceEvents"}
-        f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
-        first = True
-        for c in range(copies):
-            shift, off = c * span, c * 10_000_000
-            for e in events:
-                e2 = dict(e)
-                if "ts" in e2 and isinstance(e2["ts"], (int, float)):
-                    e2["ts"] = e2["ts"] + shift
-                if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
-                    e2["name"] = f"ProfilerStep#{int(e2['name'][13:]) + 3 * c}"
-                if "id" in e2 and isinstance(e2["id"], int):
-                    e2["id"] += off
-                a = e2.get("args")
-                if isinstance(a, dict) and ("correlation" in a or "External id" in a):
-                    a = dict(a)
-                    for k in ("correlation", "External id"):
-                        if isinstance(a.get(k), int):
-                            a[k] += off
-                    e2["args"] = a
-                f.write(("" if first else ",") + json.dumps(e2))
-                first = False
-        f.write("]}")
-    return copies, copies * len(events)
+def default_source() -> Path:
+    if PREFERRED.exists():
+        return PREFERRED
+    traces = sorted(FIXTURES.rglob("*.pt.trace.json*"), key=lambda p: p.stat().st_size, reverse=True)
+    if not traces:
+        sys.exit(f"no traces under {FIXTURES}; pass --source")
+    return traces[0]
 
 
-CHILD = """
-import sys, time, resource
+def _read(source: Path) -> dict:
+    raw = source.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw)
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    return doc
+
+
+def synthesize(source: Path, target_mb: float, out: Path, gz: bool = False) -> dict:
+    """Write about target_mb MB (uncompressed) of trace to ``out``; returns what was written."""
+    doc = _read(source)
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    t0 = min(e["ts"] for e in timed)
+    t1 = max(e["ts"] + (e.get("dur") or 0) for e in timed if isinstance(e.get("dur", 0), (int, float)))
+    span = t1 - t0 + 1000.0
+    ids = [e["args"].get(k) for e in events if isinstance(e.get("args"), dict) for k in ("correlation", "External id")]
+    ids += [e.get("id") for e in events]
+    id_step = max([i for i in ids if isinstance(i, int)] + [0]) + 1
+    nums = [int(m.group(1)) for e in events if isinstance(e.get("name"), str) for m in [STEP.match(e["name"])] if m]
+    step_step = (max(nums) + 1) if nums else 0
+    enc = msgspec.json.Encoder()
+
+    def copy(c: int) -> bytes:
+        shift, off = c * span, c * id_step
+        lines = []
+        for e in events:
+            e2 = dict(e)
+            if isinstance(e2.get("ts"), (int, float)):
+                e2["ts"] = e2["ts"] + shift
+            name = e2.get("name")
+            if c and isinstance(name, str) and name.startswith("ProfilerStep#"):
+                m = STEP.match(name)
+                if m:
+                    e2["name"] = f"ProfilerStep#{int(m.group(1)) + c * step_step}"
+            if isinstance(e2.get("id"), int):
+                e2["id"] += off
+            a = e2.get("args")
+            if isinstance(a, dict) and ("correlation" in a or "External id" in a):
+                a = dict(a)
+                for k in ("correlation", "External id"):
+                    if isinstance(a.get(k), int):
+                        a[k] += off
+                e2["args"] = a
+            lines.append(enc.encode(e2))
+        return b",\n".join(lines)
+
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    target = target_mb * 1e6
+    opener = (lambda p: gzip.open(p, "wb", compresslevel=1)) if gz else (lambda p: open(p, "wb"))
+    written, copies = 0, 0
+    with opener(out) as f:
+        start = enc.encode(head)[:-1] + (b', "traceEvents": [\n' if head else b'"traceEvents": [\n')
+        f.write(start)
+        written += len(start)
+        while written < target or copies == 0:
+            chunk = copy(copies)
+            if copies:
+                f.write(b",\n")
+                written += 2
+            f.write(chunk)
+            written += len(chunk)
+            copies += 1
+        f.write(b"\n]}\n")
+        written += 4
+    return {"copies": copies, "events": copies * len(events), "json_bytes": written, "file_bytes": out.stat().st_size}
+
+
+CHILD_LOAD = """
+import sys, time
+t0 = time.perf_counter()
+from perfstack.profile.trace import load
+t = load(sys.argv[1])
+dt = time.perf_counter() - t0
+print(f"{dt:.3f} {t.n_events} {len(t.gpu)} {len(t.runtime)} {len(t.ops)} {len(t.steps)} {t.skipped_events}")
+"""
+
+CHILD_RUN = """
+import sys, time
 t0 = time.perf_counter()
 from perfstack.profile.summary import profile_run
 run = profile_run([sys.argv[1]])
 dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(f"{dt:.2f} {rss:.0f} {run.profile['n_steps']} {len(run.findings)}")
+print(f"{dt:.3f} {run.profile.get('n_steps')} {len(run.findings)}")
 """
 
 
+WRAPPER = """
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(r.stdout)
+sys.stderr.write(r.stderr)
+print("maxrss_kib", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(r.returncode)
+"""
+
+
+def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, float]:
+    """Run ``code`` on ``path`` in a fresh child; (its printed fields, wall s, peak RSS MiB).
+
+    The child is started by a small wrapper process of its own, so that the wrapper's
+    getrusage(RUSAGE_CHILDREN) is the peak of this one measurement alone."""
+    cmd = [sys.executable, "-c", code, str(path)]
+    if cores and shutil.which("taskset"):
+        cmd = ["taskset", "-c", cores] + cmd
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", WRAPPER] + cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip()[-3000:] or f"exit {r.returncode}")
+    lines = r.stdout.strip().splitlines()
+    rss = float(lines[-1].split()[1]) / 1024
+    return lines[-2].split(), wall, rss
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+        with open("/proc/meminfo") as f:
+            mem = int(next(ln.split()[1] for ln in f if ln.startswith("MemTotal"))) / 2**20
+        return f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        return f"{os.cpu_count()} CPUs ({cpu})"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=float, default=100)
-    ap.add_argument("--source", default=str(ROOT / "tests/fixtures/traces/h100/host-sync.pt.trace.json.gz"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=1000, help="uncompressed JSON size to synthesize (default 1000)")
+    ap.add_argument("--gz", action="store_true", help="write the synthetic trace gzip-compressed")
+    ap.add_argument("--source", type=Path, default=None, help="real trace to copy (default: the largest fixture)")
+    ap.add_argument("--only", choices=("load", "run"), default=None, help="time only one of the two")
+    ap.add_argument("--repeat", type=int, default=1, help="time each N times, report the fastest")
+    ap.add_argument("--cores", default="0,1", help="CPU list for taskset (default 0,1; '' for none)")
+    ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "big.pt.trace.json"
-        copies, n = synthesize(Path(args.source), args.mb, out)
-        size = out.stat().st_size / 1e6
-        r = subprocess.run([sys.executable, "-c", CHILD, str(out)], capture_output=True, text=True,
-                           cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
-        if r.returncode:
-            sys.exit(r.stderr)
-        dt, rss, steps, nf = r.stdout.split()
-        print(f"trace {size:.0f} MB ({copies} copies of {Path(args.source).name}, {n} events, {steps} steps): "
-              f"analysed in {dt} s, peak RSS {rss} MB, {nf} findings")
+    source = args.source or default_source()
+    tmp = None
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        d = args.keep
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="perfstack-bench-")
+        d = Path(tmp.name)
+    try:
+        out = d / ("big.pt.trace.json" + (".gz" if args.gz else ""))
+        t0 = time.perf_counter()
+        info = synthesize(source, args.mb, out, args.gz)
+        print(f"source {source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}: "
+              f"{info['copies']} copies, {info['events']:,} events, {info['json_bytes'] / 1e6:.0f} MB JSON"
+              + (f" ({info['file_bytes'] / 1e6:.0f} MB gzip)" if args.gz else "")
+              + f", written in {time.perf_counter() - t0:.0f} s")
+        pinned = f"cores {args.cores}" if args.cores and shutil.which("taskset") else "not pinned"
+        print(f"machine: {machine()}, child {pinned}, Python {sys.version.split()[0]}, "
+              f"msgspec {msgspec.__version__}")
+        n = info["events"]
+        if args.only in (None, "load"):
+            best = None
+            for _ in range(max(1, args.repeat)):
+                fields, wall, rss = child(CHILD_LOAD, out, args.cores)
+                dt = float(fields[0])
+                best = (dt, wall, rss, fields) if best is None or dt < best[0] else best
+            dt, wall, rss, f = best
+            print(f"load:        {dt:6.2f} s in load(), {wall:6.2f} s wall incl. start-up, peak RSS {rss:7.0f} MiB, "
+                  f"{n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, ops {f[4]}, steps {f[5]}, "
+                  f"skipped {f[6]})")
+        if args.only in (None, "run"):
+            try:
+                best = None
+                for _ in range(max(1, args.repeat)):
+                    fields, wall, rss = child(CHILD_RUN, out, args.cores)
+                    dt = float(fields[0])
+                    best = (dt, wall, rss, fields) if best is None or dt < best[0] else best
+                dt, wall, rss, f = best
+                print(f"profile_run: {dt:6.2f} s in profile_run(), {wall:6.2f} s wall, peak RSS {rss:7.0f} MiB, "
+                      f"{n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings)")
+            except RuntimeError as e:
+                print(f"profile_run: failed: {str(e).splitlines()[-1] if str(e) else e}")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ _BYTE = re.compile(r"\(byte (\d+)\)")
 _NONWS = re.compile(rb"[^ \t\r\n]")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
+_NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
 _MAX_CUTS = 64  # candidate cut points tried on a truncated file
 _MAX_CACHE = 1 << 18
@@ -339,9 +340,11 @@ def _generic(raw) -> Any:
         return _BAD
 
 
-def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, list]:
-    """(the metadata that is used, the events: raw slices of buf or, on the stdlib path, objects)."""
+def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, Any]:
+    """(the metadata that is used, the events: a list of raw slices of buf or, on the stdlib path,
+    an iterator of objects)."""
     patches = 0
+    bulk = False
     while True:
         try:
             top = _TOP.decode(buf)
@@ -358,7 +361,13 @@ def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, list]:
             pos = int(m.group(1)) if m else None
             if pos is not None and "invalid character" in msg and _nonfinite(buf, pos, patch=False):
                 if patches >= _MAX_PATCHES:
-                    return _stdlib(p, buf, warnings)
+                    if bulk:
+                        return _stdlib(p, buf, warnings)
+                    # many of them (a writer that emits NaN for some field of every event): patch every
+                    # such token that stands where a value does, then go on one at a time
+                    for t in _NONFINITE_VALUE.finditer(buf, pos):
+                        buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
+                    bulk, patches = True, 0
                 _nonfinite(buf, pos, patch=True)
                 patches += 1
                 continue
@@ -472,14 +481,14 @@ def _salvage(p: Path, buf, first: int, msg: str, pos: int | None, warnings: list
     return None
 
 
-def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, list]:
-    """The slow way, for what msgspec will not read (many NaN tokens, invalid UTF-8): the standard
-    library's decoder, event by event, stopping at the first event that does not parse."""
+def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, Any]:
+    """The slow way, for what msgspec will not read (NaN tokens everywhere, invalid UTF-8 outside
+    the events): the standard library's decoder, one event at a time, up to the first event that
+    does not parse. The events come as an iterator, built into records as they are read."""
     text = str(memoryview(buf), "utf-8", "replace")
-    dec = json.JSONDecoder()
     i = _skip_ws(text, 0)
     head: dict = {}
-    if text.startswith("["):
+    if text.startswith("[", i):
         start = i + 1
     else:
         m = re.search(r'"traceEvents"\s*:\s*\[', text)
@@ -502,34 +511,44 @@ def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, list]:
             h = {}
         if isinstance(h, dict):
             head = {k: h[k] for k in _HEAD_KEYS if k in h}
-    events: list = []
-    i, n, cut = start, len(text), None
+    first = _next_event(text, start)
+    if isinstance(first[0], str):
+        raise InputError(f"trace file {p} is not valid JSON ({first[0]})", hint=HINT)
+    return head, _stdlib_events(p, text, first, warnings)
+
+
+def _next_event(text: str, i: int, dec=json.JSONDecoder()) -> tuple[Any, int]:
+    """(the event at i, where the next one starts); (None, -1) at the end of the list; (why, -1)
+    where it stops parsing."""
+    n = len(text)
     while True:
         i = _skip_ws(text, i)
         if i < n and text[i] == ",":
             i += 1
             continue
-        if i >= n:
-            cut = "it ends in the middle of the document"
-            break
-        if text[i] == "]":
-            break
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except RecursionError:
-            cut = "an event is nested too deeply"
-            break
-        except ValueError as e:
-            cut = f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}"
-            break
-        events.append(obj)
-    del text
-    if cut is not None:
-        if not events:
-            raise InputError(f"trace file {p} is not valid JSON ({cut})", hint=HINT)
-        warnings.append(f"{p.name} is not valid JSON ({cut}): the file looks truncated; "
-                        f"analysed the {len(events)} events before the cut")
-    return head, events
+        break
+    if i >= n:
+        return "it ends in the middle of the document", -1
+    if text[i] == "]":
+        return None, -1
+    try:
+        return dec.raw_decode(text, i)
+    except RecursionError:
+        return "an event is nested too deeply", -1
+    except ValueError as e:
+        return f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}", -1
+
+
+def _stdlib_events(p: Path, text: str, first: tuple, warnings: list[str]):
+    obj, i = first
+    n = 0
+    while i >= 0:
+        n += 1
+        yield obj
+        obj, i = _next_event(text, i)
+    if obj is not None:
+        warnings.append(f"{p.name} is not valid JSON ({obj}): the file looks truncated; "
+                        f"analysed the {n} events before the cut")
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -627,18 +646,27 @@ class _Builder:
         self.cats: dict[str, tuple[str, int]] = {}
         self.shapes: dict[bytes, Any] = {}
 
-    def build(self, events: list) -> None:
-        """Consume ``events`` (emptied as it goes, so each slice is freed once decoded)."""
+    def build(self, events: Any) -> None:
+        """Consume ``events``: a list of raw slices (emptied as it goes, so each is freed once
+        decoded) or an iterator of decoded objects."""
         t = self.t
-        t.n_events = len(events)
+        if not isinstance(events, list):
+            n = 0
+            for e in events:
+                n += 1
+                self.loose(e)
+            events = []
+        else:
+            n = len(events)
+        t.n_events = n
         events.reverse()
         while events:
             chunk = events[-_CHUNK:]
             del events[-_CHUNK:]
             chunk.reverse()
-            if self.lenient or (chunk and not isinstance(chunk[0], Raw)):
+            if self.lenient:
                 for e in chunk:
-                    self.loose(_generic(e) if isinstance(e, Raw) else e)
+                    self.loose(_generic(e))
             else:
                 self.typed(chunk)
         t.skipped_events = self.skipped
