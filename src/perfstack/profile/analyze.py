@@ -22,7 +22,7 @@ from typing import Any
 
 from perfstack.profile import classify, cpu, flops
 from perfstack.profile.attribute import attribute
-from perfstack.profile.timeline import sweep, union
+from perfstack.profile.timeline import gaps, sweep, union
 from perfstack.profile.trace import Trace
 
 GAP_LIST_US = 50.0
@@ -98,7 +98,6 @@ def analyze(trace: Trace) -> dict[str, Any]:
     """The profile summary of one trace (one rank)."""
     A = Analysis(trace)
     gpu, att, windows = A.gpu, A.att, A.windows
-    n_win = len(windows)
     cats = att.category
     # -- per step: GPU period, busy, categories, gaps ---------------------------------------------
     per_step: list[list[int]] = [[] for _ in windows]
@@ -142,7 +141,7 @@ def analyze(trace: Trace) -> dict[str, Any]:
         reasons: dict[str, float] = defaultdict(float)
         if gpu and period > 0:
             lo = max(0, bisect_left(busy_ends, g0) - 1)
-            for s, e in _gaps(all_busy, lo, g0, g1):
+            for s, e in gaps(all_busy, g0, g1, lo):
                 nxt_i = first_after(e)
                 launch = trace.runtime[att.launch[nxt_i]] if nxt_i is not None and att.launch[nxt_i] >= 0 else None
                 why = cpu.gap_reason(s, e, launch, A.cs)
@@ -251,21 +250,6 @@ def _first_start_after(gpu: list):
         i = bisect_left(ts, t - 1e-6)
         return i if i < len(gpu) else None
     return f
-
-
-def _gaps(busy: list[tuple[float, float]], lo: int, a: float, b: float) -> list[tuple[float, float]]:
-    out, cur = [], a
-    for s, e in busy[lo:]:
-        if s >= b:
-            break
-        if e <= cur:
-            continue
-        if s > cur:
-            out.append((cur, s))
-        cur = max(cur, e)
-    if cur < b:
-        out.append((cur, b))
-    return out
 
 
 def _cpu_counts(A: Analysis, steps: list[dict]) -> None:

@@ -111,10 +111,17 @@ def _attention(name, dims, types, concrete, dtype) -> Cost:
 
 
 def _causal(concrete) -> bool:
-    if not concrete:
-        return False
-    return any(isinstance(c, str) and c.strip().lower() == "true" for c in concrete[3:8]) or \
-        any(c is True for c in concrete[3:8])
+    """SDPA-family ops take ``dropout_p`` (a float) then ``is_causal``; the profiler records scalar
+    arguments as strings in "Concrete Inputs"."""
+    for i, c in enumerate(concrete or ()):
+        if isinstance(c, str) and c and ("." in c or "e" in c.lower()) and c.lower() not in ("true", "false"):
+            try:
+                float(c)
+            except ValueError:
+                continue
+            nxt = concrete[i + 1] if i + 1 < len(concrete) else None
+            return isinstance(nxt, str) and nxt.strip().lower() == "true"
+    return False
 
 
 def _conv(name, dims, types, concrete, dtype) -> Cost:
@@ -141,9 +148,13 @@ def _conv(name, dims, types, concrete, dtype) -> Cost:
     x, w = four[0], four[1]
     n, c, h, wd = x
     k_out, cin_g, r, s = w
-    stride = _int_list(concrete[3]) if concrete and len(concrete) > 3 else None
-    pad = _int_list(concrete[4]) if concrete and len(concrete) > 4 else None
-    dil = _int_list(concrete[5]) if concrete and len(concrete) > 5 else None
+    # aten::cudnn_convolution(input, weight, padding, stride, dilation, ...); aten::convolution,
+    # _convolution and conv2d(input, weight, bias, stride, padding, dilation, ...)
+    i_pad, i_stride, i_dil = (2, 3, 4) if name == "aten::cudnn_convolution" else (4, 3, 5)
+    c = list(concrete or ())
+    stride = _int_list(c[i_stride]) if len(c) > i_stride else None
+    pad = _int_list(c[i_pad]) if len(c) > i_pad else None
+    dil = _int_list(c[i_dil]) if len(c) > i_dil else None
     if not stride:
         return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype,
                     f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from perfstack.model import LAYERS, Finding, Severity
+from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 
 
 
@@ -247,8 +248,8 @@ def large_vocab_loss(p: dict, ctx: Context) -> PHit | None:
 @profile_check("attention-unfused", "framework", "Attention materializes the S×S score matrix",
                doc="""Finds attention computed as matmul → mask → softmax → matmul (by hand, or SDPA's math path):
                batched GEMMs producing or consuming a square S×S matrix (S ≥ 128, head dim ≤ 256) and the
-               element-wise kernels on it. A flash kernel does the same FLOPs at ~40% of the 16-bit peak without
-               writing the scores; fires at ≥ 2% of the step.""",
+               element-wise kernels on it. A flash kernel does the same FLOPs (half, when a mask is applied to the
+               scores: taken as causal) at 33% of the 16-bit peak without writing the scores; fires at ≥ 2%.""",
                why="The score matrix is S² per head: at S = 2048 it dwarfs Q, K and V, and every mask, softmax and "
                    "dropout over it is a full pass through HBM; flash attention keeps it in on-chip memory.",
                fix="Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (flash / "
@@ -261,13 +262,15 @@ def attention_unfused(p: dict, ctx: Context) -> PHit | None:
         return None
     how = "SDPA's math path" if e["math_path"] else "matmul + softmax + matmul"
     return PHit(f"attention as {how}: {e['kernels_per_step']:g} kernels per step take {_f(e['time_ms'])} ms at "
-                f"{e['tflops']:g} TFLOP/s; a flash kernel would take ≈ {_f(e['flash_ms'])} ms", ms)
+                f"{e['tflops']:g} TFLOP/s; a flash kernel would take ≈ {_f(e['flash_ms'])} ms"
+                + (" (the mask over the scores taken as causal: the kernel skips its masked half)" if e.get("masked")
+                   else ""), ms)
 
 
 @profile_check("fp32-conv", "framework", "Convolutions in fp32",
                doc="""Finds convolution kernels (cuDNN fprop/dgrad/wgrad, launched by convolution ops) whose inputs
                are fp32. With bf16 autocast and channels_last they run on the Tensor Cores at the 16-bit rate
-               (modelled at 35% of the dense bf16 peak, what ResNet-50's convolutions reach on an H100 in the
+               (modelled at 33% of the dense bf16 peak, what ResNet-50's convolutions reach on an H100 in the
                validation traces), the fp32 element-wise work around them (batch norm, ReLU, adds) moves half the
                bytes, and cuDNN's layout transposes disappear; fires at ≥ 2% of the step.""",
                why="fp32 convolutions run on the CUDA cores (or TF32 at best); ResNet-style training is several "
@@ -430,10 +433,6 @@ def straggler_rank(p: dict, ctx: Context) -> PHit | None:
                 s["excess_ms"], subject=f"rank{s['rank']}")
 
 
-THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
-                 0x80: "HW power brake"}
-
-
 @profile_check("throttled-during-run", "driver", "GPU clocks throttled during the run",
                doc="""From NVML samples taken while the workload ran (capture mode): fires when ≥ 5% of the
                samples with the GPU busy report a throttle reason (SW power cap, HW slowdown, SW/HW thermal,
@@ -453,43 +452,6 @@ def throttled(p: dict, ctx: Context) -> PHit | None:
                 f"SM clock {t['throttled_clock_mhz']:.0f} MHz when throttled vs {t['max_clock_mhz']:.0f} MHz max; "
                 f"max temperature {t['max_temperature_c']} °C, max power {t['max_power_w']} W", rec,
                 severity="warning" if rec < 0.05 * p["step_ms"] else None)
-
-
-def telemetry_summary(samples: list[dict], spec: Any = None) -> dict | None:
-    """Throttle statistics of NVML samples: t, sm_clock_mhz, power_w, temperature_c,
-    clocks_event_reasons (bitmask or list of names), utilization_gpu."""
-    rows = [s for s in samples if isinstance(s, dict)]
-    if not rows:
-        return None
-    busy = [s for s in rows if (_num(s.get("utilization_gpu")) or 0) >= 5] or rows
-    reasons: set[str] = set()
-    thr = []
-    for s in busy:
-        r = s.get("clocks_event_reasons")
-        names = []
-        if isinstance(r, (int, float)) and not isinstance(r, bool):
-            names = [n for b, n in THROTTLE_BITS.items() if int(r) & b]
-        elif isinstance(r, (list, tuple)):
-            names = [str(x) for x in r if any(k in str(x).lower() for k in ("power", "thermal", "slowdown", "brake"))]
-        if names:
-            reasons.update(names)
-            thr.append(s)
-    clocks = [c for c in (_num(s.get("sm_clock_mhz")) for s in rows) if c]
-    max_clock = max([*clocks, float(getattr(spec, "boost_clock_mhz", 0) or 0)]) if clocks else 0.0
-    tclk = [c for c in (_num(s.get("sm_clock_mhz")) for s in thr) if c]
-    temps = [t for t in (_num(s.get("temperature_c")) for s in rows) if t is not None]
-    power = [w for w in (_num(s.get("power_w")) for s in rows) if w is not None]
-    return {"samples": len(rows), "busy_samples": len(busy), "throttled_pct": round(100 * len(thr) / len(busy), 1),
-            "reasons": sorted(reasons), "throttled_clock_mhz": (sum(tclk) / len(tclk)) if tclk else max_clock,
-            "max_clock_mhz": max_clock, "max_temperature_c": max(temps) if temps else None,
-            "max_power_w": max(power) if power else None}
-
-
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-# -- evaluation ----------------------------------------------------------------------------------
 
 
 # -- evaluation ----------------------------------------------------------------------------------

@@ -53,18 +53,15 @@ class Spans:
         return i < len(self.ends) and self.ends[i] <= b
 
 
-def clip(intervals: Sequence[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
-    return [(max(s, a), min(e, b)) for s, e in intervals if e > a and s < b]
-
-
-def gaps(busy: Sequence[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
-    """Idle intervals of [a, b] not covered by the disjoint sorted ``busy`` intervals."""
+def gaps(busy: Sequence[tuple[float, float]], a: float, b: float, lo: int = 0) -> list[tuple[float, float]]:
+    """Idle intervals of [a, b] not covered by the disjoint sorted ``busy`` intervals (scanning from
+    index ``lo``, at or before the first interval that reaches ``a``)."""
     out, cur = [], a
-    for s, e in busy:
-        if e <= a:
-            continue
+    for s, e in busy[lo:]:
         if s >= b:
             break
+        if e <= cur:
+            continue
         if s > cur:
             out.append((cur, s))
         cur = max(cur, e)

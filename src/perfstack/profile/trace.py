@@ -20,7 +20,7 @@ How it reads a file (a 1 GB trace is a few million events, a few hundred distinc
   * the file (or the decompressed gzip stream) is read once into one mutable buffer; no text copy;
   * msgspec splits ``traceEvents`` into per-event raw slices of that buffer (no copy), and each is
     decoded straight into a small typed struct that keeps only the fields used here (unknown keys
-    such as ``Concrete Inputs``, ``grid``, ``Input Strides`` are skipped without being built);
+    such as ``grid`` and ``Input Strides`` are skipped without being built);
   * an event whose fields do not have the expected JSON types is decoded again leniently, one event
     at a time: numbers given as strings are accepted, unusable values are skipped and counted in
     ``Trace.skipped_events`` -- one odd event never costs the rest of the file;
@@ -85,6 +85,7 @@ class CpuEvent(msgspec.Struct, gc=False):
     external_id: Optional[int] = None
     dims: Optional[list] = None  # Input Dims of an operator, as in the trace; shared: do not modify
     types: Optional[list] = None  # Input type of an operator; shared: do not modify
+    concrete: Optional[list] = None  # Concrete Inputs (scalar and int-list arguments as strings); shared
 
 
 @dataclass
@@ -129,6 +130,7 @@ class _Args(msgspec.Struct, gc=False):
     bytes: Optional[_I64] = None
     dims: Raw = msgspec.field(default=_NULL, name="Input Dims")
     types: Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -739,7 +741,8 @@ class _Builder:
             else:
                 ops(CpuEvent(kind, n, ts, dur, tid, None, a.external_id,
                              None if a.dims is null else shape(a.dims),
-                             None if a.types is null else shape(a.types)))
+                             None if a.types is null else shape(a.types),
+                             None if a.concrete is null else shape(a.concrete)))
         self.skipped += skipped
 
     def shape(self, raw: Raw) -> Any:
@@ -798,4 +801,5 @@ class _Builder:
             t.steps.append(Step(n, int(m.group(1)), ts, dur))
             return
         t.ops.append(CpuEvent(kind, n, ts, dur, tid, None, _int(args.get("External id")),
-                              _shapes(args.get("Input Dims")), _shapes(args.get("Input type"))))
+                              _shapes(args.get("Input Dims")), _shapes(args.get("Input type")),
+                              _shapes(args.get("Concrete Inputs"))))
