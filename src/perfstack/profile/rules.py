@@ -461,6 +461,15 @@ ORDER = ("dataloader-stall", "allocator-churn", "launch-bound", "host-sync", "pa
          "optimizer-not-fused", "recompiles", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
 
 
+def _check_order() -> None:
+    # a registered check missing from ORDER would silently never run
+    if set(ORDER) != set(PROFILE_CHECKS) or len(ORDER) != len(set(ORDER)):
+        raise ValueError(f"profile checks and ORDER differ: {sorted(set(ORDER) ^ set(PROFILE_CHECKS))}")
+
+
+_check_order()
+
+
 def evaluate(p: dict, ctx: Context) -> list[Finding]:
     """Run every profile rule over one summary; findings ranked by recoverable time."""
     out: list[Finding] = []
