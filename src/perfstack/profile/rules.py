@@ -410,9 +410,18 @@ def gpu_idle(p: dict, ctx: Context) -> PHit | None:
     gaps = [g for g in p["idle_gaps"] if g["reason"] not in ctx.claimed][:3]
     gtxt = "; ".join(f"{g['duration_ms']:.2f} ms in step {g['step']} ({g['reason']}, before {g['after'][:40]})"
                      for g in gaps)
-    return PHit(f"GPU busy {p['busy_pct']:.0f}% of the {_f(p['step_ms'])} ms profiled step; ≈ {_f(rest)} ms per step of "
-                f"idle time without the profiler is not explained by another finding"
-                + (f"; largest gaps: {gtxt}" if gtxt else ""), rest)
+    cpu_idle = sum(ms for r, ms in p["idle_by_reason_ms"].items() if r in CPU_REASONS and r not in ctx.claimed)
+    ev = (f"GPU busy {p['busy_pct']:.0f}% of the {_f(p['step_ms'])} ms profiled step; ≈ {_f(rest)} ms per step of "
+          f"idle time without the profiler is not explained by another finding")
+    if (p.get("timeline") or {}).get("bound") == "cpu" and cpu_idle >= 0.5 * sum(p["idle_by_reason_ms"].values()):
+        # The GPU waits for host code: the figure is what a step with no host time would gain, an upper bound
+        ev += (f"; the step is CPU-bound: ≈ {_f(p['timeline']['cpu_step_ms'] * scale)} ms of CPU per step without the "
+               f"profiler for {_f(p['busy_ms'])} ms of GPU work, so the figure is an upper bound")
+        return PHit(ev + (f"; largest gaps: {gtxt}" if gtxt else ""), rest,
+                    fix="Give the GPU more work per launch (a larger batch), move host work out of the step "
+                        "(logging, metrics, Python bookkeeping, data preparation into DataLoader workers), or remove "
+                        "the dispatch cost with a CUDA graph / torch.compile(mode='reduce-overhead').")
+    return PHit(ev + (f"; largest gaps: {gtxt}" if gtxt else ""), rest)
 
 
 # -- multi-rank and telemetry --------------------------------------------------------------------
