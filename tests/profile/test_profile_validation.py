@@ -112,3 +112,16 @@ def test_print_table(capsys):
         print(f"{r['workload']:14} {r['slow_ms']:8.2f} {r['fixed_ms']:8.2f} {r['measured_pct']:8.1f}% {r['finding']:22} "
               f"{r['rank'] or '-':>4} {r['predicted_pct']:8.1f}% {r['profiled_ms']:9.2f} {est['predicted_pct']:11.1f}%")
     assert len(rows) == len(FIXES)
+
+
+def test_diff_of_the_fix_compares_steps_measured_without_the_profiler():
+    from perfstack.compare.diff import diff_runs
+    m = measured()["resnet50"]
+    before = profile_run([trace("resnet50", "slow")], unprofiled_step_ms=m["slow"]["min_ms"])
+    after = profile_run([trace("resnet50", "fixed")], unprofiled_step_ms=m["fixed"]["min_ms"])
+    p = diff_runs(before, after).profile
+    assert p["step_basis"] == "without the profiler"
+    assert p["measured_recovered_ms"] == pytest.approx(m["slow"]["min_ms"] - m["fixed"]["min_ms"])
+    assert "fp32-conv" in p["predicted_by"]
+    assert within(100 * p["predicted_recovered_ms"] / m["slow"]["min_ms"],
+                  100 * p["measured_recovered_ms"] / m["slow"]["min_ms"])

@@ -287,6 +287,14 @@ def step_time(profile: Mapping[str, Any] | None, breakdown: dict[str, float] | N
     return sum(breakdown.values()) if breakdown else None
 
 
+def _unprofiled(profile: Mapping[str, Any] | None) -> float | None:
+    """The step time measured without the profiler (capture mode, --step-ms), or None."""
+    o = profile.get("overhead") if isinstance(profile, Mapping) else None
+    if isinstance(o, Mapping) and o.get("method") == "measured" and isinstance(o.get("step_ms"), (int, float)):
+        return float(o["step_ms"])
+    return None
+
+
 def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
     bb, ba = step_breakdown(before.profile), step_breakdown(after.profile)
     if bb is None and ba is None:
@@ -295,11 +303,16 @@ def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dic
     cats = list(bb) + [c for c in ba if c not in bb]
     rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
              "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
-    sb, sa = step_time(before.profile, bb or None), step_time(after.profile, ba or None)
+    ub, ua = _unprofiled(before.profile), _unprofiled(after.profile)
+    if ub is not None and ua is not None:
+        # both steps were timed without the profiler: compare those, as the predictions are of them
+        sb, sa, basis = ub, ua, "without the profiler"
+    else:
+        sb, sa, basis = step_time(before.profile, bb or None), step_time(after.profile, ba or None), "profiled"
     fixed = [f for f in findings if f.status == "fixed" and f.recoverable_ms]
     return {
         "categories": rows,
-        "step_before_ms": sb, "step_after_ms": sa,
+        "step_before_ms": sb, "step_after_ms": sa, "step_basis": basis,
         "measured_recovered_ms": (sb - sa) if sb is not None and sa is not None else None,
         "predicted_recovered_ms": sum(f.recoverable_ms or 0.0 for f in fixed) if fixed else None,
         "predicted_by": [f.id + (f"[{f.subject}]" if f.subject else "") for f in fixed],

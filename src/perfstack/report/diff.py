@@ -100,7 +100,8 @@ def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
             t.add_row(Text(r["category"]), num(r["before_ms"]), num(r["after_ms"]),
                       f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")
         console.print(t)
-        console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step; fixed findings "
+        console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step ({p.get('step_basis', 'profiled')}); "
+                           f"fixed findings "
                            f"predicted {num(p['predicted_recovered_ms'], 'ms')}"
                            + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "")))
     m, f = s["measurements"], s["findings"]

@@ -318,7 +318,8 @@ def render_diff(diff: Diff) -> str:
                 ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]
         html += charts.stacked_bars([x for x in bars if x[1]], "Per-step time, before and after", "ms",
                                     kind="profile-diff")
-        html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step; the fixed "
+        html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step "
+                 f"({e(p.get('step_basis', 'profiled'))}); the fixed "
                  f"findings predicted <b>{e(num(p['predicted_recovered_ms'], 'ms'))}</b>"
                  + (f" ({e(', '.join(p['predicted_by']))})" if p.get("predicted_by") else "") + ".</p>")
         sections.append(("profile", "Profile", html))

@@ -251,7 +251,8 @@ def render_diff(diff: Diff) -> str:
                  f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—") for r in p["categories"]]
         out.append("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
                                                            right=(1, 2, 3))
-                   + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step; the fixed findings "
+                   + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step "
+                     f"({p.get('step_basis', 'profiled')}); the fixed findings "
                      f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
                    + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "") + ".")
     return "\n\n".join(out) + "\n"
