@@ -110,7 +110,10 @@ def gpu_name(run: Run) -> str | None:
     for g in gpus:
         if isinstance(g, dict) and g.get("name"):
             return str(g["name"])
-    return None
+    # a profile Run has no machine facts: the traced device's name
+    p = run.profile if isinstance(run.profile, Mapping) else {}
+    name = p.get("device_name") or run.meta.get("gpu")
+    return str(name) if isinstance(name, str) and name else None
 
 
 def gpu_spec(run: Run) -> Any:
