@@ -97,71 +97,16 @@ class Analysis:
 def analyze(trace: Trace) -> dict[str, Any]:
     """The profile summary of one trace (one rank)."""
     A = Analysis(trace)
-    gpu, att, windows = A.gpu, A.att, A.windows
-    cats = att.category
-    # -- per step: GPU period, busy, categories, gaps ---------------------------------------------
-    per_step: list[list[int]] = [[] for _ in windows]
+    gpu, att = A.gpu, A.att
+    per_step: list[list[int]] = [[] for _ in A.windows]
     for i, s in enumerate(att.step):
         if s >= 0:
             per_step[s].append(i)
-    first = [min((gpu[i].ts for i in idx), default=None) for idx in per_step]
-    last = [max((gpu[i].ts + gpu[i].dur for i in idx), default=None) for idx in per_step]
-    all_busy = union((g.ts, g.ts + g.dur) for g in gpu)
-    busy_ends = [e for _, e in all_busy]
-    gpu_ts = [g.ts for g in gpu]
-    first_after = _first_start_after(gpu)
+    tl = _GpuTimeline(gpu)
     steps: list[dict[str, Any]] = []
     gaps_out: list[dict[str, Any]] = []
-    comm_idx = CAT_INDEX["comm"]
-    # GPU periods tile the timeline: a step's runs from the end of the previous step's GPU work (for
-    # the first step: from its CPU start, or from the end of earlier queued work if that is later)
-    # to the end of its own, so the idle before a step's first kernel is that step's.
-    backlog = max((gpu[i].ts + gpu[i].dur for i, s in enumerate(att.step) if s < 0 and first[0] is not None
-                   and gpu[i].ts < first[0]), default=None) if per_step and first and first[0] is not None else None
-    prev_end = None
-    for k, (number, a, b) in enumerate(windows):
-        cpu_us = b - a
-        idx = per_step[k]
-        if first[k] is None:
-            period = 0.0
-            g0 = g1 = a
-        else:
-            if prev_end is None:
-                g0 = min(first[k], max(a, backlog) if backlog is not None else a)
-            else:
-                g0 = min(prev_end, first[k])
-            g1 = last[k]
-            prev_end = g1
-            period = g1 - g0
-        total = max(cpu_us, period)
-        evs = [(gpu[i].ts, gpu[i].ts + gpu[i].dur, CAT_INDEX[cats[i]]) for i in idx]
-        excl, comm_ov, comm_ex = sweep(evs, min(g0, a) - 1e9, max(g1, b) + 1e9, len(classify.PRIORITY), comm_idx)
-        busy = sum(excl)
-        idle = max(0.0, total - busy)
-        reasons: dict[str, float] = defaultdict(float)
-        if gpu and period > 0:
-            lo = max(0, bisect_left(busy_ends, g0) - 1)
-            for s, e in gaps(all_busy, g0, g1, lo):
-                nxt_i = first_after(e)
-                launch = trace.runtime[att.launch[nxt_i]] if nxt_i is not None and att.launch[nxt_i] >= 0 else None
-                why = cpu.gap_reason(s, e, launch, A.cs)
-                reasons[why] += e - s
-                if e - s >= GAP_LIST_US:
-                    gaps_out.append({"start_ms": _ms(s - windows[0][1]), "duration_ms": _ms(e - s), "step": number,
-                                     "reason": why, "before": _neighbour(gpu, gpu_ts, s, True),
-                                     "after": classify.short_name(gpu[nxt_i].name, 60) if nxt_i is not None else ""})
-        unexplained = idle - sum(reasons.values())
-        if unexplained > 0.5:
-            # the CPU window outlasted the GPU period: the GPU was fed from a queue built up before
-            reasons["cpu dispatch" if period else "unknown"] += unexplained
-        categories = {c: _ms(excl[CAT_INDEX[c]]) for c in classify.CATEGORIES if excl[CAT_INDEX[c]] > 0}
-        categories["idle" if gpu else "cpu"] = _ms(idle if gpu else total)
-        n_k = sum(1 for i in idx if gpu[i].kind == "kernel")
-        steps.append({"step": number, "total_ms": _ms(total), "cpu_ms": _ms(cpu_us), "gpu_ms": _ms(period),
-                      "busy_ms": _ms(busy), "busy_pct": _pct(busy, total), "idle_ms": _ms(idle),
-                      "categories": categories, "idle_by_reason_ms": {r: _ms(v) for r, v in reasons.items() if v > 0},
-                      "kernels": n_k, "comm_ms": _ms(excl[comm_idx] + comm_ov), "comm_exposed_ms": _ms(comm_ex),
-                      "comm_overlapped_ms": _ms(comm_ov)})
+    for k, (g0, g1) in enumerate(_periods(A, per_step)):
+        steps.append(_step(A, k, per_step[k], g0, g1, tl, gaps_out))
     _cpu_counts(A, steps)
     n = max(1, len(steps))
 
@@ -233,6 +178,83 @@ def analyze(trace: Trace) -> dict[str, Any]:
     return out
 
 
+class _GpuTimeline:
+    """The device's busy intervals and start times, for gap queries."""
+
+    def __init__(self, gpu: list) -> None:
+        self.gpu = gpu
+        self.busy = union((g.ts, g.ts + g.dur) for g in gpu)
+        self.busy_ends = [e for _, e in self.busy]
+        self.starts = [g.ts for g in gpu]
+
+    def first_at_or_after(self, t: float) -> int | None:
+        i = bisect_left(self.starts, t - 1e-6)
+        return i if i < len(self.gpu) else None
+
+
+def _periods(A: Analysis, per_step: list[list[int]]) -> list[tuple[float, float]]:
+    """Each step's GPU period. Periods tile the timeline: a step's runs from the end of the previous
+    step's GPU work (for the first step: from its CPU start, or from the end of earlier queued work if
+    that is later) to the end of its own, so the idle before a step's first kernel is that step's. A
+    step without GPU work has an empty period at its CPU start."""
+    gpu, att = A.gpu, A.att
+    first = [min((gpu[i].ts for i in idx), default=None) for idx in per_step]
+    last = [max((gpu[i].ts + gpu[i].dur for i in idx), default=None) for idx in per_step]
+    backlog = None
+    if first and first[0] is not None:
+        backlog = max((g.ts + g.dur for g, s in zip(gpu, att.step) if s < 0 and g.ts < first[0]), default=None)
+    out, prev_end = [], None
+    for k, (_, a, _) in enumerate(A.windows):
+        if first[k] is None:
+            out.append((a, a))
+            continue
+        if prev_end is None:
+            g0 = min(first[k], max(a, backlog) if backlog is not None else a)
+        else:
+            g0 = min(prev_end, first[k])
+        prev_end = last[k]
+        out.append((g0, last[k]))
+    return out
+
+
+def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float, tl: _GpuTimeline,
+          gaps_out: list[dict[str, Any]]) -> dict[str, Any]:
+    """One step's row: its time (the longer of its CPU window and GPU period), exclusive category
+    times, idle gaps and their causes (the largest appended to ``gaps_out``)."""
+    gpu, att, trace = A.gpu, A.att, A.trace
+    number, a, b = A.windows[k]
+    cpu_us, period = b - a, g1 - g0
+    total = max(cpu_us, period)
+    comm_idx = CAT_INDEX["comm"]
+    evs = [(gpu[i].ts, gpu[i].ts + gpu[i].dur, CAT_INDEX[att.category[i]]) for i in idx]
+    excl, comm_ov, comm_ex = sweep(evs, min(g0, a) - 1e9, max(g1, b) + 1e9, len(classify.PRIORITY), comm_idx)
+    busy = sum(excl)
+    idle = max(0.0, total - busy)
+    reasons: dict[str, float] = defaultdict(float)
+    if gpu and period > 0:
+        lo = max(0, bisect_left(tl.busy_ends, g0) - 1)
+        for s, e in gaps(tl.busy, g0, g1, lo):
+            nxt = tl.first_at_or_after(e)
+            launch = trace.runtime[att.launch[nxt]] if nxt is not None and att.launch[nxt] >= 0 else None
+            why = cpu.gap_reason(s, e, launch, A.cs)
+            reasons[why] += e - s
+            if e - s >= GAP_LIST_US:
+                gaps_out.append({"start_ms": _ms(s - A.windows[0][1]), "duration_ms": _ms(e - s), "step": number,
+                                 "reason": why, "before": _neighbour(gpu, tl.starts, s, True),
+                                 "after": classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""})
+    unexplained = idle - sum(reasons.values())
+    if unexplained > 0.5:
+        # the CPU window outlasted the GPU period: the GPU was fed from a queue built up before
+        reasons["cpu dispatch" if period else "unknown"] += unexplained
+    categories = {c: _ms(excl[CAT_INDEX[c]]) for c in classify.CATEGORIES if excl[CAT_INDEX[c]] > 0}
+    categories["idle" if gpu else "cpu"] = _ms(idle if gpu else total)
+    return {"step": number, "total_ms": _ms(total), "cpu_ms": _ms(cpu_us), "gpu_ms": _ms(period),
+            "busy_ms": _ms(busy), "busy_pct": _pct(busy, total), "idle_ms": _ms(idle),
+            "categories": categories, "idle_by_reason_ms": {r: _ms(v) for r, v in reasons.items() if v > 0},
+            "kernels": sum(1 for i in idx if gpu[i].kind == "kernel"), "comm_ms": _ms(excl[comm_idx] + comm_ov),
+            "comm_exposed_ms": _ms(comm_ex), "comm_overlapped_ms": _ms(comm_ov)}
+
+
 def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu_ms: float) -> str:
     """What sets the step time: the GPU's work, the CPU's, or syncs that make them take turns."""
     if not total or busy >= 0.85 * total:
@@ -241,15 +263,6 @@ def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu
     if idle.get("sync", 0.0) >= 0.5 * idle_ms:
         return "syncs"
     return "gpu" if gpu_ms > cpu_ms and idle.get("gpu queued", 0.0) >= 0.5 * idle_ms else "cpu"
-
-
-def _first_start_after(gpu: list):
-    ts = [g.ts for g in gpu]
-
-    def f(t: float) -> int | None:
-        i = bisect_left(ts, t - 1e-6)
-        return i if i < len(gpu) else None
-    return f
 
 
 def _cpu_counts(A: Analysis, steps: list[dict]) -> None:
