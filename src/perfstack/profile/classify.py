@@ -78,6 +78,10 @@ def by_name(kind: str, name: str) -> str:
     """Category from the kernel name alone (no launching operator known)."""
     if kind in ("memcpy", "memset"):
         return kind
+    if name.startswith("triton_"):
+        # Inductor's names list every op it fused (``triton_red_fused__log_softmax__to_copy_add``): the
+        # prefix says what the kernel is, a template (a GEMM) or a fused point-wise/reduction kernel
+        return "gemm" if name.startswith(("triton_tem", "triton_mm")) else "elementwise"
     if _NCCL.search(name):
         return "comm"
     if _ATTN.search(name):
