@@ -127,6 +127,8 @@ def test_truncated_trace_analyses_what_is_there(tmp_path):
     ("void wgrad_alg0_engine<float, 128, 6, 8, 3, 3, 5, false, 512>(int, int, ...)", "kernel", "conv"),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "kernel", "comm"),
     ("triton_per_fused_native_layer_norm_0", "kernel", "elementwise"),
+    ("triton_red_fused__log_softmax__to_copy_add_1", "kernel", "elementwise"),
+    ("triton_tem_fused_mm_0", "kernel", "gemm"),
     ("Memcpy HtoD (Pageable -> Device)", "memcpy", "memcpy"),
 ])
 def test_kernel_names_alone(name, kind, expected):
