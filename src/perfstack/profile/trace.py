@@ -17,8 +17,9 @@ Kineto field names used (verified against torch 2.11 traces in tests/fixtures/tr
                ``baseTimeNanoseconds`` (the wall-clock epoch of the trace's µs timestamps)
 
 How it reads a file (a 1 GB trace is a few million events, a few hundred distinct names):
-  * the file (or the decompressed gzip stream) is read once into one mutable buffer; no text copy;
-  * msgspec splits ``traceEvents`` into per-event raw slices of that buffer (no copy), and each is
+  * the file (or the decompressed gzip stream) is read once into one mutable buffer, and msgspec
+    splits ``traceEvents`` into per-event raw slices of it, no copy (``tracefile``, which also
+    recovers damaged files); each slice is
     decoded straight into a small typed struct that keeps only the fields used here (unknown keys
     such as ``grid`` and ``Input Strides`` are skipped without being built);
   * an event whose fields do not have the expected JSON types is decoded again leniently, one event
@@ -37,21 +38,18 @@ make the event that holds them unusable, not the file.
 from __future__ import annotations
 
 import gc
-import json
-import mmap
-import os
 import re
-import stat
-import zlib
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
+from perfstack.profile.tracefile import (_BAD, _ERRORS, _NONWS, _NULL, HINT, _decode, _generic,  # noqa: F401
+                                         _read)
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -59,8 +57,6 @@ GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 OP_CATS = {"cpu_op", "operator", "user_annotation", "python_function"}
 STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")
-HINT = "perfstack reads torch.profiler (Kineto) Chrome traces: prof.export_chrome_trace(path) or " \
-       "torch.profiler.tensorboard_trace_handler(dir) write them"
 
 
 class GpuEvent(msgspec.Struct, gc=False):
@@ -119,7 +115,6 @@ class Trace:
 # decoded again by the lenient path (_Builder.loose), which defines what every field means.
 
 _I64 = Annotated[int, Meta(ge=-(2**63) + 1, le=2**63 - 1)]  # what _int keeps
-_NULL = Raw(b"null")  # the default of an absent raw field (one shared object)
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -144,40 +139,9 @@ class _Event(msgspec.Struct, gc=False):
     args: Optional[_Args] = None
 
 
-_HEAD_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds",
-              "float32_matmul_precision", "allow_tf32", "torch_version", "record_shapes", "metadata", "perfstack")
-
-
-class _Doc(msgspec.Struct):
-    traceEvents: Optional[List[Raw]] = None
-    schemaVersion: Raw = _NULL
-    deviceProperties: Raw = _NULL
-    distributedInfo: Raw = _NULL
-    baseTimeNanoseconds: Raw = _NULL
-    float32_matmul_precision: Raw = _NULL
-    allow_tf32: Raw = _NULL
-    torch_version: Raw = _NULL
-    record_shapes: Raw = _NULL
-    metadata: Raw = _NULL
-    perfstack: Raw = _NULL
-
-
-_TOP = msgspec.json.Decoder(Union[_Doc, List[Raw]])
 _EVENT = msgspec.json.Decoder(_Event)
-_ANY = msgspec.json.Decoder()
-_KEYS = msgspec.json.Decoder(Dict[str, Raw])
-_ERRORS = (ValueError, msgspec.MsgspecError, RecursionError, OverflowError)
-_BYTE = re.compile(r"\(byte (\d+)\)")
-_NONWS = re.compile(rb"[^ \t\r\n]")
-_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
-_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
-_NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
-_MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
-_MAX_CUTS = 64  # candidate cut points tried on a truncated file
 _MAX_CACHE = 1 << 18
 _CHUNK = 1 << 16
-_SPARE = 16  # whitespace after the text: room to close a cut document in place
-_BAD = object()  # an event that is not JSON at all
 _INF = float("inf")
 _TS = attrgetter("ts")
 
@@ -219,346 +183,6 @@ def _load(p: Path, lenient: bool = False) -> Trace:
     if t.skipped_events:
         t.warnings.append(f"{p.name}: skipped {t.skipped_events} malformed events")
     return t
-
-
-# --- reading the file ---------------------------------------------------------------------------
-
-def _read(p: Path) -> tuple[Any, list[str]]:
-    """The file's bytes in one writable buffer (an anonymous mmap of the file's size filled by
-    the kernel, or for gzip a bytearray grown as the stream decompresses), and warnings."""
-    warnings: list[str] = []
-    try:
-        with open(p, "rb", buffering=0) as f:
-            magic = f.read(2)
-            f.seek(0)
-            if magic == b"\x1f\x8b":
-                return _gunzip(p, f, warnings), warnings
-            if p.name.endswith(".gz"):
-                raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
-                                 hint="rename it to .json if it is plain JSON, or re-export the trace")
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                buf = bytearray()
-                while True:
-                    more = f.read(1 << 24)
-                    if not more:
-                        buf += b" " * _SPARE
-                        return buf, warnings
-                    buf += more
-            size = st.st_size
-            # pages are zero-filled by the kernel on first touch; the spare tail is whitespace, room to
-            # close a cut document in place
-            buf = _alloc(size + _SPARE)
-            got = 0
-            with memoryview(buf) as mv:
-                while got < size:
-                    n = f.readinto(mv[got:size])
-                    if not n:
-                        break
-                    got += n
-            buf[got:] = b" " * (len(buf) - got)
-            more = f.read(1 << 24)
-            if more:  # it grew while being read
-                grown = bytearray(buf[:got])
-                buf.close()
-                while more:
-                    grown += more
-                    more = f.read(1 << 24)
-                grown += b" " * _SPARE
-                return grown, warnings
-            return buf, warnings
-    except FileNotFoundError:
-        raise InputError(f"trace file {p} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"{p} is a directory, not a trace file",
-                         hint="give the .pt.trace.json(.gz) files inside it, e.g. DIR/*.pt.trace.json*") from None
-    except MemoryError:
-        raise InputError(f"trace file {p} does not fit in memory") from None
-    except OSError as e:
-        raise InputError(f"cannot read trace file {p}: {e.strerror or e}") from None
-
-
-def _alloc(n: int):
-    """n writable bytes: private anonymous memory, faulted in at once where the OS offers that."""
-    try:
-        if hasattr(mmap, "MAP_PRIVATE"):
-            return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
-        return mmap.mmap(-1, n)
-    except (OSError, ValueError, TypeError):
-        return bytearray(n)
-
-
-def _gunzip(p: Path, f, warnings: list[str]) -> bytearray:
-    """Stream-decompress into one growing buffer (never the compressed file and the whole text at
-    once); concatenated gzip members are read in turn, bytes after the last member are ignored;
-    a cut or corrupt stream keeps what came before."""
-    out = bytearray()
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    pending = b""
-    problem = None
-    try:
-        while True:
-            if not pending:
-                pending = f.read(1 << 20)
-                if not pending:
-                    break
-            if d.eof:  # another member, or padding after the last one
-                if len(pending) < 2:
-                    more = f.read(1 << 20)
-                    if more:
-                        pending += more
-                        continue
-                if not pending.startswith(b"\x1f\x8b"):
-                    break
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out += d.decompress(pending, 1 << 26)
-            pending = d.unused_data if d.eof else d.unconsumed_tail
-    except zlib.error as e:
-        problem = f"corrupt ({e})"
-    if problem is None and not d.eof:
-        problem = "truncated"
-    if problem is not None:
-        if not out:
-            what = "truncated gzip file with nothing readable" if problem == "truncated" \
-                else f"corrupt gzip file ({problem[9:-1]})"
-            raise InputError(f"trace file {p} is a {what}") from None
-        warnings.append(f"{p.name}: gzip stream is {problem}; analysed the part that was readable")
-    out += b" " * _SPARE
-    return out
-
-
-# --- the document -------------------------------------------------------------------------------
-
-def _generic(raw) -> Any:
-    """A JSON value decoded to Python objects; what msgspec refuses (a number beyond a double, invalid
-    UTF-8) is read by the standard library instead; _BAD when neither can."""
-    try:
-        return _ANY.decode(raw)
-    except _ERRORS:
-        pass
-    try:
-        return json.loads(bytes(raw).decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        return _BAD
-
-
-def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, Any]:
-    """(the metadata that is used, the events: a list of raw slices of buf or, on the stdlib path,
-    an iterator of objects)."""
-    patches = 0
-    bulk = False
-    while True:
-        try:
-            top = _TOP.decode(buf)
-            break
-        except msgspec.ValidationError:
-            _not_a_trace(p, buf)
-        except RecursionError:
-            raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-        except UnicodeDecodeError:
-            return _stdlib(p, buf, warnings)
-        except msgspec.DecodeError as e:
-            msg = str(e)
-            m = _BYTE.search(msg)
-            pos = int(m.group(1)) if m else None
-            if pos is not None and "invalid character" in msg and _nonfinite(buf, pos, patch=False):
-                if patches >= _MAX_PATCHES:
-                    if bulk:
-                        return _stdlib(p, buf, warnings)
-                    # many of them (a writer that emits NaN for some field of every event): patch every
-                    # such token that stands where a value does, then go on one at a time
-                    for t in _NONFINITE_VALUE.finditer(buf, pos):
-                        buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
-                    bulk, patches = True, 0
-                _nonfinite(buf, pos, patch=True)
-                patches += 1
-                continue
-            top = _salvage(p, buf, first, msg, pos, warnings)
-            if top is None:
-                return _stdlib(p, buf, warnings)
-            break
-    if isinstance(top, list):
-        return {}, top
-    if top.traceEvents is None:
-        _not_a_trace(p, buf)
-    head = {}
-    for k in _HEAD_KEYS:
-        raw = getattr(top, k)
-        if raw is not _NULL:
-            v = _generic(raw)
-            if v is not _BAD:
-                head[k] = v
-    return head, top.traceEvents
-
-
-def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
-    """Is a NaN / Infinity / -Infinity token at pos (where msgspec stopped)? With patch, overwrite it
-    in place with ``[]`` and spaces: a value that is neither a number nor a string, so the event
-    (or argument) holding it is judged unusable the way a NaN is."""
-    if buf[pos:pos + 3] == b"NaN":
-        n = 3
-    elif buf[pos:pos + 8] == b"Infinity":
-        n = 8
-    else:
-        return False
-    if pos and buf[pos - 1] == 0x2D:  # '-'
-        pos, n = pos - 1, n + 1
-    if patch:
-        buf[pos:pos + n] = b"[]" + b" " * (n - 2)
-    return True
-
-
-def _not_a_trace(p: Path, buf) -> None:
-    try:
-        keys = list(_KEYS.decode(buf))
-    except _ERRORS:
-        keys = None
-    nsys = keys is not None and any(k.lower().startswith(("nsys", "cupti", "target")) for k in keys)
-    raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT) from None
-
-
-def _where(buf, msg: str, pos: int | None) -> str:
-    what = msg.split(": ", 1)[-1]
-    what = _BYTE.sub("", what).strip()
-    if pos is None:
-        return "it ends in the middle of the document" if "truncated" in msg else what
-    line = 1
-    with memoryview(buf) as mv:
-        for i in range(0, pos, 1 << 24):
-            line += bytes(mv[i:min(pos, i + (1 << 24))]).count(b"\n")
-    return f"line {line}: {what}"
-
-
-def _salvage(p: Path, buf, first: int, msg: str, pos: int | None, warnings: list[str]):
-    """A document cut short or broken at pos: decode it up to the last whole event before the
-    problem, closing the event list there (in place). None when that does not work out."""
-    where = _where(buf, msg, pos)
-    if pos is not None and "trailing characters" in msg:
-        end = pos - 1
-        mv = memoryview(buf)
-        part = mv[:end]
-        try:
-            top = _TOP.decode(part)
-        except _ERRORS:
-            part.release()
-            mv.release()
-        else:
-            warnings.append(f"{p.name}: ignored what follows the end of the JSON document ({where})")
-            return top
-    if buf[first] == 0x5B:  # '['
-        start, close = first + 1, b"]"
-    else:
-        m = _EVENTS_KEY.search(buf)
-        if not m:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        start, close = m.end(), b"]}"
-    limit = len(buf) if pos is None else min(pos, len(buf))
-    hi, tries = limit, 0
-    while tries < _MAX_CUTS:
-        j = buf.rfind(b"}", start, hi)
-        if j < 0:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        hi = j
-        c = j + 1
-        if not _AFTER_EVENT.match(buf, c, limit):
-            continue  # a '}' that does not end an element of the event list
-        tries += 1
-        saved = bytes(buf[c:c + len(close)])
-        buf[c:c + len(close)] = close
-        mv = memoryview(buf)
-        part = mv[:c + len(close)]
-        try:
-            top = _TOP.decode(part)
-        except _ERRORS:
-            part.release()
-            mv.release()
-            buf[c:c + len(close)] = saved
-            continue
-        n = len(top) if isinstance(top, list) else len(top.traceEvents or ())
-        if not n:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        warnings.append(f"{p.name} is not valid JSON ({where}): the file looks truncated; "
-                        f"analysed the {n} events before the cut")
-        return top
-    return None
-
-
-def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, Any]:
-    """The slow way, for what msgspec will not read (NaN tokens everywhere, invalid UTF-8 outside
-    the events): the standard library's decoder, one event at a time, up to the first event that
-    does not parse. The events come as an iterator, built into records as they are read."""
-    text = str(memoryview(buf), "utf-8", "replace")
-    i = _skip_ws(text, 0)
-    head: dict = {}
-    if text.startswith("[", i):
-        start = i + 1
-    else:
-        m = re.search(r'"traceEvents"\s*:\s*\[', text)
-        if not m or not text.startswith("{", i):
-            try:
-                doc = json.loads(text)
-            except RecursionError:
-                raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-            except ValueError as e:
-                line = getattr(e, "lineno", None)
-                raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {e.msg})" if line else ""),
-                                 hint=HINT) from None
-            nsys = isinstance(doc, dict) and any(str(k).lower().startswith(("nsys", "cupti", "target")) for k in doc)
-            raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT)
-        start = m.end()
-        pre = text[:m.start()].rstrip().rstrip(",") + "}"
-        try:
-            h = json.loads(pre)
-        except (ValueError, RecursionError):
-            h = {}
-        if isinstance(h, dict):
-            head = {k: h[k] for k in _HEAD_KEYS if k in h}
-    first = _next_event(text, start)
-    if isinstance(first[0], str):
-        raise InputError(f"trace file {p} is not valid JSON ({first[0]})", hint=HINT)
-    return head, _stdlib_events(p, text, first, warnings)
-
-
-def _next_event(text: str, i: int, dec=json.JSONDecoder()) -> tuple[Any, int]:
-    """(the event at i, where the next one starts); (None, -1) at the end of the list; (why, -1)
-    where it stops parsing."""
-    n = len(text)
-    while True:
-        i = _skip_ws(text, i)
-        if i < n and text[i] == ",":
-            i += 1
-            continue
-        break
-    if i >= n:
-        return "it ends in the middle of the document", -1
-    if text[i] == "]":
-        return None, -1
-    try:
-        return dec.raw_decode(text, i)
-    except RecursionError:
-        return "an event is nested too deeply", -1
-    except ValueError as e:
-        return f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}", -1
-
-
-def _stdlib_events(p: Path, text: str, first: tuple, warnings: list[str]):
-    obj, i = first
-    n = 0
-    while i >= 0:
-        n += 1
-        yield obj
-        obj, i = _next_event(text, i)
-    if obj is not None:
-        warnings.append(f"{p.name} is not valid JSON ({obj}): the file looks truncated; "
-                        f"analysed the {n} events before the cut")
-
-
-def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in " \t\r\n":
-        i += 1
-    return i
-
 
 def _metadata(head: dict, t: Trace) -> None:
     props = head.get("deviceProperties")
