@@ -183,9 +183,12 @@ def allocator_churn(p: dict, ctx: Context) -> PHit | None:
 
 @profile_check("unfused-elementwise", "framework", "Chains of unfused element-wise kernels",
                doc="""Finds runs of consecutive eager element-wise, reduction and copy kernels on a stream (same
-               step and phase, no GEMM between them). A fused kernel reads the run's largest tensor once and writes
-               it once (bytes at 90% of the HBM peak, at least 2.5 µs); everything in between stays in registers.
-               The GPU time saved is replayed through the step model; fires at ≥ 2% of the step.""",
+               step and phase, no GEMM between them). Kernels of a run that touch data of the same size are taken
+               for one dataflow: fused, they read its largest tensor once and write it once (bytes at 90% of the
+               HBM peak, at least 2.5 µs), everything in between staying in registers; kernels on data of other
+               sizes keep their own traffic. The shorter kernels are replayed through the step model; on a step
+               bound by its GPU the fused ops also stop dispatching, while on a CPU-bound step only GPU time
+               counts (compiled code has a per-call CPU cost the eager trace cannot show). Fires at ≥ 2%.""",
                why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
                    "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
                    "half of the GPU time on a busy GPU.",
