@@ -82,7 +82,7 @@ def test_tcp_stack_tuning_defaults_on_100g():
     assert found[0].severity.value == "warning"
     assert "net.core.rmem_max=212992" in found[0].evidence and "11.9 MiB" in found[0].evidence
     assert "sysctl -w net.core.rmem_max=33554432" in found[0].fix_commands
-    assert 'sysctl -w net.ipv4.tcp_rmem="4096 131072 33554432"' in found[0].fix_commands
+    assert "sysctl -w 'net.ipv4.tcp_rmem=4096 131072 33554432'" in found[0].fix_commands
     found, _ = run("tcp-stack-tuning", network__interfaces=[iface("ens1f0np0")], network__rdma_ports=[port("mlx5_0")],
                    **DEFAULT_TCP)
     assert found[0].severity.value == "info"
@@ -102,7 +102,7 @@ def test_tcp_stack_tuning_quiet_when_tuned_or_slow():
 def test_ip_local_port_range():
     found, _ = run("ip-local-port-range", network__ip_local_port_range=[50000, 51000])
     assert found[0].evidence == "ip_local_port_range = 50000 51000 (1001 ports)"
-    assert found[0].fix_commands[0] == 'sysctl -w net.ipv4.ip_local_port_range="32768 60999"'
+    assert found[0].fix_commands[0] == "sysctl -w 'net.ipv4.ip_local_port_range=32768 60999'"
     assert run("ip-local-port-range", network__ip_local_port_range=[32768, 60999])[1].status == "passed"
     assert run("ip-local-port-range", network__ip_local_port_range=[1024, 65535])[1].status == "passed"
     assert run("ip-local-port-range")[1].status == "not-checked"

@@ -27,8 +27,10 @@ STACKED_DEVICE = re.compile(r"^(dm-|md)\d+")
 
 
 def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040); no other
+    escape is the kernel's, so a hand-made bundle cannot spell other control characters this way.
+    A decoded newline stays in the fact: the fix-script builders refuse it (rules/shell.py)."""
+    return re.sub(r"\\(040|011|012|134)", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def parse_mountinfo(text: str) -> list[dict[str, Any]]:

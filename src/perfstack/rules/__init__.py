@@ -18,6 +18,7 @@ from perfstack.model import (
     layer_rank,
 )
 from perfstack.rules.registry import CHECKS, Check, Hit
+from perfstack.rules.shell import UnsafeValue, lines
 
 MODULES = ("kernel", "driver", "pcie", "runtime", "nccl", "allocator", "framework", "container", "storage",
            "network", "measured")
@@ -53,10 +54,16 @@ def select_checks(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> lis
 
 
 def _finding(c: Check, hit: Hit, sources: list[str]) -> Finding:
+    fix = hit.fix or c.fix
+    try:
+        commands = lines(hit.commands)
+    except UnsafeValue as e:
+        # A value from the machine or a bundle that no quoting makes safe: no script line.
+        commands, fix = [], f"{fix} (not scripted: {e}; do it by hand)"
     return Finding(
         id=c.id, layer=c.layer, severity=Severity(hit.severity) if hit.severity else c.severity,
-        title=c.title, evidence=hit.evidence, fix=hit.fix or c.fix, why=hit.why or c.why,
-        sources=sources, fix_commands=list(hit.commands), subject=hit.subject, host_action=hit.host_action,
+        title=c.title, evidence=hit.evidence, fix=fix, why=hit.why or c.why,
+        sources=sources, fix_commands=commands, subject=hit.subject, host_action=hit.host_action,
     )
 
 

@@ -8,6 +8,7 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.shell import sh
 
 MiB, GiB = 1 << 20, 1 << 30
 LAYER = "container-orch"
@@ -72,7 +73,7 @@ def shm_size(f: Facts) -> Hits:
         return
     target = min(16 * GiB, total // 2) if total else 16 * GiB
     yield Hit(evidence, severity=severity, host_action=inside,
-              commands=[] if inside else [f"mount -o remount,size={target // GiB}G /dev/shm"])
+              commands=[] if inside else [sh("mount", "-o", f"remount,size={target // GiB}G", "/dev/shm")])
 
 
 @check("cgroup-memory-limit", LAYER, "critical", "cgroup memory limit kills or nearly kills the job",

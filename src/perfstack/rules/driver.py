@@ -12,6 +12,7 @@ from typing import Any
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import gpu_list
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.shell import sh
 
 BUSY_PCT = 10  # utilization above this counts as "under load" [thr]
 RESET = "drain the GPU, then reset it (nvidia-smi -r -i N) or reboot"
@@ -240,7 +241,7 @@ def ecc_mode(f: Facts) -> Hits:
         sub = f"gpu{g['index']}"
         if g["ecc_current"] is False:
             yield Hit(f"{label(g)}: ECC Disabled", subject=sub, host_action=True,
-                      commands=[f"nvidia-smi -i {g['index']} -e 1"])
+                      commands=[sh("nvidia-smi", "-i", g["index"], "-e", "1")])
         elif g.get("ecc_pending") is not None and g["ecc_pending"] != g["ecc_current"]:
             yield Hit(f"{label(g)}: ECC is Enabled now but set to Disabled at the next reset", severity="info",
                       subject=sub, host_action=True, fix=f"nvidia-smi -i {g['index']} -e 1 to keep it on")
@@ -281,7 +282,7 @@ def clock_throttle(f: Facts) -> Hits:
             yield Hit(f"{label(g)}: SW power cap active{util}{clocks}{power}" +
                       ("" if capped else ": the GPU is at its full board power, normal for dense math"),
                       severity="warning" if capped else "info", subject=sub, host_action=capped,
-                      commands=[f"nvidia-smi -i {g['index']} -pl {top:g}"] if capped else [])
+                      commands=[sh("nvidia-smi", "-i", g["index"], "-pl", f"{top:g}")] if capped else [])
 
 
 @check("gpu-power-cap", "driver", "warning", "GPU power limit below its default",
@@ -296,7 +297,7 @@ def power_cap(f: Facts) -> Hits:
         if g["power_limit_w"] < g["power_default_w"] - 1:  # the limits are reported to 0.01 W
             yield Hit(f"{label(g)}: enforced power limit {g['power_limit_w']:g} W, default {g['power_default_w']:g} W",
                       subject=f"gpu{g['index']}", host_action=True,
-                      commands=[f"nvidia-smi -i {g['index']} -pl {g['power_default_w']:g}"])
+                      commands=[sh("nvidia-smi", "-i", g["index"], "-pl", f"{g['power_default_w']:g}")])
 
 
 @check("gpu-temperature", "driver", "warning", "GPU running close to its slowdown temperature",
@@ -330,12 +331,12 @@ def clock_lock(f: Facts) -> Hits:
         app, default = g.get("app_clock_mhz"), g.get("app_clock_default_mhz")
         if app is not None and default is not None and app < default:
             yield Hit(f"{label(g)}: applications clock {app} MHz, default {default} MHz", subject=f"gpu{g['index']}",
-                      host_action=True, commands=[f"nvidia-smi -i {g['index']} -rac"])
+                      host_action=True, commands=[sh("nvidia-smi", "-i", g["index"], "-rac")])
         elif "applications_clocks_setting" in (g.get("clocks_event_reasons") or []) and busy(g):
             yield Hit(f"{label(g)}: clocks held by the applications/locked clocks setting while "
                       f"{g['utilization_gpu']}% busy (SM {g.get('sm_clock_mhz')} of {g.get('sm_clock_max_mhz')} MHz)",
                       subject=f"gpu{g['index']}", host_action=True,
-                      commands=[f"nvidia-smi -i {g['index']} -rac", f"nvidia-smi -i {g['index']} -rgc"])
+                      commands=[sh("nvidia-smi", "-i", g["index"], "-rac"), sh("nvidia-smi", "-i", g["index"], "-rgc")])
 
 
 @check("mig-enabled", "driver", "warning", "MIG mode enabled",
@@ -370,7 +371,7 @@ def gpu_sharing(f: Facts) -> Hits:
         n, sub = g.get("compute_processes"), f"gpu{g['index']}"
         if g["compute_mode"] == "Prohibited":
             yield Hit(f"{label(g)}: compute mode Prohibited", subject=sub, host_action=True,
-                      fix=f"nvidia-smi -i {g['index']} -c DEFAULT", commands=[f"nvidia-smi -i {g['index']} -c DEFAULT"])
+                      fix=f"nvidia-smi -i {g['index']} -c DEFAULT", commands=[sh("nvidia-smi", "-i", g["index"], "-c", "DEFAULT")])
         elif n is not None and n >= 2 and not g.get("mps"):
             yield Hit(f"{label(g)}: {n} compute processes share it without MPS", severity="warning", subject=sub)
 

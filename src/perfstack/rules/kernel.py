@@ -9,6 +9,7 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.shell import Command, sh
 
 SYSCTL_FILE = "/etc/sysctl.d/99-perfstack.conf"
 KIB, GIB = 1024, 1024**3
@@ -22,18 +23,20 @@ HMM_KERNELS = ((6, 1, 24), (6, 2, 11), (6, 3, 0))  # the first releases of each 
 ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
 
-def sysctl_commands(name: str, value: object) -> list[str]:
-    """Set now and persist; both steps are idempotent (the persist step replaces its own line)."""
+def sysctl_commands(name: str, value: object, line: str | None = None) -> list[Command]:
+    """Set now and persist; both steps are idempotent (the persist step replaces its own line).
+    ``line`` is the persisted form when it differs from name=value (lists of numbers)."""
     return [
-        f"sysctl -w {name}={value}",
-        f"touch {SYSCTL_FILE} && sed -i '/^{name}[ =]/d' {SYSCTL_FILE} && echo '{name}={value}' >> {SYSCTL_FILE}",
+        sh("sysctl", "-w", f"{name}={value}"),
+        sh("touch", SYSCTL_FILE).then(sh("sed", "-i", f"/^{name}[ =]/d", SYSCTL_FILE))
+        .then(sh("echo", line or f"{name}={value}", into=SYSCTL_FILE, append=True)),
     ]
 
 
-def limits_file_commands(item: str, value: object) -> list[str]:
+def limits_file_commands(item: str, value: object) -> list[Command]:
     """A limits.d drop-in owned by perfstack; rewriting it whole is idempotent. New logins get it."""
     path = f"/etc/security/limits.d/99-perfstack-{item}.conf"
-    return [f"printf '* soft {item} {value}\\n* hard {item} {value}\\n' > {path}"]
+    return [sh("printf", "* soft %s %s\\n* hard %s %s\\n", item, value, item, value, into=path)]
 
 
 def limit_text(v: Any) -> str:

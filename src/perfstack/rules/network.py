@@ -7,8 +7,9 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.container import gpu_count
-from perfstack.rules.kernel import SYSCTL_FILE, sysctl_commands
+from perfstack.rules.kernel import sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.shell import Command
 
 LAYER = "network"
 FAST_MBPS = 25_000
@@ -29,11 +30,10 @@ def active_rdma(f: Facts) -> list[dict[str, Any]]:
     return [p for p in f.value("network.rdma_ports") or [] if p.get("state") == "ACTIVE"]
 
 
-def _sysctl_list(name: str, values: list[int]) -> list[str]:
-    """Like sysctl_commands, for the multi-value knobs that need quoting."""
+def _sysctl_list(name: str, values: list[int]) -> list[Command]:
+    """Like sysctl_commands, for the multi-value knobs."""
     v = " ".join(str(x) for x in values)
-    return [f'sysctl -w {name}="{v}"',
-            f"touch {SYSCTL_FILE} && sed -i '/^{name}[ =]/d' {SYSCTL_FILE} && echo '{name} = {v}' >> {SYSCTL_FILE}"]
+    return sysctl_commands(name, v, line=f"{name} = {v}")
 
 
 @check("rdma-port-state", LAYER, "critical", "RDMA port down or slower than its peers",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Union
 
 from perfstack.model import LAYERS, Facts, Severity
+from perfstack.rules.shell import Commands
 
 
 @dataclass
@@ -24,7 +25,8 @@ class Hit:
     evidence: str  # what was observed, with values
     fix: str | None = None  # specific fix; defaults to the check's
     severity: str | None = None  # overrides the check's default severity
-    commands: list[str] = field(default_factory=list)  # idempotent shell lines for --fix-script
+    # Idempotent fixes for --fix-script, built with rules.shell.sh from any value read from outside.
+    commands: Commands = field(default_factory=list)
     subject: str = ""
     host_action: bool = False
     why: str | None = None

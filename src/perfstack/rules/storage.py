@@ -7,6 +7,7 @@ from typing import Any
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.container import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.shell import Under, sh, write
 
 LAYER = "storage"
 ATIME_FS = ("ext4", "ext3", "xfs", "btrfs", "f2fs", "nfs", "nfs4")
@@ -51,10 +52,10 @@ def io_scheduler(f: Facts) -> Hits:
             severity = "info"
         else:
             continue
-        commands = [f"echo none > /sys/block/{name}/queue/scheduler"]
+        commands = [write("none", Under("/sys/block", name, "queue/scheduler"))]
         if nvme:
-            commands.append(f"echo 'ACTION==\"add|change\", KERNEL==\"nvme[0-9]*n[0-9]*\", "
-                            f"ATTR{{queue/scheduler}}=\"none\"' > {UDEV_RULE}")
+            commands.append(write('ACTION=="add|change", KERNEL=="nvme[0-9]*n[0-9]*", ATTR{queue/scheduler}="none"',
+                                  UDEV_RULE))
         yield Hit(f"{name}: scheduler [{sched}]{_where(d)}", severity=severity, subject=name, commands=commands,
                   host_action=True)
 
@@ -73,7 +74,7 @@ def read_ahead(f: Facts) -> Hits:
         ra = d.get("read_ahead_kb")
         if ra is not None and ra <= 128:
             yield Hit(f"{d['name']}: read_ahead_kb = {ra}{_where(d)}", subject=d["name"], host_action=True,
-                      commands=[f"echo 4096 > /sys/block/{d['name']}/queue/read_ahead_kb"])
+                      commands=[write(4096, Under("/sys/block", d["name"], "queue/read_ahead_kb"))])
 
 
 @check("rotational-data", LAYER, "warning", "Filesystems on spinning disks",
@@ -105,7 +106,7 @@ def mount_noatime(f: Facts) -> Hits:
     for m in f.need("storage.mounts"):
         if m["fstype"] in ATIME_FS and not {"noatime", "relatime", "lazytime"} & set(m["options"]):
             yield Hit(f"{m['mountpoint']} ({m['fstype']}) is mounted with strict atime", subject=m["mountpoint"],
-                      host_action=True, commands=[f"mount -o remount,noatime {m['mountpoint']}"])
+                      host_action=True, commands=[sh("mount", "-o", "remount,noatime", m["mountpoint"])])
 
 
 @check("nfs-mount-options", LAYER, "warning", "NFS mount with small read/write sizes",
@@ -138,7 +139,7 @@ def wbt_latency(f: Facts) -> Hits:
     for d in _data_devices(f):
         if d.get("kind") == "nvme" and d.get("wbt_lat_usec"):
             yield Hit(f"{d['name']}: wbt_lat_usec = {d['wbt_lat_usec']}{_where(d)}", subject=d["name"],
-                      host_action=True, commands=[f"echo 0 > /sys/block/{d['name']}/queue/wbt_lat_usec"])
+                      host_action=True, commands=[write(0, Under("/sys/block", d["name"], "queue/wbt_lat_usec"))])
 
 
 @check("nvme-link", LAYER, "warning", "NVMe drive on a degraded PCIe link",
