@@ -11,7 +11,8 @@ KIB, MIB, GIB = c.KIB, c.MIB, c.GIB
 @pytest.mark.parametrize("op,n,factor", [
     ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
     ("all_gather", 2, 0.5), ("all_gather", 8, 0.875), ("reduce_scatter", 8, 0.875),
-    ("all_to_all", 4, 0.75), ("broadcast", 8, 1.0)])
+    ("all_to_all", 4, 0.75), ("broadcast", 8, 1.0), ("sendrecv", 2, 1.0), ("sendrecv", 1, 1.0),
+    ("all_reduce", 1, 0.0)])
 def test_busbw_factors_match_nccl_tests(op, n, factor):
     assert c.busbw_factor(op, n) == pytest.approx(factor)
 
@@ -25,9 +26,22 @@ def test_bandwidth_arithmetic():
 
 
 def test_sizes():
-    assert c.sizes("quick") == (MIB, 64 * MIB, GIB)
+    assert c.sizes("quick") == (4 * KIB, MIB, 64 * MIB, GIB)
     full = c.sizes("full")
-    assert full[0] == KIB and full[-1] == GIB and len(full) == 11
+    # nccl-tests -b 1K -e 1G -f 4, then 8 GiB
+    assert full[:11] == tuple(KIB * 4**i for i in range(11)) and full[-1] == 8 * GIB and len(full) == 12
+
+
+@pytest.mark.parametrize("text,want", [("1K,64M,1G", (KIB, 64 * MIB, GIB)), ("1g, 4KiB ,4k", (4 * KIB, GIB)),
+                                       ("8G", (8 * GIB,)), ("100", (100,)), ("2MB", (2 * MIB,))])
+def test_parse_sizes(text, want):
+    assert c.parse_sizes(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "0", "1T", "-4K", "abc", "1K,,2K", "1.5M"])
+def test_parse_sizes_rejects(text):
+    with pytest.raises(ValueError):
+        c.parse_sizes(text)
 
 
 def test_counts_and_buffers():
@@ -106,3 +120,51 @@ def test_a_failing_rank_is_an_error_not_a_hang(monkeypatch):
     monkeypatch.setattr(c, "FAIL_GRACE_S", 1.0)
     results, why = c.launch(2, ("all_reduce",), (4 * KIB,), 0.01, backend="gloo", deadline_s=60, fail_rank=1)
     assert results is None and why.startswith("rank 1 failed: RuntimeError: injected failure")
+
+
+def sweep(n=2, graph=True):
+    mode = "graph" if graph else "eager"
+    return {"meta": {}, "rows": [
+        {"op": "all_reduce", "requested_bytes": 4 * KIB, "bytes": 4 * KIB, "samples": [12e-6] * 5, "wrong_ranks": [],
+         "ops_per_batch": 84, "mode": mode, "issue_s_per_op": None if graph else 30e-6},
+        {"op": "all_reduce", "requested_bytes": 16 * MIB, "bytes": 16 * MIB, "samples": [100e-6] * 5,
+         "wrong_ranks": [], "ops_per_batch": 10, "mode": mode},
+        {"op": "all_reduce", "requested_bytes": GIB, "bytes": GIB, "samples": [GIB / 300e9] * 5, "wrong_ranks": [],
+         "ops_per_batch": 1, "mode": mode}]}
+
+
+def test_sweep_reports_time_per_call_and_how_it_was_batched():
+    ms = {m.name: m for m in c.to_measurements(sweep(), 2)}
+    small = ms["collective.all_reduce.4KiB"]
+    assert small.params["time_us"] == pytest.approx(12.0) and small.params["ops_per_batch"] == 84
+    assert small.params["timing"] == "graph" and "84 calls back to back" in small.notes[0]
+    lat = ms["collective.all_reduce.latency"]
+    assert lat.unit == "µs" and lat.value == pytest.approx(12.0) and lat.params["bytes"] == 4 * KIB
+
+
+def test_eager_batches_paced_by_the_host_say_so():
+    ms = {m.name: m for m in c.to_measurements(sweep(graph=False), 2)}
+    assert any(n.startswith("host-bound") for n in ms["collective.all_reduce.4KiB"].notes)
+    assert not any(n.startswith("host-bound") for n in ms["collective.all_reduce.1GiB"].notes)
+
+
+def test_small_sizes_judged_by_latency_large_by_bandwidth():
+    peak, practical = 450.0, 0.7
+    ms = {m.name: m for m in c.to_measurements(sweep(), 2)}
+    for m in ms.values():
+        c.judge_sweep(m, peak, "NVLink", practical, "nvlink")
+    small, mid, big = (ms[f"collective.all_reduce.{s}"] for s in ("4KiB", "16MiB", "1GiB"))
+    # 4 KiB: 12 µs against 10 µs + 4096 B / 315 GB/s -> within 2x of the reference
+    assert small.params["judged_by"] == "latency" and small.verdict == "below expected"
+    assert mid.params["judged_by"] == "transition" and mid.verdict == "no reference"
+    assert big.params["judged_by"] == "bandwidth" and big.verdict == "good"  # 300 of 450*0.7
+    assert ms["collective.all_reduce.latency"].verdict == "below expected"
+    slow = c.to_measurements(sweep(), 2)[0]
+    slow.params["time_us"] = 40.0
+    assert c.judge_sweep(slow, peak, "NVLink", practical, "nvlink").verdict == "low"
+
+
+def test_one_rank_is_reported_not_judged():
+    for m in c.to_measurements(sweep(n=1), 1):
+        c.judge_sweep(m, None, "", 0.7, "unknown")
+        assert m.verdict == "no reference"

@@ -1,25 +1,34 @@
-"""NCCL collectives over every GPU of this host: all_reduce, all_gather, reduce_scatter, all_to_all
-and broadcast, swept over message sizes, reported as bus bandwidth (nccl-tests definitions).
+"""NCCL collectives over every GPU of this host: all_reduce, all_gather, reduce_scatter, all_to_all,
+broadcast and sendrecv, swept over message sizes, reported as time per call and bus bandwidth
+(nccl-tests definitions).
 
 perfstack starts one worker process per GPU itself (``python -c`` children on localhost with a free
 TCP port); ``init_process_group`` gets a timeout, and the parent kills the remaining workers
 shortly after any one fails, so a broken rank yields an error figure, never a hang. The children
 run with ``NCCL_NVLS_ENABLE=0`` and ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` (NVLink multicast off).
 
-Per op and size S, every rank: checks one result against its analytic value, warms up, times a
-few calls to choose the repetition count (rank 0 decides and broadcasts it, since every rank must
-issue the same collectives), passes a barrier, then records CUDA events around each repetition.
-The time of a repetition is the slowest rank's (all ranks' samples are gathered to rank 0).
-algbw = S / t; busbw = algbw × factor, where the factor is 2(n−1)/n for all_reduce, (n−1)/n for
-all_gather, reduce_scatter and all_to_all, and 1 for broadcast, and S is the whole array for
-all_gather / reduce_scatter (per-rank size × n). Sweep figures "collective.<op>.<size>" carry the
-busbw in GB/s; "collective.<op>.best" is the best busbw of the sweep.
+Per op and size S, every rank: checks one result against its analytic value, warms up, and
+estimates the time of one call from a short batch. As nccl-tests does, calls are then timed in
+batches issued back to back between two CUDA events (``batched``), so that a small message measures
+NCCL rather than Python and the launch path; by default each batch is captured once in a CUDA graph
+and replayed. Rank 0 decides the batch length and the number of batches and broadcasts them (every
+rank must issue the same collectives); if any rank cannot capture the graph, all time eagerly. The
+time of a batch is the slowest rank's (all ranks' samples are gathered to rank 0), divided by the
+calls in it. algbw = S / t; busbw = algbw × factor, where the factor is 2(n−1)/n for all_reduce,
+(n−1)/n for all_gather, reduce_scatter and all_to_all, and 1 for broadcast and sendrecv, and S is
+the whole array for all_gather / reduce_scatter (per-rank size × n). sendrecv sends each rank's
+buffer to the next rank in a ring (to itself with one rank), as nccl-tests' sendrecv_perf.
+
+Sweep figures "collective.<op>.<size>" carry the busbw in GB/s and the time per call in µs; small
+sizes are judged by their latency and large ones by bandwidth (``regime``). "collective.<op>.best"
+is the best busbw of the sweep and "collective.<op>.latency" the time per call at the smallest size.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,17 +40,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, _gpu, batched, benchmark, regime, timing
 from perfstack.bench.p2p import peer_peak
 from perfstack.model import Measurement
 
 KIB, MIB, GIB = _gpu.KIB, _gpu.MIB, _gpu.GIB
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-SIZES_QUICK = (MIB, 64 * MIB, GIB)
-SIZES_FULL = tuple(KIB * 4**i for i in range(11))  # 1 KiB, 4 KiB, ... 1 GiB
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv")
+SIZES_QUICK = (4 * KIB, MIB, 64 * MIB, GIB)
+# 1 KiB, 4 KiB, ... 1 GiB as nccl-tests -b 1K -e 1G -f 4, then 8 GiB (skipped where it does not fit)
+SIZES_FULL = tuple(KIB * 4**i for i in range(11)) + (8 * GIB,)
 ELEM = 4  # float32, as nccl-tests' default
 TIMING = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
-MIN_REPS, MAX_REPS = 20, 500
+MIN_REPS, MAX_REPS = 20, 500  # batches
+WARMUP_CALLS = 5  # eager calls before the estimate (NCCL connects lazily; the first calls set up channels)
+PROBE_OPS = 8  # calls in the batches that estimate one call's time
 INIT_TIMEOUT_S = 60
 FAIL_GRACE_S = 10.0  # after one rank fails, how long the others get to exit before they are killed
 CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -54,7 +66,7 @@ def busbw_factor(op: str, n: int) -> float:
         return 2 * (n - 1) / n
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
-    if op == "broadcast":
+    if op in ("broadcast", "sendrecv"):
         return 1.0
     raise ValueError(f"unknown collective {op}")
 
@@ -71,6 +83,19 @@ def sizes(suite: str) -> tuple[int, ...]:
     return SIZES_FULL if suite == "full" else SIZES_QUICK
 
 
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """'1K,64M,1G' (binary units, as nccl-tests' -b/-e) -> bytes, ascending, without repeats."""
+    out = set()
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)\s*([KMG]?)(?:i?B)?", part, re.IGNORECASE)
+        if not m or int(m.group(1)) == 0:
+            raise ValueError(f"not a message size: {part!r} (expected e.g. 4K, 64M, 1G)")
+        out.add(int(m.group(1)) * {"": 1, "K": KIB, "M": MIB, "G": GIB}[m.group(2).upper()])
+    if not out:
+        raise ValueError("no message size given")
+    return tuple(sorted(out))
+
+
 def count_for(nbytes: int, n: int) -> int:
     """Elements of the whole array: S / 4 rounded down to a multiple of n (each rank's chunk is whole)."""
     return max(n, nbytes // ELEM // n * n)
@@ -80,7 +105,7 @@ def buffer_elems(op: str, count: int, n: int) -> tuple[int, int]:
     """(input, output) elements per rank for an op over an array of ``count`` elements (0 = in place)."""
     chunk = count // n
     return {"all_reduce": (count, 0), "all_gather": (chunk, count), "reduce_scatter": (count, chunk),
-            "all_to_all": (count, count), "broadcast": (count, 0)}[op]
+            "all_to_all": (count, count), "broadcast": (count, 0), "sendrecv": (count, count)}[op]
 
 
 def bytes_needed(op: str, count: int, n: int) -> int:
@@ -118,6 +143,8 @@ def expected(torch: Any, op: str, rank: int, n: int, count: int, device: Any = "
         return torch.cat([_pattern(torch, chunk, device) + (k * n + rank + 1) for k in range(n)])
     if op == "broadcast":
         return _pattern(torch, count, device) + 1.0
+    if op == "sendrecv":  # what the previous rank in the ring sent
+        return _pattern(torch, count, device) + float((rank - 1) % n + 1)
     raise ValueError(f"unknown collective {op}")
 
 
@@ -135,6 +162,8 @@ def simulate(torch: Any, op: str, inputs: list[Any]) -> list[Any]:
         return [torch.cat([x.chunk(n)[r] for x in inputs]) for r in range(n)]
     if op == "broadcast":
         return [inputs[0].clone() for _ in inputs]
+    if op == "sendrecv":
+        return [inputs[(r - 1) % n].clone() for r in range(n)]
     raise ValueError(f"unknown collective {op}")
 
 
@@ -155,6 +184,12 @@ def call(dist: Any, op: str, inp: Any, out: Any) -> Any:
     if op == "broadcast":
         dist.broadcast(inp, src=0)
         return inp
+    if op == "sendrecv":
+        r, n = dist.get_rank(), dist.get_world_size()
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, (r + 1) % n),
+                                         dist.P2POp(dist.irecv, out, (r - 1) % n)]):
+            w.wait()
+        return out
     raise ValueError(f"unknown collective {op}")
 
 
@@ -209,6 +244,11 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     return {"meta": meta, "rows": rows}
 
 
+def gpu_graph(cfg: dict[str, Any], device: Any) -> bool:
+    """Whether batches are captured in a CUDA graph: asked for, and on a GPU."""
+    return bool(cfg.get("graph", True)) and getattr(device, "type", "cpu") == "cuda"
+
+
 def _flags(torch: Any, dist: Any, value: bool, device: Any) -> list[bool]:
     """Every rank's boolean, on every rank."""
     t = torch.tensor([1.0 if value else 0.0], device=device)
@@ -234,13 +274,29 @@ def _one(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes
     good = _flags(torch, dist, bool(torch.equal(got, expected(torch, op, rank, n, count, device))), device)
     row["wrong_ranks"] = [r for r, g in enumerate(good) if not g]
     fn = lambda: call(dist, op, inp, out)  # noqa: E731
-    for _ in range(2):
+    for _ in range(WARMUP_CALLS):
         timer.call(fn)
-    estimate = timing.summarize(timer.samples(fn, 3, None))["median"]
-    reps = torch.tensor([timing.plan_reps(estimate, cfg["budget_s"], MIN_REPS, MAX_REPS)], device=device)
-    dist.broadcast(reps, src=0)
+    probe = batched.Batch(None, fn, PROBE_OPS, graph=False)
+    estimate = timing.summarize(batched.per_op(timer.samples(probe, 3, None), PROBE_OPS))["median"]
+    ops = batched.ops_per_batch(estimate, cfg.get("batch_s", batched.TARGET_BATCH_S))
+    plan = torch.tensor([ops, timing.plan_reps(estimate * ops, cfg["budget_s"], MIN_REPS, MAX_REPS)],
+                        dtype=torch.int64, device=device)
+    dist.broadcast(plan, src=0)
+    ops, reps = (int(x) for x in plan.tolist())
+    batch = batched.Batch(torch if gpu_graph(cfg, device) else None, fn, ops, graph=gpu_graph(cfg, device))
+    captured = _flags(torch, dist, batch.mode == "graph", device)
+    if batch.mode == "graph" and not all(captured):
+        batch.drop_graph()
+    row.update(ops_per_batch=ops, mode=batch.mode)
+    if batch.why_eager or (gpu_graph(cfg, device) and not all(captured)):
+        row["why_eager"] = batch.why_eager or f"ranks {[r for r, c in enumerate(captured) if not c]} could not capture"
+    timer.call(batch)  # a replay (or batch) before the timed ones
+    if batch.mode == "eager":
+        issue = batch.issue_seconds(lambda: timer.call(lambda: None))
+        row["issue_s_per_op"] = issue / ops
     dist.barrier()
-    mine = timer.samples(fn, int(reps.item()), None)
+    mine = batched.per_op(timer.samples(batch, reps, None), ops)
+    del batch
     t = torch.tensor(mine, dtype=torch.float64, device=device)
     every = [torch.empty_like(t) for _ in range(n)]
     dist.all_gather(every, t)
@@ -267,12 +323,15 @@ def child_env(base: dict[str, str], rank: int, n: int, cfg_path: str) -> dict[st
 
 def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: float, backend: str = "nccl",
            deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S,
-           fail_rank: int | None = None) -> tuple[dict[str, Any] | None, str]:
-    """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank)."""
+           fail_rank: int | None = None, graph: bool = True,
+           batch_s: float = batched.TARGET_BATCH_S) -> tuple[dict[str, Any] | None, str]:
+    """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank).
+    ``graph``: capture each batch in a CUDA graph (GPU only); ``batch_s``: target duration of a batch."""
     tmp = tempfile.mkdtemp(prefix="perfstack-coll-")
     try:
         cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(ops),
-               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp, "fail_rank": fail_rank}
+               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp,
+               "fail_rank": fail_rank, "graph": graph, "batch_s": batch_s}
         cfg_path = os.path.join(tmp, "cfg.json")
         Path(cfg_path).write_text(json.dumps(cfg))
         procs = []
@@ -359,7 +418,7 @@ def _why(tmp: str, rank: int, procs: list[subprocess.Popen]) -> str:
 
 
 def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
-    """Rank 0's rows -> sweep figures and one headline per op."""
+    """Rank 0's rows -> sweep figures and two headlines per op (best busbw, smallest-size latency)."""
     out: list[Measurement] = []
     nccl = results.get("meta", {}).get("nccl_version")
     for row in results["rows"]:
@@ -372,9 +431,16 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
             continue
         med = timing.summarize(row["samples"])["median"]
         params.update(algbw_gbps=round(algbw_gbps(nbytes, med), 3), busbw_gbps=round(busbw_gbps(op, n, nbytes, med), 3),
-                      time_us=round(med * 1e6, 2))
+                      time_us=round(med * 1e6, 2), ops_per_batch=row.get("ops_per_batch", 1),
+                      timing=row.get("mode", "eager"))
         m = _gpu.measurement("collective", name, row["samples"], lambda s, o=op, b=nbytes: busbw_gbps(o, n, b, s),
-                             "GB/s", params, notes=["time per repetition is the slowest rank's"])
+                             "GB/s", params, notes=[batch_note(row)])
+        if row.get("why_eager"):
+            m.notes.append(f"timed eagerly: {row['why_eager']}")
+        issue = row.get("issue_s_per_op")
+        if batched.host_bound(issue, med):
+            m.notes.append(f"host-bound: issuing a call from Python took {issue * 1e6:.1f} µs of the {med * 1e6:.1f} µs "
+                           "per call, so this time is the launch rate, not NCCL's")
         if row.get("wrong_ranks"):
             m.status, m.reason = "error", f"wrong result on ranks {row['wrong_ranks']}"
         out.append(m)
@@ -383,31 +449,80 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
         if not pts:
             out.append(_gpu.skip("collective", f"collective.{op}.best", "no size was measured", "GB/s"))
             continue
-        best = max(pts, key=lambda m: m.value)  # type: ignore[arg-type, return-value]
+        best = max(pts, key=lambda m: (m.value, -m.params["bytes"]))  # type: ignore[arg-type, return-value]
         h = _gpu.measurement("collective", f"collective.{op}.best", best.samples,
                              lambda s, o=op, b=best.params["bytes"]: busbw_gbps(o, n, b, s), "GB/s",
                              {**best.params, "sweep": False})
         h.notes.insert(0, f"best bus bandwidth of the sweep, at {_gpu.size_label(best.params['bytes'])}; "
                           f"algbw {best.params['algbw_gbps']:.1f} GB/s")
         out.append(h)
+        small = min(pts, key=lambda m: m.params["bytes"])
+        lat = _gpu.measurement("collective", f"collective.{op}.latency", small.samples, lambda s: s * 1e6, "µs",
+                               {**small.params, "sweep": False, "headline": "latency"})
+        lat.notes.insert(0, f"time per call at the smallest size measured, {_gpu.size_label(small.params['bytes'])}")
+        out.append(lat)
     return out
 
 
+def batch_note(row: dict[str, Any]) -> str:
+    how = "replayed from a CUDA graph" if row.get("mode") == "graph" else "issued eagerly"
+    k = row.get("ops_per_batch", 1)
+    return (f"{k} calls back to back between two CUDA events per sample ({how}); time per call is the slowest "
+            "rank's batch time divided by the calls in it")
+
+
+def judge_sweep(m: Measurement, peak: float | None, source: str, practical: float | None, link: str) -> Measurement:
+    """Small sizes by latency, large ones by bandwidth, the ones in between not at all (``regime``)."""
+    if m.status != "ok" or m.value is None:
+        return m
+    n, op, nbytes = m.params.get("world_size", 0), m.params.get("op", ""), m.params.get("bytes", 0)
+    time_s = m.params["time_us"] / 1e6
+    if m.params.get("headline") == "latency":
+        lat_ref = regime.REFERENCE_LATENCY_S.get(link)
+        bus_s = regime.bus_seconds(nbytes * busbw_factor(op, n), peak, practical)
+        if n < 2 or lat_ref is None or bus_s is None:
+            m.verdict = "no reference"
+            return m
+        regime.judge_latency(m, time_s, lat_ref, bus_s, link)
+        m.peak, m.peak_source = (lat_ref + bus_s) * 1e6, "reference latency + bus time"
+        return m
+    if n < 2:  # one rank: nothing crosses a link
+        m.verdict = "no reference"
+        m.notes.append("one rank: no bus traffic between GPUs; compare the time per call")
+        return m
+    lat_ref = regime.REFERENCE_LATENCY_S.get(link)
+    bus_s = regime.bus_seconds(nbytes * busbw_factor(op, n), peak, practical)
+    where = regime.regime(bus_s, lat_ref) if m.params.get("sweep") else "bandwidth"
+    m.params["judged_by"] = where
+    if where == "latency" and lat_ref is not None and bus_s is not None:
+        m.peak, m.peak_source = peak, source
+        return regime.judge_latency(m, time_s, lat_ref, bus_s, link)
+    if where == "transition":
+        m.peak, m.peak_source = peak, source
+        m.fraction = m.value / peak if peak else None
+        m.verdict = "no reference"
+        m.notes.insert(0, "between the latency- and bandwidth-bound sizes: reported, not judged")
+        return m
+    return _gpu.judged(m, peak, source, practical)
+
+
 @benchmark("collectives", needs_cuda=True, in_quick=False, min_gpus=2, doc="""NCCL all_reduce, all_gather,
-           reduce_scatter, all_to_all and broadcast across all GPUs of this host (one process per GPU), swept
-           over message sizes; bus bandwidth (nccl-tests definitions) against the NVLink or PCIe peak.""")
+           reduce_scatter, all_to_all, broadcast and sendrecv across all GPUs of this host (one process per GPU),
+           swept over message sizes (--sizes to choose them), timed in batches of back-to-back calls as nccl-tests
+           does; time per call and bus bandwidth (nccl-tests definitions), small sizes judged by latency and large
+           ones against the NVLink or PCIe peak.""")
 def run(ctx: BenchContext) -> list[Measurement]:
     import torch
 
     n = torch.cuda.device_count()
     entries = [_gpu.device_entry(torch, ctx.facts, d) for d in range(n)]
     spec = _gpu.spec_for(entries[0])
-    todo = sizes(ctx.suite)
+    todo = tuple(ctx.options.get("sizes") or sizes(ctx.suite))
     budget = TIMING[ctx.suite]["budget_s"]
-    deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 1.5) + 60
+    deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 3.0) + 60
     torch.cuda.empty_cache()  # leave the workers the memory this process cached
     tels = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
-    results, why = launch(n, OPS, todo, budget, "nccl", deadline)
+    results, why = launch(n, OPS, todo, budget, "nccl", deadline, graph=bool(ctx.options.get("graph", True)))
     after = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
     if results is None:
         return [_gpu.error("collective", "collective", why, "GB/s", {"world_size": n})]
@@ -418,9 +533,9 @@ def run(ctx: BenchContext) -> list[Measurement]:
     _gpu.finish(out, tel)
     pairs = [peer_peak(ctx.facts, spec, entries[i], entries[j]) for i in range(n) for j in range(n) if i != j]
     known = [p for p in pairs if p[0]]
-    peak, source = (min(known, key=lambda p: p[0])[:2]) if known else (None, "")
+    peak, source, link = min(known, key=lambda p: p[0]) if known else (None, "", "unknown")
     for m in out:
-        _gpu.judged(m, peak, source, _gpu.practical("nccl_busbw"))
+        judge_sweep(m, peak, source, _gpu.practical("nccl_busbw"), link)
         if not m.params.get("sweep") and m.status == "ok":
             m.notes.append("NVLink multicast (NVLS) off in the workers: NCCL_NVLS_ENABLE=0")
     return out

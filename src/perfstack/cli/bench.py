@@ -16,8 +16,10 @@ from rich.progress import (
 
 from perfstack import bench as benches
 from perfstack.audit import FAIL_ON, audit, exit_code
+from perfstack.bench.collectives import parse_sizes
 from perfstack.bench.storage import files_to_read
 from perfstack.cli import output
+from perfstack.errors import UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
@@ -33,6 +35,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--suite", choices=benches.SUITES, default="quick", help="quick (default, about a minute) or full")
     p.add_argument("--path", dest="storage_path", metavar="PATH", help="file or directory for the storage benchmark")
     p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--sizes", metavar="LIST", help="collectives: message sizes, e.g. 1K,64M,1G (default: the suite's)")
+    p.add_argument("--no-graph", dest="graph", action="store_false",
+                   help="collectives: issue each batch eagerly instead of replaying it from a CUDA graph")
     output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.set_defaults(func=run)
@@ -41,6 +46,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str], storage_path: str | None):
     """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
     chosen = benches.select(names, suite, storage_path)
+    options = {"graph": getattr(args, "graph", True)}
+    if getattr(args, "sizes", None):
+        try:
+            options["sizes"] = parse_sizes(args.sizes)
+        except ValueError as e:
+            raise UsageError(f"--sizes: {e}", hint="perfstack bench collectives --sizes 1K,1M,64M,1G") from None
     if storage_path:
         files_to_read(storage_path)  # fail before the other benchmarks spend a minute, not after
 
@@ -57,7 +68,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
                     err.print(f"bench {name}…")
 
             ctx = benches.BenchContext(suite=suite, facts=facts, device=getattr(args, "device", 0),
-                                       storage_path=storage_path, progress=step)
+                                       storage_path=storage_path, progress=step, options=options)
             return benches.run(chosen, ctx)
 
     return run_benches
