@@ -8,8 +8,7 @@ output written once), the x axis of a roofline. Unknown shapes give ``None``, ne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from perfstack.profile import classify
 
@@ -19,8 +18,7 @@ _CONV_FWD = re.compile(r"^aten::(cudnn_convolution|_convolution|convolution|conv
                        r"cudnn_convolution_transpose)$")
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
+class Cost(NamedTuple):  # one per operator of a trace: a tuple keeps them small on every Python
     flops: float | None  # None: not a FLOP-counted op, or shapes unknown
     bytes: float | None
     dtype: str | None
