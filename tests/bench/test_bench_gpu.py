@@ -75,3 +75,13 @@ def test_nccl_collectives_are_correct_and_fast(ctx):
     ms = collectives.to_measurements(results, n)
     assert all(m.status == "ok" for m in ms), [m.reason for m in ms if m.status != "ok"]
     assert all(m.value > 1 for m in ms)
+
+
+def test_one_rank_collectives_replay_from_a_cuda_graph_and_time_nccl_not_python():
+    results, why = collectives.launch(1, collectives.OPS, (4 * 2**10, 2**20), 0.05, "nccl", deadline_s=180)
+    assert why == ""
+    for row in results["rows"]:
+        assert row["wrong_ranks"] == [] and row["mode"] == "graph", row
+        assert row["ops_per_batch"] > 1  # a small call is far shorter than the 1 ms batch target
+    eager, why = collectives.launch(1, ("all_reduce",), (4 * 2**10,), 0.05, "nccl", deadline_s=180, graph=False)
+    assert why == "" and eager["rows"][0]["mode"] == "eager" and "issue_s_per_op" in eager["rows"][0]

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# perfstack's collectives and nccl-tests in one run, size by size.
+#
+#   benchmarks/collectives_vs_nccl_tests.sh [GPUS] [OUTDIR]
+#
+# GPUS (default 1): nccl-tests' -g and perfstack's world size. OUTDIR (default $OUT, else
+# ./collectives-vs-nccl-tests): the nccl-tests logs and the side-by-side table.
+#
+# Needs nccl-tests' source in .anchors/nccl-tests (an ignored folder; NCCL_TESTS_SRC overrides),
+# nvcc (CUDA_HOME, default /usr/local/cuda) and NCCL headers and library: NCCL_HOME, else the system's
+# (/usr/include/nccl.h), else the nvidia-nccl wheel PyTorch was installed with. Builds only the six
+# binaries it runs, for this GPU's architecture, then runs each with -b 1K -e 1G -f 4 -g GPUS and
+# perfstack's collectives over the same sizes. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+set -euo pipefail
+
+GPUS=${1:-1}
+OUTDIR=${2:-${OUT:-collectives-vs-nccl-tests}}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SRC=${NCCL_TESTS_SRC:-$ROOT/.anchors/nccl-tests}
+BUILD=${NCCL_TESTS_BUILD:-$ROOT/.anchors/nccl-tests-build}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+PY=${PYTHON:-python3}
+BINARIES="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf alltoall_perf sendrecv_perf"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+
+[ -d "$SRC/src" ] || { echo "error: no nccl-tests source in $SRC (copy it there)" >&2; exit 2; }
+mkdir -p "$OUTDIR" "$BUILD"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+
+# -- NCCL: headers and a libnccl.so to link against --------------------------------------------
+if [ -z "${NCCL_HOME:-}" ]; then
+  if [ -f /usr/include/nccl.h ]; then
+    NCCL_HOME=/usr
+  else
+    WHEEL=$("$PY" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
+    # The wheel ships lib/libnccl.so.2 only; the linker wants libnccl.so.
+    NCCL_HOME=$BUILD/nccl
+    mkdir -p "$NCCL_HOME/lib"
+    ln -sfn "$WHEEL/include" "$NCCL_HOME/include"
+    ln -sf "$WHEEL/lib/libnccl.so.2" "$NCCL_HOME/lib/libnccl.so"
+    ln -sf "$WHEEL/lib/libnccl.so.2" "$NCCL_HOME/lib/libnccl.so.2"
+  fi
+fi
+NCCL_LIB=$NCCL_HOME/lib
+[ -d "$NCCL_HOME/lib64" ] && [ ! -e "$NCCL_LIB/libnccl.so" ] && NCCL_LIB=$NCCL_HOME/lib64
+[ -e "$NCCL_HOME/lib/x86_64-linux-gnu/libnccl.so" ] && NCCL_LIB=$NCCL_HOME/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$NCCL_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "NCCL from $NCCL_HOME ($NCCL_LIB)" >&2
+
+# -- build the six binaries for this GPU only ---------------------------------------------------
+SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+TARGETS=""
+for b in $BINARIES; do TARGETS="$TARGETS $BUILD/$b"; done
+t0=$(date +%s)
+make -C "$SRC/src" -j"$(nproc)" MPI=0 CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME" \
+  NVCC_GENCODE="-gencode=arch=compute_${SM},code=sm_${SM}" BUILDDIR="$BUILD" \
+  $TARGETS > "$OUTDIR/build.log" 2>&1 \
+  || { tail -40 "$OUTDIR/build.log" >&2; exit 1; }
+echo "built nccl-tests in $(( $(date +%s) - t0 )) s (sm_${SM})" >&2
+
+# -- nccl-tests, then perfstack ---------------------------------------------------------------------
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUTDIR/gpus.txt"
+for b in $BINARIES; do
+  "$BUILD/$b" -b 1K -e 1G -f 4 -g "$GPUS" > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
+  grep -m1 "nccl-library" "$OUTDIR/$b.log" >&2 || true
+done
+"$PY" "$ROOT/benchmarks/collectives_vs_nccl_tests.py" --world "$GPUS" --logs "$OUTDIR" \
+  --out "$OUTDIR/collectives-vs-nccl-tests-${GPUS}gpu.md"
