@@ -11,6 +11,11 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence
 
 
+# The most any single read takes in, live or from a bundle: /proc and /sys files are small, and a
+# file beyond this (a bundle's sparse 2 GiB cpuinfo, a path that is not a small file) is not data.
+MAX_READ = 8 << 20
+
+
 class Unavailable(Exception):
     """The machine could not answer: the file is absent, permission was denied, a command
     timed out. Probes turn this into a fact that is "not available (reason)"."""

@@ -12,7 +12,10 @@ Layout (fixed; users and tests build and edit bundles by hand):
                                              that failed at capture time
     DIR/listdir.json                         optional: {dir: [entries]} as listed at capture;
                                              merged with what the directory holds
-    DIR/meta.json                            optional: capture time, perfstack version, host id
+    DIR/meta.json                            optional: capture time, perfstack version, host id,
+                                             complete (false while capture is still writing)
+
+Every read is bounded (host.MAX_READ) and stays inside DIR: a bundle comes from someone else.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfstack.errors import InputError
-from perfstack.host import Unavailable, cmd_file
+from perfstack.host import MAX_READ, Unavailable, cmd_file
 
 RECAPTURE = "re-capture with 'perfstack capture DIR' on the GPU host, or fix the file by hand"
 
@@ -37,6 +40,10 @@ class BundleHost:
         if not self.root.is_dir():
             raise InputError(f"bundle {root} is a file, not a directory",
                              hint="a bundle is the directory 'perfstack capture DIR' wrote (unpack it first if archived)")
+        meta = self._json("meta.json", {}, expect=dict)
+        if meta.get("complete") is False:
+            raise InputError(f"bundle {root} is incomplete: its capture was interrupted before every file was written",
+                             hint="capture it again with 'perfstack capture DIR'")
         self._failed: dict[str, str] = self._json("unavailable.json", {}, expect=dict)
         self._listings: dict[str, list[str]] = self._json("listdir.json", {}, expect=dict)
 
@@ -60,9 +67,17 @@ class BundleHost:
         if not p.is_file():
             raise self._missing(path)
         try:
-            return p.read_bytes().decode("utf-8", errors="replace")
+            return self._bounded(p, path).decode("utf-8", errors="replace")
         except OSError as e:
             raise Unavailable(f"{self.origin(path)}: {e.strerror}") from None
+
+    def _bounded(self, p: Path, rel: str) -> bytes:
+        """The file's bytes, refused beyond MAX_READ (a sparse file is small on disk, huge when read)."""
+        with open(p, "rb") as f:
+            data = f.read(MAX_READ + 1)
+        if len(data) > MAX_READ:
+            raise Unavailable(f"{self.origin(rel)} is larger than {MAX_READ >> 20} MiB; not read")
+        return data
 
     def listdir(self, path: str) -> list[str]:
         p = self._file(path)
@@ -96,11 +111,16 @@ class BundleHost:
         return data
 
     def _json(self, rel: str, default: Any, expect: type) -> Any:
-        p = self.root / rel
+        try:
+            p = self._file(rel)
+        except Unavailable as e:
+            raise InputError(f"{self.origin(rel)} points outside the bundle", hint=RECAPTURE) from e
         if not p.is_file():
             return default
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(self._bounded(p, rel).decode("utf-8"))
+        except Unavailable as e:
+            raise InputError(e.reason, hint=RECAPTURE) from None
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read {self.origin(rel)}: {e}", hint=RECAPTURE) from None
         except json.JSONDecodeError as e:

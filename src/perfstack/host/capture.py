@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -134,17 +137,40 @@ def host_id(rec: RecordingHost) -> str:
 
 
 def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str, int]:
-    """Write the bundle; refuse to write into a non-empty directory (we never overwrite)."""
+    """Write the bundle; refuse to write into a non-empty directory (we never overwrite).
+
+    The files go to a hidden sibling directory that is renamed to ``out`` only once every file is
+    written, so an interrupted capture (Ctrl-C, a full disk) leaves no directory that looks like a
+    bundle; it is removed on the way out. meta.json says ``complete: true`` as well, for bundles that
+    were copied or unpacked half-way: the doctor refuses one that says false."""
     root = Path(out)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{out} exists and is not an empty directory", hint="give a new directory for the bundle")
     red = Redactor(rec)
-    root.mkdir(parents=True, exist_ok=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # as mkdir would make it; mkdtemp makes it private
+        counts = _write_files(rec, red, tmp, dict(meta, host_id=host_id(rec)))
+        # rename(2) replaces an empty directory in one step; a non-empty one makes it fail.
+        os.rename(tmp, root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return counts
+
+
+def _write_files(rec: RecordingHost, red: Redactor, root: Path, meta: dict[str, Any]) -> dict[str, int]:
+    def dump(name: str, obj: Any) -> None:
+        (root / name).write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    dump("meta.json", dict(meta, complete=False))
     for rel, text in rec.files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(red.text(text), encoding="utf-8")
-    dump = lambda name, obj: (root / name).write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")  # noqa: E731
     if rec.env is not None:
         dump("env.json", red.env(rec.env))
     if rec.nvml_answers is not None:
@@ -156,6 +182,6 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
         dump("listdir.json", {k: v for k, v in sorted(rec.listings.items())})
     if rec.failed:
         dump("unavailable.json", {k: red.text(v) for k, v in sorted(rec.failed.items())})
-    dump("meta.json", dict(meta, host_id=host_id(rec)))
+    dump("meta.json", dict(meta, complete=True))
     return {"files": len(rec.files), "unavailable": len(rec.failed), "redacted_files": red.count,
             "gpu_uuids": len(red.uuids)}

@@ -8,12 +8,11 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-from perfstack.host import Unavailable
+from perfstack.host import MAX_READ, Unavailable
 from perfstack.host import nvml as nvml_mod
 
 # A torch import with a broken CUDA install can take long; the interpreter is the user's.
 PYTHON_INFO_TIMEOUT = 60.0
-MAX_READ = 8 << 20
 
 
 def _os_reason(e: OSError) -> str:
