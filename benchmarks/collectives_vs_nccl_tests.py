@@ -26,8 +26,9 @@ from perfstack.bench._gpu import size_label
 BAR = 0.95
 
 
-def perfstack_rows(world: int, sizes: tuple[int, ...], graph: bool, budget_s: float) -> dict[tuple[str, int], dict]:
-    results, why = collectives.launch(world, collectives.OPS, sizes, budget_s, "nccl", deadline_s=540, graph=graph)
+def perfstack_rows(world: int, sizes: tuple[int, ...], graph: bool, budget_s: float,
+                   backend: str) -> dict[tuple[str, int], dict]:
+    results, why = collectives.launch(world, collectives.OPS, sizes, budget_s, backend, deadline_s=540, graph=graph)
     if results is None:
         sys.exit(f"perfstack collectives failed: {why}")
     out = {}
@@ -49,6 +50,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1K,4K,16K,64K,256K,1M,4M,16M,64M,256M,1G")
     ap.add_argument("--modes", default="graph,eager", help="perfstack timing modes to run (graph, eager)")
     ap.add_argument("--budget", type=float, default=0.15, help="seconds of timed batches per size")
+    ap.add_argument("--backend", default="nccl", help="nccl; gloo runs the script's plumbing on CPUs")
     ap.add_argument("--out", type=Path, help="also write the tables (Markdown) and raw figures (.json) here")
     args = ap.parse_args()
 
@@ -66,7 +68,7 @@ def main() -> int:
     ours: dict[str, dict] = {}
     for mode in modes:
         t0 = time.monotonic()
-        ours[mode] = perfstack_rows(args.world, sizes, mode == "graph", args.budget)
+        ours[mode] = perfstack_rows(args.world, sizes, mode == "graph", args.budget, args.backend)
         print(f"perfstack collectives ({mode}) took {time.monotonic() - t0:.0f} s", file=sys.stderr)
 
     first = modes[0]
