@@ -40,6 +40,7 @@ LAYERS: dict[str, str] = {
     "container-orch": "Containers / cgroups",
     "storage": "Storage",
     "network": "Network",
+    "serving": "Inference serving",  # load tests: above the stack, what the server's users feel
 }
 
 
@@ -210,6 +211,8 @@ class Run:
     measurements: list[Measurement] = field(default_factory=list)
     profile: dict[str, Any] | None = None
     estimates: dict[str, Any] | None = None
+    loadtest: dict[str, Any] | None = None  # loadtest.record.LoadTest as JSON; read back with from_builtins
+    fleet: dict[str, Any] | None = None  # perfstack fleet's analysis of many nodes (fleet.analysis.FleetAnalysis)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,13 +225,17 @@ class Run:
             "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile,
             "estimates": self.estimates,
+            **({"loadtest": self.loadtest} if self.loadtest is not None else {}),
+            **({"fleet": self.fleet} if self.fleet is not None else {}),
         }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        """Write the Run as JSON, replacing ``path`` in one step (a failed write keeps the old file)."""
+        from perfstack import outfile
+        outfile.write(path, self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Run":
@@ -249,6 +256,8 @@ class Run:
             measurements=[Measurement.from_dict(m) for m in d.get("measurements", [])],
             profile=d.get("profile"),
             estimates=d.get("estimates"),
+            loadtest=_loadtest(d.get("loadtest")),
+            fleet=d.get("fleet"),
             schema_version=version,
         )
 
@@ -271,6 +280,14 @@ class Run:
             raise InputError(f"{p}: {e.message}", e.hint) from None
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise InputError(f"{p} is not a valid perfstack Run ({type(e).__name__}: {e})") from None
+
+
+def _loadtest(data: Any) -> dict[str, Any] | None:
+    """A load test section is checked against its types once, here, so that readers can trust it."""
+    if data is None:
+        return None
+    from perfstack.loadtest.record import from_builtins, to_builtins
+    return to_builtins(from_builtins(data))
 
 
 def _fact_dict(f: Fact) -> dict[str, Any]:

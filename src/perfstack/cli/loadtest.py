@@ -1,0 +1,189 @@
+"""perfstack loadtest: drive an OpenAI-compatible inference server under load and say why it misses its SLO.
+
+    perfstack loadtest http://127.0.0.1:8000 --concurrency 8 --slo ttft=500ms,itl=50ms
+    perfstack loadtest URL --sweep --slo ttft=1s,itl=60ms -o sweep.json --html sweep.html
+    perfstack loadtest URL --rate 2,4,8 --burstiness 0.5 --prompts my.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from perfstack import __version__
+from perfstack.audit import FAIL_ON, exit_code
+from perfstack.cli import output
+from perfstack.errors import CannotRunHere, UsageError
+from perfstack.model import Run
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("loadtest", parents=[common], help="load-test an OpenAI-compatible inference server",
+                       description="Stream completions from an OpenAI-compatible server (vLLM, SGLang, TGI, "
+                                   "TensorRT-LLM, llama.cpp, transformers serve) at fixed concurrency or request "
+                                   "rate; report TTFT, TPOT, ITL, E2E, throughput and goodput per load level, and "
+                                   "why the server misses its SLO.")
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="model name to request (default: the first the server lists)")
+    p.add_argument("--api", choices=("chat", "completions"), default="chat",
+                   help="/v1/chat/completions (default) or /v1/completions")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable holding the API key (default OPENAI_API_KEY; never printed)")
+    load = p.add_argument_group("load")
+    mode = load.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", metavar="N[,N...]", help="closed loop: this many streams at once (default 1)")
+    mode.add_argument("--rate", metavar="R[,R...]", help="open loop: requests per second ('inf': all at once)")
+    load.add_argument("--sweep", action="store_true",
+                      help="from light load to saturation: doubling concurrency, or with --rate sweep, fractions "
+                           "of the saturated throughput; finds the knee and the highest load meeting --slo")
+    load.add_argument("--sweep-max", type=int, default=512, metavar="N", help="highest concurrency a sweep tries")
+    load.add_argument("--requests", type=int, default=100, metavar="N",
+                      help="measured requests per level (default 100; at least 3 per stream)")
+    load.add_argument("--warmup", type=int, default=None, metavar="N",
+                      help="requests per level excluded from the figures (default: one per stream, or 5%% of an "
+                           "open-loop level)")
+    load.add_argument("--burstiness", type=float, default=1.0, metavar="F",
+                      help="open loop: gamma shape of the arrival gaps (1: Poisson; < 1: burstier)")
+    load.add_argument("--max-concurrency", type=int, default=None, metavar="N", help="open loop: cap in flight")
+    load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per request (default 600 s)")
+    load.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
+                      help="fail a request after this long without a byte (default 60 s)")
+    wl = p.add_argument_group("workload")
+    wl.add_argument("--input-len", type=int, default=512, metavar="TOKENS")
+    wl.add_argument("--output-len", type=int, default=None, metavar="TOKENS",
+                    help="max_tokens (default 128; with --prompts: replaces the file's lengths)")
+    wl.add_argument("--spread", type=float, default=0.0, metavar="F",
+                    help="lengths uniform in ±F around the given ones (default 0: fixed)")
+    wl.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
+                    help="a prefix common to every prompt (prefix caching)")
+    wl.add_argument("--prompts", metavar="FILE", help="JSONL ({\"prompt\": ..., \"max_tokens\": ...}) or ShareGPT JSON")
+    wl.add_argument("--tokenizer", metavar="NAME|PATH", help="count tokens with this tokenizer (needs transformers)")
+    wl.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                    help="let the model stop early (default: ask for exactly max_tokens where the server allows)")
+    why = p.add_argument_group("judging")
+    why.add_argument("--slo", metavar="SPEC", help="e.g. ttft=500ms,itl=50ms,e2e=20s (itl is judged per request, "
+                                                   "as its mean time per output token)")
+    why.add_argument("--slo-attainment", type=float, default=0.9, metavar="F",
+                     help="share of requests that must meet the SLO (default 0.9)")
+    why.add_argument("--model-config", metavar="NAME|PATH",
+                     help="the served model's config.json or a built-in name, with --gpu: compare decode with its "
+                          "memory-bandwidth bound")
+    why.add_argument("--gpu", metavar="NAME", help="the server's GPU from the spec table (e.g. h100-sxm)")
+    why.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs the server uses (for the bound)")
+    output.add_arguments(p)
+    p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
+    p.set_defaults(func=run)
+
+
+def _loads(text: Optional[str], what: str) -> list[float]:
+    out = []
+    for part in (text or "").split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        try:
+            v = math.inf if part in ("inf", "max") else float(part)
+        except ValueError:
+            raise UsageError(f"--{what} {text}: {part!r} is not a number") from None
+        if not v > 0 or (what == "concurrency" and (math.isinf(v) or v != int(v))):
+            raise UsageError(f"--{what} {text}: {part!r} must be a positive {'integer' if what == 'concurrency' else 'number'}")
+        out.append(v)
+    return out
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("requests", "sweep_max"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("timeout", "stall_timeout", "burstiness"):
+        v = getattr(args, name)
+        if not (math.isfinite(v) and v > 0):
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
+    if args.warmup is not None and args.warmup < 0:
+        raise UsageError("--warmup must be 0 or more")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise UsageError("--max-concurrency must be at least 1")
+    if not 0 < args.slo_attainment <= 1:
+        raise UsageError("--slo-attainment must be in (0, 1]")
+    if bool(args.model_config) != bool(args.gpu):
+        raise UsageError("--model-config and --gpu go together (the decode bound needs both)")
+
+
+def _bound(args: argparse.Namespace):
+    if not args.model_config:
+        return None
+    from perfstack.estimate import catalog, hardware, infer
+    from perfstack.estimate.config import load_config
+    from perfstack.loadtest.findings import Bound
+
+    path = Path(args.model_config)
+    spec = load_config(path) if path.suffix == ".json" or "/" in args.model_config or path.exists() \
+        else catalog.get(args.model_config)
+    hw = hardware.resolve(args.gpu, "bf16")
+
+    def itl_ms(batch: int, prompt: int, gen: int) -> float:
+        est = infer.estimate(spec, hw, infer.InferSettings(batch=batch, prompt=prompt, gen=gen, tp=args.tp))
+        return est["time"]["itl_s"] * 1e3
+
+    return Bound(itl_ms=itl_ms, what=f"{spec.name} bf16 on {hw.spec.name} ({hw.hbm_bw / 1e12:.2f} TB/s"
+                                     + (f", TP {args.tp}" if args.tp > 1 else "") + ")")
+
+
+def build_plan(args: argparse.Namespace):
+    from perfstack.loadtest.metrics import parse_slo
+    from perfstack.loadtest.run import Plan
+
+    mode = "rate" if args.rate else "concurrency"
+    loads = _loads(args.rate, "rate") if args.rate else _loads(args.concurrency or "1", "concurrency")
+    return Plan(url=args.url, api=args.api, model=args.model, mode=mode, loads=loads, sweep=args.sweep,
+                sweep_max=args.sweep_max, requests=args.requests, warmup=args.warmup, burstiness=args.burstiness,
+                max_concurrency=args.max_concurrency, seed=args.seed,
+                slo=parse_slo(args.slo, args.slo_attainment) if args.slo else None, ignore_eos=args.ignore_eos,
+                timeout_s=args.timeout, stall_s=args.stall_timeout, api_key_env=args.api_key_env)
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    try:
+        import aiohttp  # noqa: F401
+        from perfstack.loadtest import findings, record, workload
+        from perfstack.loadtest import run as lrun
+    except ImportError as e:
+        raise CannotRunHere(f"perfstack loadtest needs the loadtest extra ({e.name} is missing)",
+                            hint="pip install 'perfstack[loadtest]'") from None
+    _check(args)
+    if args.sweep and args.rate and len(_loads(args.rate, "rate")) > 1:
+        raise UsageError("--sweep chooses the rates itself: give --rate without a list, or leave --sweep out")
+    plan = build_plan(args)
+    bound = _bound(args)
+    output.check_paths(args.output, args.html)
+    tok = workload.load_tokenizer(args.tokenizer)
+    if args.prompts:
+        wl, notes = workload.from_file(args.prompts, args.output_len, args.seed, tok)
+    else:
+        wl, notes = workload.synthetic(args.input_len, args.output_len or 128, args.spread, args.shared_prefix,
+                                       args.seed, tok), []
+    t0 = time.perf_counter()
+    lt = lrun.run(plan, wl, lambda m: err.print(m, markup=False, highlight=False))
+    lt.notes[:0] = notes
+    result = Run(meta={"tool": "perfstack", "tool_version": __version__, "command": "loadtest",
+                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "source": lt.url, "python": platform.python_version(),
+                       "elapsed_s": round(time.perf_counter() - t0, 3)},
+                 findings=findings.findings(lt, bound))
+    result.loadtest = record.to_builtins(lt)
+    from perfstack.report.loadtest_text import render_loadtest
+    output.emit(result, args, out, err, lambda: render_loadtest(result, out, verbose=args.verbose > 0))
+    if lt.interrupted:
+        err.print("perfstack: interrupted: the partial load test is above" + (f" and in {args.output}" if args.output else ""),
+                  markup=False)
+        return 130
+    return exit_code(result, args.fail_on)
+

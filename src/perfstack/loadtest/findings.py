@@ -1,0 +1,303 @@
+"""Why the server misses its SLO: pure functions of a load test to findings, with evidence and the fix.
+
+Each rule reads the request records (and the server's own gauges when it exported them) of the level
+where the question is sharpest: the first level that misses the SLO, else the heaviest level. What a
+rule cannot see it does not guess: without a light level there is no unqueued TTFT to compare with,
+without /metrics no cause for a plateau beyond the latencies themselves.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from perfstack.loadtest import metrics, sweep
+from perfstack.loadtest.record import Level, LoadTest, Request
+from perfstack.model import Finding, Severity
+
+LAYER = "serving"
+QUEUE_SHARE = 0.5  # queueing is the story when it is most of TTFT
+SPIKE = 3.0  # an ITL gap this many times the median is a spike
+PREFILL_LINK = 0.2  # spikes overlap other requests' prefills this much more often than ordinary gaps
+BOUND_LOW = 0.5  # decode slower than twice its memory-bandwidth bound
+CLIENT_CPU = 0.85
+CLIENT_LAG_MS = 5.0
+ERROR_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The decode step's lower bound for the served model on its GPU (``estimate infer``)."""
+
+    itl_ms: Callable[[int, int, int], float]  # (batch, prompt tokens, generated tokens) -> ms
+    what: str  # "Llama-3.2-1B bf16 on H100 SXM (3.35 TB/s)"
+
+
+def _label(lv: Level) -> str:
+    if lv.mode == "concurrency":
+        return f"{lv.load:g} concurrent streams"
+    return "all requests at once" if lv.load == float("inf") else f"{lv.load:g} requests/s"
+
+
+def judged(lt: LoadTest) -> Optional[Level]:
+    """The level a single-verdict rule looks at."""
+    levels = [lv for lv in lt.levels if lv.summary.completed]
+    if not levels:
+        return None
+    if lt.slo is not None:
+        for lv in levels:
+            if not metrics.meets(lv.summary, lt.slo):
+                return lv
+    return max(levels, key=lambda lv: (lv.load, lv.summary.output_throughput))
+
+
+def lightest(lt: LoadTest) -> Optional[Level]:
+    levels = [lv for lv in lt.levels if lv.summary.ttft is not None]
+    return min(levels, key=lambda lv: lv.load) if levels else None
+
+
+def _mean(vals: list[Optional[float]]) -> Optional[float]:
+    v = [x for x in vals if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def slo_missed(lt: LoadTest) -> Optional[Finding]:
+    if lt.slo is None:
+        return None
+    lv = judged(lt)
+    if lv is None or metrics.meets(lv.summary, lt.slo):
+        return None
+    s, slo = lv.summary, lt.slo
+    parts = []
+    checks = (("TTFT", slo.ttft_ms, s.ttft), ("TPOT", slo.itl_ms, s.tpot), ("E2E", slo.e2e_ms, s.e2e))
+    for name, target, d in checks:
+        if target is not None and d is not None:
+            parts.append(f"{name} p90 {d.p90:,.0f} ms vs {target:,.0f} ms" + (" ✗" if d.p90 > target else ""))
+    best = lt.sweep.get("max_load_meeting_slo")
+    where = f"; the highest load tried that meets it: {best:g}" if isinstance(best, (int, float)) else ""
+    return Finding(
+        id="serve-slo-missed", layer=LAYER, severity=Severity.WARNING, subject=_label(lv),
+        title=f"SLO missed at {_label(lv)}",
+        evidence=f"{(s.slo_attainment or 0):.0%} of requests met the SLO (target {slo.attainment:.0%}); "
+                 + "; ".join(parts) + where,
+        fix="see the findings below for the cause; meanwhile keep the load at or below the highest level that "
+            "meets the SLO",
+        why="A request that misses its latency objective is a user who waited too long; goodput counts only the "
+            "ones that did not.")
+
+
+def queueing(lt: LoadTest) -> Optional[Finding]:
+    lv, base = judged(lt), lightest(lt)
+    if lv is None or lv.summary.ttft is None:
+        return None
+    t = lv.summary.ttft.median
+    if base is not None and base is not lv and base.summary.ttft is not None:
+        floor, floor_what = base.summary.ttft.median, f"{base.summary.ttft.median:,.0f} ms at {_label(base)}"
+    else:
+        floor, floor_what = lv.summary.ttft.min, f"{lv.summary.ttft.min:,.0f} ms, the fastest at this load"
+    share = (t - floor) / t if t > 0 else 0.0
+    waiting = _mean([x.waiting for x in lv.server])
+    if share < QUEUE_SHARE or t - floor < 20:
+        return None
+    ev = (f"median TTFT {t:,.0f} ms at {_label(lv)} vs {floor_what}: {share:.0%} of the time to first token is "
+          "spent waiting, not computing")
+    if waiting is not None:
+        ev += f"; the server reported {waiting:.1f} requests waiting on average"
+    knee = lt.sweep.get("knee")
+    severity = Severity.WARNING if lt.slo is None or lt.slo.ttft_ms is None or t > lt.slo.ttft_ms else Severity.INFO
+    return Finding(
+        id="serve-queueing", layer=LAYER, severity=severity, subject=_label(lv),
+        title="Time to first token is mostly queueing: the server is saturated at this load",
+        evidence=ev,
+        fix="serve this load on more replicas (or GPUs), or let each replica batch more (vLLM --max-num-seqs and "
+            "--max-num-batched-tokens, SGLang --max-running-requests) where KV-cache room allows"
+            + (f"; one replica saturates near {knee:g}" if isinstance(knee, (int, float)) else ""),
+        why="Past saturation a request's first token waits for a free batch slot; latency then grows with the "
+            "queue while throughput stays flat.")
+
+
+def _prefills(reqs: list[Request]) -> tuple[list[float], list[float]]:
+    """Prefill intervals (send -> first token, s) sorted by start, with the running maximum of their ends."""
+    iv = sorted((r.start_s, r.start_s + (r.ttft_ms or 0) / 1e3) for r in reqs if r.ok)
+    starts, ends, m = [], [], float("-inf")
+    for a, b in iv:
+        m = max(m, b)
+        starts.append(a)
+        ends.append(m)
+    return starts, ends
+
+
+def _overlaps(starts: list[float], ends: list[float], a: float, b: float) -> bool:
+    i = bisect.bisect_left(starts, b) - 1
+    return i >= 0 and ends[i] > a
+
+
+def prefill_stalls(lt: LoadTest) -> Optional[Finding]:
+    lv = judged(lt)
+    if lv is None or lv.summary.itl is None or lv.summary.itl.n < 50:
+        return None
+    med, p99 = lv.summary.itl.median, lv.summary.itl.p99
+    if med <= 0 or p99 < SPIKE * med:
+        return None
+    reqs = [r for r in lv.requests if r.ok and not r.warmup]
+    starts, ends = _prefills(reqs)
+    spikes = hits = gaps = ghits = 0
+    for r in reqs:
+        t = r.start_s + (r.ttft_ms or 0) / 1e3
+        for g in r.itl_ms:
+            a, t = t, t + g / 1e3
+            # a gap overlapping a prefill that started after this request's own first token
+            hit = _overlaps(starts, ends, a, t)
+            gaps += 1
+            ghits += hit
+            if g >= SPIKE * med:
+                spikes += 1
+                hits += hit
+    if spikes < 5:
+        return None
+    spike_share, base_share = hits / spikes, ghits / max(gaps, 1)
+    if spike_share < base_share + PREFILL_LINK:
+        return None
+    return Finding(
+        id="serve-prefill-stalls", layer=LAYER, severity=Severity.WARNING, subject=_label(lv),
+        title="Token streams stall while other requests are prefilled",
+        evidence=f"ITL p99 {p99:,.1f} ms is {p99 / med:.1f}× the median {med:,.1f} ms at {_label(lv)}; "
+                 f"{spike_share:.0%} of the {spikes:,} gaps over {SPIKE:g}× the median overlap another request's "
+                 f"prefill, against {base_share:.0%} of all gaps",
+        fix="split long prefills so decodes keep running between their chunks: vLLM --enable-chunked-prefill with "
+            "--max-num-batched-tokens 2048-8192, SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens; at "
+            "scale, separate prefill and decode workers",
+        why="A prefill of a long prompt occupies the GPU for a whole batch step; every running stream waits for it, "
+            "which shows as inter-token spikes and a long ITL tail.")
+
+
+def plateau(lt: LoadTest) -> Optional[Finding]:
+    levels = [lv for lv in lt.levels if lv.summary.completed and lv.mode == "concurrency"]
+    k = sweep.knee(levels) if len(levels) >= 3 else None
+    if k is None:
+        return None
+    after = [lv for lv in levels if lv.load > k.load]
+    if not after:
+        return None
+    last = after[-1]
+    gain = last.summary.output_throughput / max(k.summary.output_throughput, 1e-9) - 1
+    lat = lambda lv: lv.summary.e2e.median if lv.summary.e2e else None  # noqa: E731
+    if lat(k) is None or lat(last) is None or gain > 0.15 or lat(last) < 1.5 * lat(k):
+        return None
+    running = [x.running for lv in levels for x in lv.server if x.running is not None]
+    kv = [x.kv_usage for lv in after for x in lv.server if x.kv_usage is not None]
+    pre = [x.preemptions for lv in levels for x in lv.server if x.preemptions is not None]
+    ev = (f"output throughput {k.summary.output_throughput:,.0f} tok/s at {_label(k)} and "
+          f"{last.summary.output_throughput:,.0f} at {_label(last)} ({gain:+.0%}) while median E2E latency went "
+          f"from {lat(k):,.0f} to {lat(last):,.0f} ms")
+    cause = "the batch stops growing"
+    fix = ("raise the server's batch limit (vLLM --max-num-seqs, SGLang --max-running-requests) if KV-cache room "
+           "allows; otherwise more GPUs or replicas")
+    if kv and max(kv) >= 0.9:
+        cause = "the KV cache is full"
+        ev += f"; KV-cache use peaked at {max(kv):.0%}"
+        fix = ("give the KV cache more room: a higher --gpu-memory-utilization, an FP8 KV cache (--kv-cache-dtype "
+               "fp8), a shorter --max-model-len, or tensor parallelism over more GPUs")
+    elif running:
+        cap = max(running)
+        ev += f"; at most {cap:.0f} requests ran at once"
+        cause = f"the batch is capped at about {cap:.0f} sequences"
+    if pre and max(pre) - min(pre) > 0:
+        ev += f"; {max(pre) - min(pre):.0f} preemptions (requests evicted and recomputed)"
+    return Finding(
+        id="serve-throughput-plateau", layer=LAYER, severity=Severity.INFO, subject=_label(last),
+        title=f"Throughput flat past {_label(k)} while latency grows: {cause}",
+        evidence=ev, fix=fix,
+        why="Past the knee, extra load only lengthens the queue; the batch the GPU runs each step no longer grows, "
+            "so the per-step cost is not spread over more tokens.")
+
+
+def decode_bound(lt: LoadTest, bound: Optional[Bound]) -> Optional[Finding]:
+    if bound is None:
+        return None
+    lv = lightest(lt)
+    if lv is None or lv.summary.tpot is None or not lv.summary.mean_output_tokens:
+        return None
+    batch = max(1, round(lv.summary.concurrency_mean or lv.load))
+    prompt = round(lv.summary.mean_input_tokens or lt.workload.get("input_len") or 128)
+    gen = max(2, round(lv.summary.mean_output_tokens))
+    try:
+        b = bound.itl_ms(batch, prompt, gen)
+    except Exception as e:  # noqa: BLE001 — the estimate's own input checks; no bound is no finding
+        lt.notes.append(f"decode bound not computed: {e}")
+        return None
+    got = lv.summary.tpot.median
+    frac = b / got if got > 0 else 0.0
+    if frac >= BOUND_LOW:
+        return None
+    return Finding(
+        id="serve-decode-below-bound", layer=LAYER,
+        severity=Severity.WARNING if frac < 0.25 else Severity.INFO, subject=_label(lv),
+        title=f"Decode runs at {frac:.0%} of the memory-bandwidth bound",
+        evidence=f"median time per output token {got:,.2f} ms at {_label(lv)} (batch ≈{batch}, {prompt} prompt + "
+                 f"{gen} generated tokens) vs a lower bound of {b:,.2f} ms for {bound.what}",
+        fix="the per-token time is spent outside the GPU's memory traffic: serve with an engine that captures "
+            "decode in CUDA graphs and fuses attention (vLLM, SGLang, TensorRT-LLM), check the server is not "
+            "running eager Python per token, and profile one decode step (perfstack profile)",
+        why="A decode step must read the weights and the KV cache once; at small batch that read is the whole "
+            "cost, so the time per token can approach bytes / HBM bandwidth.")
+
+
+def errors(lt: LoadTest) -> Optional[Finding]:
+    tot: dict[str, int] = {}
+    n = 0
+    worst: Optional[Level] = None
+    for lv in lt.levels:
+        s = lv.summary
+        n += s.completed + s.failed
+        for k, v in s.errors.items():
+            if k != "interrupted":
+                tot[k] = tot.get(k, 0) + v
+        if s.failed and (worst is None or s.failed > worst.summary.failed):
+            worst = lv
+    failed = sum(tot.values())
+    if not failed or failed / max(n, 1) < ERROR_SHARE or worst is None:
+        return None
+    kinds = ", ".join(f"{v} {k}" for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))
+    sample = next((r.detail for r in worst.requests if r.error and r.error != "interrupted" and r.detail), "")
+    fix = "read the server's log around the failures"
+    if "http-429" in tot:
+        fix = "the server refuses work it cannot queue: raise its queue/batch limits or add replicas"
+    elif {"timeout", "stall"} & tot.keys():
+        fix = "requests outlive the timeout at this load: the server is past saturation (see queueing) or hung"
+    elif "http-5xx" in tot or "disconnect" in tot:
+        fix = "the server fails under load: check its log for out-of-memory errors and crashes; lower the load"
+    return Finding(
+        id="serve-errors", layer=LAYER, severity=Severity.CRITICAL if failed / n > 0.1 else Severity.WARNING,
+        subject=_label(worst),
+        title=f"{failed} of {n} requests failed",
+        evidence=f"{kinds}; most at {_label(worst)}" + (f"; e.g. {sample}" if sample else ""),
+        fix=fix,
+        why="A failed request is a user without an answer, and it leaves every latency figure looking better than "
+            "the service was.")
+
+
+def client_saturated(lt: LoadTest) -> Optional[Finding]:
+    hot = [lv for lv in lt.levels if lv.client and (lv.client.cpu_fraction > CLIENT_CPU
+                                                    or lv.client.loop_lag_p99_ms > CLIENT_LAG_MS)]
+    if not hot:
+        return None
+    lv = max(hot, key=lambda x: x.client.loop_lag_p99_ms if x.client else 0)
+    c = lv.client
+    assert c is not None
+    return Finding(
+        id="serve-client-saturated", layer=LAYER, severity=Severity.WARNING, subject=_label(lv),
+        title="The load client was saturated: its own delays are in the figures",
+        evidence=f"at {_label(lv)} the client used {c.cpu_fraction:.0%} of its one core and its timers fired up to "
+                 f"{c.loop_lag_p99_ms:.1f} ms late (p99; max {c.loop_lag_max_ms:.1f} ms); "
+                 f"{c.cpu_us_per_chunk:.0f} µs of client CPU per streamed chunk",
+        fix="run the load from a host with a free core per client, split the load over several client processes, "
+            "or lower the concurrency",
+        why="TTFT and ITL are measured when the client reads the stream; a busy client reads late.")
+
+
+def findings(lt: LoadTest, bound: Optional[Bound] = None) -> list[Finding]:
+    out = [f for f in (errors(lt), client_saturated(lt), slo_missed(lt), queueing(lt), prefill_stalls(lt),
+                       plateau(lt), decode_bound(lt, bound)) if f is not None]
+    return sorted(out, key=lambda f: -f.severity.rank)

@@ -1,0 +1,145 @@
+"""Drive one load level: a closed loop (fixed concurrency) or an open loop (arrivals at a rate).
+
+Open-loop arrivals are gamma-distributed gaps with shape = burstiness (1: Poisson; below 1: burstier),
+mean 1/rate, from a fixed seed — the model vLLM's benchmark uses, so the same flags mean the same load.
+While the level runs, the client measures itself (CPU share of its one event loop and how late a 10 ms
+timer fires): a saturated client adds its own latency to every figure, and the Run must say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import aiohttp
+
+from perfstack.loadtest import client, metrics, scrape, workload
+from perfstack.loadtest.record import ClientLoad, Level, Request, ServerSample, Slo
+
+
+@dataclass
+class Target:
+    """Where and how requests go; the same for every level of a run."""
+
+    url: str  # full endpoint URL
+    api: str
+    model: str
+    headers: dict
+    ignore_eos: bool = True
+    usage: bool = True  # ask for usage in the last chunk (stream_options.include_usage)
+    timeout_s: float = 600.0
+    stall_s: float = 60.0
+    metrics_url: Optional[str] = None
+
+
+def arrivals(rate: float, n: int, burstiness: float, seed: int) -> list[float]:
+    """Send times (s) of ``n`` requests at ``rate`` per second; all at 0 when rate is infinite."""
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = random.Random(seed)
+    theta = 1.0 / (rate * burstiness)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.gammavariate(burstiness, theta)
+    return out
+
+
+@dataclass
+class _Monitor:
+    lags: list[float] = field(default_factory=list)
+    cpu0: float = field(default_factory=time.process_time)
+    wall0: float = field(default_factory=time.perf_counter)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.lags.append((time.perf_counter() - t - 0.01) * 1e3)
+
+    def result(self, chunks: int) -> ClientLoad:
+        wall = max(time.perf_counter() - self.wall0, 1e-9)
+        cpu = time.process_time() - self.cpu0
+        lags = sorted(self.lags) or [0.0]
+        return ClientLoad(cpu_fraction=cpu / wall, loop_lag_p99_ms=metrics.percentile(lags, 99),
+                          loop_lag_max_ms=lags[-1], cpu_us_per_chunk=cpu * 1e6 / max(chunks, 1))
+
+
+async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],
+                    mode: str, load: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
+                    burstiness: float = 1.0, max_concurrency: Optional[int] = None,
+                    slo: Optional[Slo] = None) -> Level:
+    """Send ``warmup`` + ``n`` requests at the given load; ``stop`` ends the level early (Ctrl-C)."""
+    records: list[Request] = []
+    t_level = time.perf_counter()
+    done = asyncio.Event()
+    mon = _Monitor()
+    server: list[ServerSample] = []
+    side = [asyncio.ensure_future(mon.run(done))]
+    if target.metrics_url:
+        side.append(asyncio.ensure_future(scrape.sample_until(session, target.metrics_url, t_level, done, server)))
+    counter = itertools.count()
+    total = warmup + n
+
+    async def one(i: int, p: workload.Prompt) -> None:
+        await client.send(session, target.url, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
+                          target.headers, t_level, target.timeout_s, target.stall_s, records, warmup=i < warmup)
+
+    async def worker() -> None:
+        while not stop.is_set():
+            i = next(counter)
+            if i >= total:
+                return
+            await one(i, next(prompts))
+
+    async def dispatcher() -> None:
+        sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        tasks: list[asyncio.Future] = []
+        try:
+            await _dispatch(tasks, sem)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _dispatch(tasks: list[asyncio.Future], sem: Optional[asyncio.Semaphore]) -> None:
+        for i, at in enumerate(arrivals(load, total, burstiness, seed)):
+            delay = t_level + at - time.perf_counter()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+            if stop.is_set():
+                break
+            p = next(prompts)
+            if sem is not None:
+                await sem.acquire()
+            t = asyncio.ensure_future(one(i, p))
+            if sem is not None:
+                t.add_done_callback(lambda _t: sem.release())
+            tasks.append(t)
+
+    if mode == "concurrency":
+        main = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(int(load)))))
+    else:
+        main = asyncio.ensure_future(dispatcher())
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    interrupted = not main.done()
+    if interrupted:
+        main.cancel()
+        await asyncio.gather(main, return_exceptions=True)
+    stopper.cancel()
+    done.set()
+    await asyncio.gather(*side, return_exceptions=True)
+    chunks = sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in records)
+    return Level(mode=mode, load=load, requests=records, summary=metrics.summarize(records, slo),
+                 server=server, client=mon.result(chunks), interrupted=interrupted)

@@ -1,0 +1,143 @@
+"""The typed records of a load test, from one request to a whole sweep.
+
+A Run keeps them as plain JSON (``Run.loadtest``); ``from_builtins`` turns that back into these types
+and rejects a hostile or damaged file with the path of the wrong field, so readers (report, diff,
+rules) never re-validate a dict.
+
+Times are in milliseconds, offsets from the level's start in seconds. Annotations use ``Optional``
+rather than ``X | None`` because msgspec evaluates them at run time on every supported Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import msgspec
+
+from perfstack.errors import InputError
+
+
+class Request(msgspec.Struct, omit_defaults=True):
+    """One request as the client saw it."""
+
+    start_s: float  # when it was sent, seconds after the level began
+    ttft_ms: Optional[float] = None  # send -> first chunk with generated text
+    e2e_ms: Optional[float] = None  # send -> end of the stream
+    itl_ms: List[float] = []  # gaps between successive chunks with text, after the first
+    output_tokens: int = 0
+    input_tokens: Optional[int] = None  # as the server counted them (usage), else our own count
+    tokens_from: str = "usage"  # "usage" (server's count) or "chunks" (one per chunk: approximate)
+    error: str = ""  # kind: http-429, http-5xx, timeout, stall, disconnect, bad-stream, refused, interrupted
+    detail: str = ""  # one line about the error, from the server or the transport
+    warmup: bool = False  # excluded from every figure
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.ttft_ms is not None
+
+    @property
+    def tpot_ms(self) -> Optional[float]:
+        """Time per output token after the first, vLLM's definition: (e2e - ttft) / (tokens - 1)."""
+        if not self.ok or self.e2e_ms is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - (self.ttft_ms or 0.0)) / (self.output_tokens - 1)
+
+
+class Dist(msgspec.Struct):
+    """A latency distribution (ms)."""
+
+    n: int
+    mean: float
+    median: float
+    p90: float
+    p99: float
+    max: float
+    min: float
+
+
+class ServerSample(msgspec.Struct, omit_defaults=True):
+    """One scrape of the server's Prometheus endpoint."""
+
+    t_s: float
+    running: Optional[float] = None
+    waiting: Optional[float] = None
+    kv_usage: Optional[float] = None  # fraction 0..1 of the KV cache in use
+    preemptions: Optional[float] = None  # counter since the server started
+
+
+class ClientLoad(msgspec.Struct):
+    """How hard the client itself worked: a saturated client adds its own latency."""
+
+    cpu_fraction: float  # process CPU seconds / wall seconds (one event loop: 1.0 is saturated)
+    loop_lag_p99_ms: float  # how late a 10 ms timer fired, 99th percentile
+    loop_lag_max_ms: float
+    cpu_us_per_chunk: float  # client CPU per streamed chunk received
+
+
+class Summary(msgspec.Struct, omit_defaults=True):
+    """The figures of one load level, over the measured (non-warm-up) requests."""
+
+    duration_s: float
+    completed: int
+    failed: int
+    errors: Dict[str, int] = {}
+    request_throughput: float = 0.0  # completed requests / s
+    output_throughput: float = 0.0  # output tokens / s
+    total_throughput: float = 0.0  # (input + output) tokens / s
+    goodput: Optional[float] = None  # requests / s meeting every SLO
+    slo_attainment: Optional[float] = None  # share of measured requests meeting every SLO
+    ttft: Optional[Dist] = None
+    tpot: Optional[Dist] = None
+    itl: Optional[Dist] = None
+    e2e: Optional[Dist] = None
+    mean_input_tokens: Optional[float] = None
+    mean_output_tokens: Optional[float] = None
+    concurrency_mean: Optional[float] = None  # requests in flight, time-averaged
+
+
+class Level(msgspec.Struct, omit_defaults=True):
+    """One load level: its requests, their summary, and what the server said meanwhile."""
+
+    mode: str  # "concurrency" (closed loop) or "rate" (open loop, requests/s)
+    load: float  # the concurrency, or the rate (inf: all at once)
+    requests: List[Request]
+    summary: Summary
+    server: List[ServerSample] = []
+    client: Optional[ClientLoad] = None
+    interrupted: bool = False
+
+
+class Slo(msgspec.Struct, omit_defaults=True):
+    """Latency objectives a request must meet to count as good (ms); unset ones are not judged."""
+
+    ttft_ms: Optional[float] = None
+    itl_ms: Optional[float] = None  # judged on the request's mean inter-token time (TPOT)
+    e2e_ms: Optional[float] = None
+    attainment: float = 0.9  # a level meets the SLO when this share of its requests are good
+
+
+class LoadTest(msgspec.Struct, omit_defaults=True):
+    """What ``Run.loadtest`` holds."""
+
+    url: str  # without credentials
+    api: str  # "chat" or "completions"
+    model: str
+    workload: Dict[str, Any]
+    levels: List[Level]
+    slo: Optional[Slo] = None
+    server: Dict[str, Any] = {}  # identity: models listed, version headers, metrics endpoint
+    sweep: Dict[str, Any] = {}  # knee and highest load meeting the SLO, when levels were swept
+    notes: List[str] = []
+    interrupted: bool = False
+
+
+def to_builtins(lt: LoadTest) -> dict[str, Any]:
+    return msgspec.to_builtins(lt)
+
+
+def from_builtins(data: Any, where: str = "Run") -> LoadTest:
+    """The typed load test of a Run's ``loadtest`` section, or an InputError naming the bad field."""
+    try:
+        return msgspec.convert(data, LoadTest)
+    except msgspec.ValidationError as e:
+        raise InputError(f"{where}: the load test section is not valid ({e})") from None

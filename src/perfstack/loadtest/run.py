@@ -1,0 +1,174 @@
+"""A whole load test: find the server, check it streams, run the levels, keep everything in one record.
+
+Ctrl-C stops the level in flight: the requests already answered are kept, those cut short are marked
+"interrupted", and the record says it is partial, so a long sweep is never lost to an impatient finger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import aiohttp
+
+from perfstack.errors import UsageError
+from perfstack.loadtest import server, sweep
+from perfstack.loadtest.load import Target, run_level
+from perfstack.loadtest.record import Level, LoadTest, Slo
+from perfstack.loadtest.workload import Workload
+
+MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's file limit binds first)
+
+
+@dataclass
+class Plan:
+    url: str
+    api: str = "chat"
+    model: Optional[str] = None
+    mode: str = "concurrency"  # or "rate"
+    loads: list[float] = field(default_factory=lambda: [1.0])
+    sweep: bool = False
+    sweep_max: float = 512  # the highest concurrency an automatic sweep tries
+    requests: int = 100  # measured requests per level (at least 3 per stream in a closed loop)
+    warmup: Optional[int] = None  # per level; default one wave (closed) or 5% (open)
+    burstiness: float = 1.0
+    max_concurrency: Optional[int] = None
+    seed: int = 0
+    slo: Optional[Slo] = None
+    ignore_eos: bool = True
+    timeout_s: float = 600.0
+    stall_s: float = 60.0
+    api_key_env: Optional[str] = "OPENAI_API_KEY"
+
+
+def _warmup(plan: Plan, mode: str, load: float) -> int:
+    if plan.warmup is not None:
+        return plan.warmup
+    if mode == "concurrency":
+        return int(load)
+    return max(1, min(50, round(plan.requests * 0.05)))
+
+
+def _n(plan: Plan, mode: str, load: float) -> int:
+    return max(plan.requests, 3 * int(load)) if mode == "concurrency" else plan.requests
+
+
+async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: asyncio.Event) -> LoadTest:
+    addr = server.address(plan.url)
+    hdrs = server.headers(plan.api_key_env)
+    notes: list[str] = []
+    if not wl.exact_counts:
+        notes.append("prompt lengths counted without the model's tokenizer (approximate); "
+                     "figures use the server's own token counts where it reports them")
+    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, connect=30)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout, auto_decompress=True) as session:
+        ident = await server.identify(session, addr, hdrs)
+        model = plan.model or (ident["models"][0] if ident["models"] else None)
+        if not model:
+            raise UsageError("the server lists no model; name one with --model")
+        if plan.model and ident["models"] and plan.model not in ident["models"]:
+            notes.append(f"--model {plan.model} is not among the models the server lists ({', '.join(ident['models'][:5])})")
+        target = Target(url=addr.base + server.PATHS[plan.api], api=plan.api, model=model, headers=hdrs,
+                        ignore_eos=plan.ignore_eos, timeout_s=plan.timeout_s, stall_s=plan.stall_s,
+                        metrics_url=addr.base + "/metrics" if "metrics" in ident else None)
+        progress(f"{addr.shown}: model {model}; checking that it streams…")
+        await server.probe(session, target, notes)
+        if target.metrics_url is None:
+            notes.append("the server has no Prometheus /metrics: findings rest on latencies alone")
+        prompts = wl.cycle()
+        levels: list[Level] = []
+        stopped: Optional[str] = None
+        for i, load in enumerate(_loads(plan)):
+            if stop.is_set():
+                break
+            if plan.mode == "rate" and plan.sweep and i == 1:
+                # a rate sweep: fractions of what the saturated level (every request at once) delivered
+                sat = levels[0].summary.request_throughput
+                extra = [round(f * sat, 3) for f in sweep.RATE_FRACTIONS if f * sat > 0]
+                return await _rate_sweep(plan, session, target, prompts, levels, extra, ident, model, wl,
+                                         notes, progress, stop, addr.shown)
+            label = f"{load:g} streams" if plan.mode == "concurrency" else (
+                "all at once" if math.isinf(load) else f"{load:g} req/s")
+            progress(f"level {i + 1}: {label}, {_n(plan, plan.mode, load)} requests…")
+            lv = await run_level(session, target, prompts, plan.mode, load, _n(plan, plan.mode, load),
+                                 _warmup(plan, plan.mode, load), stop, seed=plan.seed + i, burstiness=plan.burstiness,
+                                 max_concurrency=plan.max_concurrency, slo=plan.slo)
+            levels.append(lv)
+            progress(_line(lv))
+            if plan.sweep and plan.mode == "concurrency":
+                stopped = sweep.should_stop(levels, plan.slo)
+                if stopped:
+                    progress(f"sweep stops: {stopped}")
+                    break
+        return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped)
+
+
+async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target, prompts, levels: list[Level],
+                      rates: list[float], ident: dict, model: str, wl: Workload, notes: list[str],
+                      progress: Callable[[str], None], stop: asyncio.Event, shown: str) -> LoadTest:
+    for j, rate in enumerate(rates):
+        if stop.is_set():
+            break
+        progress(f"level {j + 2}: {rate:g} req/s, {plan.requests} requests…")
+        lv = await run_level(session, target, prompts, "rate", rate, plan.requests, _warmup(plan, "rate", rate), stop,
+                             seed=plan.seed + j + 1, burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
+                             slo=plan.slo)
+        levels.append(lv)
+        progress(_line(lv))
+    return _record(plan, shown, target, model, wl, levels, ident, notes, stop.is_set(), None)
+
+
+def _loads(plan: Plan) -> list[float]:
+    if not plan.sweep:
+        return plan.loads
+    if plan.mode == "rate":
+        return [math.inf, 0.0]  # the second entry only triggers the fractions
+    out, c = [], 1
+    while c <= plan.sweep_max:
+        out.append(float(c))
+        c *= 2
+    return out
+
+
+def _line(lv: Level) -> str:
+    s = lv.summary
+    ttft = f"TTFT p50 {s.ttft.median:.0f} ms" if s.ttft else "no TTFT"
+    itl = f"ITL p50 {s.itl.median:.1f} ms" if s.itl else "no ITL"
+    fail = f", {s.failed} failed" if s.failed else ""
+    return f"  {s.completed} done{fail} · {s.output_throughput:.0f} tok/s · {ttft} · {itl}"
+
+
+def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, levels: list[Level], ident: dict,
+            notes: list[str], interrupted: bool, stopped: Optional[str]) -> LoadTest:
+    if interrupted:
+        notes.append("interrupted: the last level is partial and its unanswered requests are marked 'interrupted'")
+    spec = dict(wl.spec, ignore_eos=target.ignore_eos, burstiness=plan.burstiness,
+                max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s)
+    sw = sweep.summary(levels, plan.slo, stopped) if plan.sweep or len(levels) > 1 else {}
+    return LoadTest(url=shown, api=plan.api, model=model, workload=spec, levels=levels, slo=plan.slo,
+                    server=ident, sweep=sw, notes=notes, interrupted=interrupted)
+
+
+def run(plan: Plan, wl: Workload, progress: Callable[[str], None]) -> LoadTest:
+    """Run the plan on a fresh event loop; SIGINT ends it early with a partial record."""
+
+    async def main() -> LoadTest:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or no signals here: Ctrl-C then ends the process the usual way
+        try:
+            return await _run(plan, wl, progress, stop)
+        finally:
+            try:
+                loop.remove_signal_handler(signal.SIGINT)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    return asyncio.run(main())
