@@ -18,13 +18,14 @@ from perfstack.cli import (
     doctor,
     estimate,
     explain,
+    fleet,
     loadtest,
     profile,
     report,
 )
 from perfstack.errors import PerfstackError
 
-COMMANDS = (doctor, capture, bench, profile, estimate, loadtest, report, diff, explain)
+COMMANDS = (doctor, capture, bench, profile, estimate, loadtest, fleet, report, diff, explain)
 
 EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
 3 cannot run here · 4 internal error · 130 interrupted"""

@@ -1,0 +1,165 @@
+"""perfstack fleet: the doctor or the benchmarks on every node of a Ray cluster, or the analysis of
+Runs and bundles gathered any other way; which nodes, GPUs and settings stand out, and why."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from perfstack.audit import FAIL_ON
+from perfstack.bench import SUITES
+from perfstack.errors import UsageError
+from perfstack.fleet.analysis import FleetAnalysis, analyze
+from perfstack.fleet.output import fleet_run, write_atomic
+from perfstack.model import Run, Severity
+
+DEFAULT_TIMEOUT = {"doctor": 300.0, "bench": 1800.0}
+
+
+def _ids(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(v.strip() for item in values or [] for v in item.split(",") if v.strip())
+
+
+def _outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the fleet Run as one JSON document")
+    p.add_argument("-o", "--output", metavar="FILE", help="also save the fleet Run (the analysis) as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write the HTML report (heat map, drift table)")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="critical",
+                   help="exit 1 when a node is flagged at or above this severity (default: critical)")
+
+
+def _ray_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--address", default="auto", help="the Ray cluster (default: auto, the one this machine is in)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help=f"seconds to wait for each node's result (default {DEFAULT_TIMEOUT[what]:g})")
+    p.add_argument("--save-runs", metavar="DIR", help="save every node's Run in DIR ('perfstack fleet report DIR' "
+                                                      "reads them back)")
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("fleet", parents=[common], help="doctor/bench on every node (Ray) or over gathered Runs; "
+                                                       "drift and outliers",
+                       description="Run the doctor or the benchmarks on every node of a Ray cluster, or read Runs "
+                                   "and bundles gathered by any scheduler, and say which nodes, GPUs and settings "
+                                   "stand out from the rest of their SKU.")
+    fs = p.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND")
+    d = fs.add_parser("doctor", parents=[common], help="audit every node of the Ray cluster, in parallel")
+    _ray_args(d, "doctor")
+    d.add_argument("--select", action="append", metavar="IDS", help="only these check ids or layers")
+    d.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
+    _outputs(d)
+    d.set_defaults(func=run_doctor)
+    b = fs.add_parser("bench", parents=[common], help="benchmark every GPU of every node of the Ray cluster")
+    b.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: the suite)")
+    b.add_argument("--suite", choices=SUITES, default="quick", help="quick (default) or full")
+    _ray_args(b, "bench")
+    _outputs(b)
+    b.set_defaults(func=run_bench)
+    r = fs.add_parser("report", parents=[common], help="analyse a directory of Runs or bundles gathered any way")
+    r.add_argument("paths", nargs="+", metavar="RUNS_DIR", help="directories of node Runs (*.json) or bundles, or files")
+    _outputs(r)
+    r.set_defaults(func=run_report)
+    p.set_defaults(func=lambda args, out, err: _usage(p))
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _check(args: argparse.Namespace) -> None:
+    for path in (args.output, args.html):
+        if path and Path(path).is_dir():
+            raise UsageError(f"{path} is a directory", hint="give a file name")
+    if getattr(args, "timeout", None) is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout:g}: give a positive number of seconds")
+
+
+def emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: Console, err: Console) -> int:
+    from perfstack.report.fleet_text import render_fleet
+    if args.output:
+        write_atomic(args.output, result.to_json() + "\n")
+        err.print(f"saved the fleet Run to {args.output}", markup=False)
+    if args.html:
+        from perfstack.report.fleet_html import render_fleet_html
+        write_atomic(args.html, render_fleet_html(analysis, result.meta))
+        err.print(f"wrote the HTML report to {args.html}", markup=False)
+    if args.json:
+        out.out(result.to_json(), highlight=False)
+    else:
+        render_fleet(analysis, result.meta, out, verbose=args.verbose > 0)
+    worst = analysis.worst()
+    if args.fail_on == "never" or worst is None:
+        return 0
+    return 1 if Severity(worst).rank >= Severity(args.fail_on).rank else 0
+
+
+def run_report(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from perfstack.fleet.gather import entries, gather
+    _check(args)
+    t0 = time.perf_counter()
+    paths = entries(args.paths)
+    show = err.is_terminal and not args.quiet
+    with err.status(f"reading {len(paths)} Runs and bundles…") if show else _null():
+        nodes = gather(paths)
+    analysis = analyze(nodes)
+    source = "Runs in " + ", ".join(str(p) for p in args.paths)
+    return emit(fleet_run(analysis, "report", source, time.perf_counter() - t0), analysis, args, out, err)
+
+
+def _null():
+    from contextlib import nullcontext
+    return nullcontext()
+
+
+def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int:
+    from perfstack.fleet import collect
+    from perfstack.fleet.jobs import DoctorJob
+    from perfstack.fleet.ray_engine import NodeResult, connect
+
+    _check(args)
+    if args.save_runs and Path(args.save_runs).is_file():
+        raise UsageError(f"--save-runs {args.save_runs} is a file", hint="give a directory")
+    t0 = time.perf_counter()
+    timeout = args.timeout or DEFAULT_TIMEOUT[what]
+    ray = connect(args.address)
+
+    def progress(res: NodeResult) -> None:
+        if args.quiet:
+            return
+        where = res.node + (f" gpu{res.gpu}" if res.gpu is not None else "")
+        if res.error:
+            err.print(f"[red]✗[/red] {where}: {res.error}", markup=True, highlight=False, soft_wrap=True)
+        elif args.verbose or not err.is_terminal:
+            err.print(f"✓ {where} ({res.job_s or 0:.1f} s)", markup=False, highlight=False)
+
+    with err.status(f"fleet {what} on the Ray cluster…") if err.is_terminal and not args.quiet else _null():
+        if what == "doctor":
+            results = collect.doctor(ray, DoctorJob(_ids(args.select), _ids(args.ignore)), timeout, progress)
+        else:
+            results = collect.bench(ray, args.suite, tuple(args.names), timeout, progress)
+    if args.save_runs:
+        written = collect.save_runs(results, args.save_runs)
+        err.print(f"saved {len(written)} node Runs in {args.save_runs}", markup=False)
+    analysis = analyze(collect.summaries(results))
+    overheads = [r.overhead_s for r in results if r.overhead_s is not None]
+    fanout = {"tasks": len(results), "failed": sum(1 for r in results if r.error),
+              "overhead_s_median": round(statistics.median(overheads), 4) if overheads else None,
+              "overhead_s_max": round(max(overheads), 4) if overheads else None,
+              "per_task": [{"node": r.node, "gpu": r.gpu, "job_s": r.job_s, "overhead_s": r.overhead_s}
+                           for r in results]}
+    result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
+                       {"fanout": fanout})
+    return emit(result, analysis, args, out, err)
+
+
+def run_doctor(args: argparse.Namespace, out: Console, err: Console) -> int:
+    return _fan(args, out, err, "doctor")
+
+
+def run_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
+    return _fan(args, out, err, "bench")

@@ -1,0 +1,105 @@
+"""Runs and bundles gathered by any scheduler (srun, a Kubernetes Job, scp): the fleet without Ray.
+
+``gather(paths)`` reads every ``*.json`` Run and every bundle directory under the given paths and
+reduces each to a ``NodeSummary`` as it goes, so a thousand bench Runs never sit in memory together.
+Everything in the directory is hostile: a truncated file, a foreign JSON document or a bundle that
+fails to audit becomes a node that "did not report" with the reason; only an unusable argument (a path
+that does not exist, a directory with nothing in it) is an error.
+
+A node is named by the ``fleet.node`` its Run carries (Runs written by ``perfstack fleet``), else by
+the file's or bundle's name: ``srun perfstack doctor -o runs/%N.json`` names each Run after its host.
+Runs of one node (its doctor Run and its per-GPU bench Runs) are merged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from perfstack.errors import InputError, PerfstackError
+from perfstack.fleet.summary import NodeSummary, failed, merge, summarize
+from perfstack.model import Run
+
+MAX_RUN_BYTES = 512 * 1024 * 1024  # larger than any Run perfstack writes by two orders of magnitude
+BUNDLE_MARKERS = ("env.json", "proc", "cmd")
+
+
+def is_bundle(d: Path) -> bool:
+    return d.is_dir() and sum((d / m).exists() for m in BUNDLE_MARKERS) >= 2
+
+
+def _node_name(run: Run, fallback: str) -> str:
+    fleet = run.meta.get("fleet")
+    node = fleet.get("node") if isinstance(fleet, dict) else None
+    return node if isinstance(node, str) and node.strip() else fallback
+
+
+def _stem(p: Path) -> str:
+    return p.name[:-5] if p.name.endswith(".json") else p.name
+
+
+def read_run_file(p: Path) -> NodeSummary | None:
+    """One Run file as a summary; None for a fleet Run (the analysis of other files, not a node)."""
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        return failed(_stem(p), f"cannot read {p.name}: {e.strerror or e}", str(p))
+    if size > MAX_RUN_BYTES:
+        return failed(_stem(p), f"{p.name} is {size / 2**20:.0f} MiB, larger than any Run; not read", str(p))
+    try:
+        run = Run.load(p)
+    except PerfstackError as e:
+        return failed(_stem(p), e.message, str(p))
+    except (RecursionError, MemoryError) as e:
+        return failed(_stem(p), f"{p.name} could not be loaded ({type(e).__name__})", str(p))
+    if run.meta.get("command") == "fleet":
+        return None
+    return summarize(run, _node_name(run, _stem(p)), str(p))
+
+
+def audit_bundle(d: Path) -> NodeSummary:
+    from perfstack.audit import audit
+    from perfstack.host.bundle import BundleHost
+    from perfstack.rules import select_checks
+    try:
+        run = audit(BundleHost(d), select_checks(), f"bundle {d}")
+    except PerfstackError as e:
+        return failed(d.name, e.message, str(d))
+    return summarize(run, d.name, str(d))
+
+
+def entries(paths: Iterable[str | Path]) -> list[Path]:
+    """The Run files and bundle directories under ``paths`` (one level deep), in a stable order."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise InputError(f"{p} does not exist", hint="give a directory of Runs (perfstack doctor -o DIR/NODE.json) "
+                                                         "or of bundles (perfstack capture DIR/NODE)")
+        if p.is_file() or is_bundle(p):
+            out.append(p)
+            continue
+        found = sorted(c for c in p.iterdir() if (c.is_file() and c.name.endswith(".json")) or is_bundle(c))
+        if not found:
+            raise InputError(f"{p} holds no Run (*.json) and no bundle directory",
+                             hint="each node writes one: srun --ntasks-per-node=1 perfstack doctor -o DIR/%N.json")
+        out.extend(found)
+    return out
+
+
+def summaries(paths: Iterable[Path], progress: Callable[[str], None] = lambda _: None) -> Iterator[NodeSummary]:
+    for p in paths:
+        progress(p.name)
+        s = audit_bundle(p) if p.is_dir() else read_run_file(p)
+        if s is not None:
+            yield s
+
+
+def gather(paths: Iterable[str | Path], progress: Callable[[str], None] = lambda _: None) -> list[NodeSummary]:
+    """Every node under ``paths``, merged by name, in name order."""
+    nodes: dict[str, NodeSummary] = {}
+    for s in summaries(entries(paths), progress):
+        nodes[s.name] = merge(nodes[s.name], s) if s.name in nodes else s
+    if not nodes:
+        raise InputError("no node Runs found: the files given are all fleet Runs")
+    return [nodes[k] for k in sorted(nodes)]

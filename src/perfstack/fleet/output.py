@@ -1,0 +1,49 @@
+"""The fleet's own Run, and writing files so an interruption never leaves a half-written one."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perfstack import __version__
+from perfstack.errors import InputError
+from perfstack.fleet.analysis import FleetAnalysis
+from perfstack.model import Run
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write beside the target and rename over it: readers see the old file or the new one, whole."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fleet_run(analysis: FleetAnalysis, subcommand: str, source: str, elapsed_s: float,
+              extra: dict[str, Any] | None = None) -> Run:
+    meta: dict[str, Any] = {
+        "tool": "perfstack", "tool_version": __version__, "command": "fleet", "subcommand": subcommand,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": source,
+        "python": platform.python_version(), "elapsed_s": round(elapsed_s, 3), **(extra or {}),
+    }
+    return Run(meta=meta, fleet=analysis.to_dict())
+
+
+def analysis_of(run: Run, label: str) -> FleetAnalysis:
+    """The fleet section of a loaded Run, validated; InputError naming the file when it is not one."""
+    if run.fleet is None:
+        raise InputError(f"{label} is not a fleet Run (it has no fleet section)",
+                         hint="give a file written by 'perfstack fleet ... -o FILE'")
+    try:
+        return FleetAnalysis.from_dict(run.fleet)
+    except InputError as e:
+        raise InputError(f"{label}: {e.message}", e.hint) from None
