@@ -3,6 +3,7 @@
 PerfstackError
  ├── UsageError        (2) bad flags or values
  ├── InputError        (2) a bundle, trace or Run file that cannot be read
+ ├── OutputError       (2) a file to write that cannot be written (missing folder, no permission)
  └── CannotRunHere     (3) the command needs something this machine lacks
 """
 
@@ -23,6 +24,10 @@ class UsageError(PerfstackError):
 
 
 class InputError(PerfstackError):
+    exit_code = 2
+
+
+class OutputError(PerfstackError):
     exit_code = 2
 
 

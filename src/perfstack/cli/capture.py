@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from rich.console import Console
 
-from perfstack import __version__
+from perfstack import __version__, outfile
 from perfstack.host import capture as recorder
 from perfstack.host.live import LiveHost
 from perfstack.probes import collect
@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    outfile.check_new_dir(args.dir)  # before reading the machine, by the rule every output follows
     rec = recorder.RecordingHost(LiveHost())
     with err.status("reading the machine…") if err.is_terminal and not args.quiet else nullcontext():
         collect(rec)

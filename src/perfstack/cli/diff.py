@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from perfstack.cli.report import check_output, emit, load_run, output_format
+from perfstack.cli.report import check_output, emit, load_run, output_format, text_file
 from perfstack.compare import diff_runs
 from perfstack.compare.stats import ALPHA
 from perfstack.errors import UsageError
@@ -49,9 +49,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     elif fmt == "html":
         emit(html.render_diff(d), args.output, out, err, "the HTML diff")
     elif args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            render_diff(d, Console(file=f, width=140, no_color=True, highlight=False), args.verbose > 0)
-        err.print(f"wrote the diff to {args.output}", soft_wrap=True, markup=False)
+        emit(text_file(lambda c: render_diff(d, c, args.verbose > 0), 140), args.output, out, err, "the diff")
     else:
         render_diff(d, out, args.verbose > 0)
     if not d.hardware.get("same", True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from contextlib import nullcontext
-from pathlib import Path
 
 from rich.console import Console
 
@@ -50,6 +49,8 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
     if args.bench:
         return audit(host, checks, source, bench=bench_fn(args, err, args.bench, [], None))
     status = err.status("auditing the stack…") if err.is_terminal and not args.quiet else nullcontext()
+    if isinstance(host, LiveHost) and not isinstance(status, nullcontext):
+        host.on_wait = lambda what: status.update(f"auditing the stack… {what}")
     with status:
         return audit(host, checks, source)
 
@@ -57,13 +58,12 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     output.check_paths(args.output, args.fix_script, args.html)
     result = doctor_run(args, err)
-    if args.fix_script:
-        Path(args.fix_script).write_text(render_fix_script(result), encoding="utf-8")
-        err.print(f"wrote fixes to {args.fix_script} for review; perfstack did not run them")
+    extra = [(args.fix_script, lambda: render_fix_script(result), "wrote the fixes for review (perfstack did not run "
+              "them) to")] if args.fix_script else []
 
     def render() -> None:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
         if result.measurements:
             render_measurements(result, out, verbose=args.verbose > 0)
-    output.emit(result, args, out, err, render)
+    output.emit(result, args, out, err, render, extra)
     return exit_code(result, args.fail_on)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence, Tuple
 
 from rich.console import Console
 
-from perfstack.errors import UsageError
+from perfstack import outfile
+from perfstack.errors import OutputError
 from perfstack.model import Run
+
+# (path, what produces its text, what it is: "the fixes", ...)
+Extra = Tuple[str, Callable[[], str], str]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,22 +22,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_paths(*paths: str | None) -> None:
-    """Before the work starts: a directory where a file is expected would lose the result."""
-    for path in paths:
-        if path and Path(path).is_dir():
-            raise UsageError(f"{path} is a directory", hint="give a file name")
+    """Before the work starts, the one rule for every file a command will write (see outfile)."""
+    outfile.check_all(*paths)
 
 
-def emit(result: Run, args: argparse.Namespace, out: Console, err: Console, render: Callable[[], None]) -> None:
-    """Save, write the HTML report, then print the JSON document or the terminal report."""
+def emit(result: Run, args: argparse.Namespace, out: Console, err: Console, render: Callable[[], None],
+         extra: Sequence[Extra] = ()) -> None:
+    """Save, write the HTML report and any extra file, then print the JSON document or the terminal
+    report. A file that cannot be written does not cost the rest: the report is still printed, and
+    the first failure is raised afterwards."""
+    files: list[Extra] = []
     if args.output:
-        result.save(args.output)
-        err.print(f"saved Run to {args.output}", markup=False)
+        files.append((args.output, lambda: result.to_json() + "\n", "saved Run to"))
     if args.html:
-        from perfstack.report.html import write_report
-        write_report(result, args.html)
-        err.print(f"wrote the HTML report to {args.html}", markup=False)
+        from perfstack.report.html import render_report
+        files.append((args.html, lambda: render_report(result), "wrote the HTML report to"))
+    files += list(extra)
+    failed: list[OutputError] = []
+    for path, text, said in files:
+        try:
+            outfile.write(path, text())
+        except OutputError as e:
+            failed.append(e)
+        else:
+            err.print(f"{said} {path}", markup=False, soft_wrap=True)
     if args.json:
         out.out(result.to_json(), highlight=False)
     else:
         render()
+    if failed:
+        raise failed[0]

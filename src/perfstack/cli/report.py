@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.markdown import Markdown
 
+from perfstack import outfile
+from perfstack.cli.output import check_paths
 from perfstack.errors import InputError, UsageError
 from perfstack.model import Run
 from perfstack.report import html, markdown
@@ -40,8 +44,7 @@ def output_format(fmt: str | None, output: str | None) -> str:
 
 
 def check_output(output: str | None, fmt: str, out: Console) -> None:
-    if output and Path(output).is_dir():
-        raise UsageError(f"{output} is a directory", hint="give a file name")
+    check_paths(output)
     if fmt == "html" and not output and out.is_terminal:
         raise UsageError("HTML is not printed to a terminal", hint="write it to a file: -o report.html")
 
@@ -69,11 +72,18 @@ def _peek(path: str) -> str:
 def emit(text: str, output: str | None, out: Console, err: Console, what: str) -> None:
     """Write a rendered document to a file (and say so on stderr) or to stdout as is."""
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        outfile.write(output, text)
         err.print(f"wrote {what} to {output}", soft_wrap=True, markup=False)
     else:
         out.file.write(text if text.endswith("\n") else text + "\n")
         out.file.flush()
+
+
+def text_file(render: Callable[[Console], None], width: int) -> str:
+    """What a terminal renderer prints, as plain text for a file."""
+    buf = io.StringIO()
+    render(Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False))
+    return buf.getvalue()
 
 
 def render_text(run: Run, view: RunView, console: Console, verbose: bool) -> None:
@@ -125,10 +135,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     elif fmt == "md":
         emit(markdown.render_run(view), args.output, out, err, "the Markdown report")
     elif args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            render_text(r, view, Console(file=f, width=120, no_color=True, highlight=False, soft_wrap=False),
-                        args.verbose > 0)
-        err.print(f"wrote the report to {args.output}", soft_wrap=True, markup=False)
+        emit(text_file(lambda c: render_text(r, view, c, args.verbose > 0), 120), args.output, out, err, "the report")
     else:
         render_text(r, view, out, args.verbose > 0)
     return 0

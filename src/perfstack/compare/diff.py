@@ -114,7 +114,8 @@ class Diff:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        from perfstack import outfile
+        outfile.write(path, self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Diff":

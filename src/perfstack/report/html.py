@@ -14,9 +14,8 @@ from pathlib import Path
 from string import Template
 from typing import Any, Iterable, Sequence
 
-from perfstack import __version__
+from perfstack import __version__, outfile
 from perfstack.compare.diff import Diff, MeasurementDelta
-from perfstack.errors import UsageError
 from perfstack.model import Finding, Measurement, Run
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
@@ -242,12 +241,15 @@ def render_run(view: RunView) -> str:
     return _page(f"{view.title} report", e(view.gpus), sections)
 
 
+def render_report(run: Run) -> str:
+    """``run`` as a self-contained HTML page: what ``--html FILE`` writes."""
+    return render_run(build(run))
+
+
 def write_report(run: Run, path: str | Path) -> None:
-    """Write ``run`` as a self-contained HTML report: what ``--html FILE`` calls."""
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{p} is a directory", hint="give a file name, e.g. report.html")
-    p.write_text(render_run(build(run)), encoding="utf-8")
+    """Write ``run`` as a self-contained HTML report (replacing ``path`` in one step)."""
+    outfile.check(path)
+    outfile.write(path, render_report(run))
 
 
 # -- diff report ------------------------------------------------------------------------------
