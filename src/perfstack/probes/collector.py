@@ -64,6 +64,18 @@ class Collector:
         """Read and parse a file; raises Unavailable (live) or InputError (bundle) on failure."""
         return self._parse(lambda: self.host.read_text(path), parse, path)
 
+    def first(self, paths: Sequence[str], parse: Callable[[str], T]) -> tuple[T, str]:
+        """The first of several equivalent files that can be read: (parsed value, its path).
+        Hand-made bundles often hold only one of them (/proc/mounts but no mountinfo). A bundle file
+        that does not parse is still bad input (InputError), not a reason to look elsewhere."""
+        reasons = []
+        for path in paths:
+            try:
+                return self.parsed(path, parse), path
+            except Unavailable as e:
+                reasons.append(e.reason)
+        raise Unavailable("; ".join(reasons) or "no file to read")
+
     def command(self, argv: Sequence[str], parse: Callable[[str], T], timeout: float = 10.0) -> T:
         return self._parse(lambda: self.host.run(argv, timeout), parse, f"cmd/{cmd_file(argv)}", " ".join(argv))
 
@@ -73,6 +85,16 @@ class Collector:
             value = self.parsed(path, parse)
         except Unavailable as e:
             self.missing(key, e.reason, path)
+            return None
+        self.put(key, value, path)
+        return value
+
+    def file_first(self, key: str, paths: Sequence[str], parse: Callable[[str], Any] = str.strip) -> Any:
+        """``file`` over the first readable of several equivalent files; the fact names the one read."""
+        try:
+            value, path = self.first(paths, parse)
+        except Unavailable as e:
+            self.missing(key, e.reason, paths[0])
             return None
         self.put(key, value, path)
         return value

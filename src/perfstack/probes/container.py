@@ -12,7 +12,8 @@ from typing import Any, Callable, TypeVar
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
 from perfstack.probes.memory import parse_int
-from perfstack.probes.storage import MOUNTINFO, parse_mountinfo
+from perfstack.probes.mounts import read_mounts
+from perfstack.probes.storage import MOUNTINFO
 
 T = TypeVar("T")
 
@@ -219,21 +220,21 @@ def _detect(c: Collector, mounts: list[dict[str, Any]] | None) -> None:
         c.put(f"container.{key}", value, DETECTION_SOURCES)
 
 
-def _mount_facts(c: Collector, mounts: list[dict[str, Any]] | None, reason: str) -> None:
+def _mount_facts(c: Collector, mounts: list[dict[str, Any]] | None, reason: str, src: str) -> None:
     if mounts is None:
-        c.missing_all(["container.shm_size_bytes", "container.root_fstype"], reason, MOUNTINFO)
+        c.missing_all(["container.shm_size_bytes", "container.root_fstype"], reason, src)
         return
     shm = [m for m in mounts if m["mountpoint"] == "/dev/shm"]
     sizes = [o for o in shm[-1]["options"] if o.startswith("size=")] if shm else []
     if sizes:  # the last mount on a path is the one processes see
-        c.put("container.shm_size_bytes", parse_size(sizes[0]), MOUNTINFO)
+        c.put("container.shm_size_bytes", parse_size(sizes[0]), src)
     else:
-        c.missing("container.shm_size_bytes", "no tmpfs with a size is mounted on /dev/shm", MOUNTINFO)
+        c.missing("container.shm_size_bytes", "no tmpfs with a size is mounted on /dev/shm", src)
     roots = [m for m in mounts if m["mountpoint"] == "/"]
     if roots:
-        c.put("container.root_fstype", roots[-1]["fstype"], MOUNTINFO)
+        c.put("container.root_fstype", roots[-1]["fstype"], src)
     else:
-        c.missing("container.root_fstype", "no '/' entry in the mount table", MOUNTINFO)
+        c.missing("container.root_fstype", "no '/' entry in the mount table", src)
 
 
 def _cgroup_v2(c: Collector, path: str) -> None:
@@ -288,17 +289,18 @@ def container(c: Collector) -> None:
     cpuset.*.effective} (v2) or /sys/fs/cgroup/{memory,cpu,pids,cpuset}/<path>/... (v1); /dev, /dev/infiniband.
     Shell: cat /proc/self/cgroup; cat /sys/fs/cgroup/memory.max; df -h /dev/shm"""
     try:
-        mounts: list[dict[str, Any]] | None = c.parsed(MOUNTINFO, parse_mountinfo)
+        mounts: list[dict[str, Any]] | None
+        mounts, mount_src = read_mounts(c)
         reason = ""
     except Unavailable as e:
-        mounts, reason = None, e.reason
+        mounts, reason, mount_src = None, e.reason, MOUNTINFO
     try:
         groups: dict[str, str] | None = c.parsed("/proc/self/cgroup", parse_proc_cgroup)
     except Unavailable as e:
         groups = None
         c.missing_all(CGROUP_KEYS, e.reason, "/proc/self/cgroup")
     _detect(c, mounts)
-    _mount_facts(c, mounts, reason)
+    _mount_facts(c, mounts, reason, mount_src)
     _device_nodes(c, "container.nvidia_device_nodes", "/dev", lambda n: bool(re.fullmatch(r"nvidia(\d+|ctl)", n)),
                   absent_ok=False)
     _device_nodes(c, "container.infiniband_device_nodes", "/dev/infiniband", lambda n: n.startswith("uverbs"),

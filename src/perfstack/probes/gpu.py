@@ -320,7 +320,8 @@ def gpu(c: Collector) -> None:
     nv, nv_reason = _nvml(c)
     sources = "; ".join(s for s, ok in ((" ".join(SMI), smi), ("nvml", nv)) if ok)
     if smi is None and nv is None:
-        c.missing_all(KEYS, f"{smi_reason}; {nv_reason}", " ".join(SMI))
+        c.missing_all([k for k in KEYS if k != "driver.version"], f"{smi_reason}; {nv_reason}", " ".join(SMI))
+        _driver_from_proc(c, f"{smi_reason}; {nv_reason}")
         return
     gpus = merge(smi, nv)
     for i, g in enumerate(gpus):
@@ -339,7 +340,9 @@ def gpu(c: Collector) -> None:
     cuda = _first((nv or {}).get("cuda_version"), (smi or {}).get("cuda_version"))
     count = _first((nv or {}).get("attached_gpus"), (smi or {}).get("attached_gpus"))
     for key, value in (("driver.version", driver), ("driver.cuda_version", cuda)):
-        if value is None:
+        if value is None and key == "driver.version":
+            _driver_from_proc(c, f"neither nvidia-smi nor NVML reported it ({sources})")
+        elif value is None:
             c.missing(key, "neither nvidia-smi nor NVML reported it", sources)
         else:
             c.put(key, value, sources)
@@ -349,6 +352,27 @@ def gpu(c: Collector) -> None:
         c.missing("gpu.count", f"the driver did not say how many GPUs it sees; {smi_reason or nv_reason}", sources)
     c.put("gpu.list", gpus, sources)
     c.put("gpu.summary", summary(gpus, driver, cuda), sources)
+
+
+DRIVER_PROC = "/proc/driver/nvidia/version"
+
+
+def parse_driver_proc(text: str) -> str:
+    """/proc/driver/nvidia/version: 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue ...'
+    (the open kernel modules say 'Open Kernel Module for x86_64  580.95.05 ...')."""
+    m = re.search(r"NVRM version:.*?Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)\b", text)
+    if not m:
+        raise Malformed(f"no driver version in it: {text.strip()[:80]!r}")
+    return m.group(1)
+
+
+def _driver_from_proc(c: Collector, why_not_smi: str) -> None:
+    """The driver version from the kernel module when neither nvidia-smi nor NVML answered (a
+    hand-made bundle, or a wedged nvidia-smi): the driver's own file says which one is loaded."""
+    try:
+        c.put("driver.version", c.parsed(DRIVER_PROC, parse_driver_proc), DRIVER_PROC)
+    except Unavailable as e:
+        c.missing("driver.version", f"{why_not_smi}; {e.reason}", " ".join(SMI))
 
 
 def _int_or_none(text: str) -> int | None:

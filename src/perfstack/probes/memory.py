@@ -97,6 +97,9 @@ def _iommu(c: Collector) -> None:
     c.put("kernel.iommu", {"units": units, "group_types": sorted(types)}, "/sys/class/iommu")
 
 
+THP_DIRS = ("transparent_hugepage", "redhat_transparent_hugepage")
+
+
 @probe
 def memory(c: Collector) -> None:
     """Sources: /proc/meminfo, /proc/swaps, /proc/sys/vm/{swappiness,dirty_*}, /proc/sys/kernel/numa_balancing,
@@ -104,8 +107,8 @@ def memory(c: Collector) -> None:
     /sys/kernel/iommu_groups/*/type.
     Shell: free -b; swapon --show; sysctl vm kernel.numa_balancing; cat /sys/kernel/mm/transparent_hugepage/enabled"""
     c.file("kernel.swappiness", "/proc/sys/vm/swappiness", parse_int)
-    c.file("kernel.thp_enabled", "/sys/kernel/mm/transparent_hugepage/enabled", parse_bracketed)
-    c.file("kernel.thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag", parse_bracketed)
+    for knob in ("enabled", "defrag"):  # RHEL/CentOS 6 kernels name the directory redhat_transparent_hugepage
+        c.file_first(f"kernel.thp_{knob}", [f"/sys/kernel/mm/{d}/{knob}" for d in THP_DIRS], parse_bracketed)
     c.file("kernel.numa_balancing", "/proc/sys/kernel/numa_balancing", parse_int)
     for knob in DIRTY_KNOBS:
         c.file(f"kernel.{knob}", f"/proc/sys/vm/{knob}", parse_int)

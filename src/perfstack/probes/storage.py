@@ -141,10 +141,13 @@ def storage(c: Collector) -> None:
     """Sources: /proc/self/mountinfo; /sys/block/<dev>/{dev,queue/{scheduler,rotational,read_ahead_kb,
     wbt_lat_usec},slaves}; /sys/class/nvme/nvme*/device/{current,max}_link_{speed,width}.
     Shell: findmnt; lsblk -o NAME,ROTA,SCHED,RA,MOUNTPOINT; cat /sys/block/nvme0n1/queue/scheduler"""
+    from perfstack.probes.mounts import read_mounts  # it reuses this module's mountinfo parser
+
     mounts: list[dict[str, Any]] | None = None
     try:
-        mounts = [m for m in c.parsed(MOUNTINFO, parse_mountinfo) if m["fstype"] not in PSEUDO_FS]
-        c.put("storage.mounts", mounts, MOUNTINFO)
+        table, src = read_mounts(c)  # mountinfo, else /proc/mounts (hand-made bundles)
+        mounts = [m for m in table if m["fstype"] not in PSEUDO_FS]
+        c.put("storage.mounts", mounts, src)
     except Unavailable as e:
         c.missing("storage.mounts", e.reason, MOUNTINFO)
 

@@ -51,7 +51,7 @@ def container_context(f: Facts) -> Hits:
 
 
 @check("shm-size", LAYER, "critical", "/dev/shm too small",
-       doc="Reads the size= option of the tmpfs on /dev/shm in /proc/self/mountinfo. Critical at 64 MiB or less "
+       doc="Reads the size= option of the tmpfs on /dev/shm in /proc/self/mountinfo (else /proc/mounts). Critical at 64 MiB or less "
            "(Docker's default); warning below 4 GiB when that is also under a quarter of RAM (below 1 GiB when "
            "RAM is unknown). The 4 GiB line follows the sources' 4-16 GB guidance; it is a judgement call.",
        why="DataLoader workers hand batches to the main process through /dev/shm, and NCCL's shared-memory "
