@@ -47,6 +47,11 @@ class RecordingHost:
             raise
         return value
 
+    def start(self, commands: Any) -> None:
+        start = getattr(self.inner, "start", None)
+        if start is not None:
+            start(commands)
+
     def read_text(self, path: str) -> str:
         text = self._keep(path.lstrip("/"), lambda: self.inner.read_text(path))
         self.files[path.lstrip("/")] = text

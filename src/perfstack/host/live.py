@@ -1,18 +1,23 @@
-"""The live machine, read through the standard library with timeouts on everything."""
+"""The live machine, read through the standard library with timeouts on everything (tools: tools.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from typing import Any, Sequence
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Iterable, Sequence
 
 from perfstack.host import MAX_READ, Unavailable
 from perfstack.host import nvml as nvml_mod
+from perfstack.host.tools import run_tool
 
 # A torch import with a broken CUDA install can take long; the interpreter is the user's.
 PYTHON_INFO_TIMEOUT = 60.0
+PYINFO_ARGV = (sys.executable, "-m", "perfstack.host.pyinfo")
+NVML_TIMEOUT = 45.0  # as long as nvidia-smi is given: both wait on the same driver
 
 
 def _os_reason(e: OSError) -> str:
@@ -26,9 +31,11 @@ def _os_reason(e: OSError) -> str:
 class LiveHost:
     kind = "live"
 
-    def __init__(self) -> None:
+    def __init__(self, on_wait: Callable[[str], None] | None = None) -> None:
         self._nvml: dict[str, Any] | None = None
         self._pyinfo: dict[str, Any] | None = None
+        self._pending: dict[tuple[str, ...], Future[Any]] = {}
+        self.on_wait = on_wait  # told what is being waited for (the CLI shows it on stderr)
 
     def read_text(self, path: str) -> str:
         try:
@@ -48,17 +55,46 @@ class LiveHost:
         except OSError as e:
             raise Unavailable(f"{path}: {_os_reason(e)}") from None
 
-    def run(self, argv: Sequence[str], timeout: float = 10.0) -> str:
+    def start(self, commands: Iterable[tuple[Sequence[str], float]]) -> None:
+        """Start the slow tools (and the Python probe and NVML) now, side by side, so that with
+        every one of them hung the audit waits about the longest timeout rather than their sum.
+        ``run`` of the same argv then takes the answer, waiting for it if needed."""
+        for argv, timeout in commands:
+            self._spawn(tuple(argv), lambda a=tuple(argv), t=timeout: self._run_now(a, t))
+        self._spawn(PYINFO_ARGV, lambda: self._run_now(PYINFO_ARGV, PYTHON_INFO_TIMEOUT))
+        if self._nvml is None:
+            self._spawn(("nvml",), nvml_mod.query)
+
+    def _spawn(self, key: tuple[str, ...], fn: Callable[[], Any]) -> None:
+        if key in self._pending:
+            return
+        fut: Future[Any] = Future()
+
+        def work() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # handed to whoever asks for the answer
+                fut.set_exception(e)
+        # Daemon threads: a tool still hung at exit must not hold the interpreter (tools.py kills it).
+        threading.Thread(target=work, name=f"perfstack {' '.join(key)}", daemon=True).start()
+        self._pending[key] = fut
+
+    def _answer(self, key: tuple[str, ...], timeout: float) -> Any:
+        fut = self._pending.pop(key)
+        if not fut.done() and self.on_wait is not None:
+            self.on_wait(f"waiting for {' '.join(key)} (at most {timeout:g} s)")
         try:
-            proc = subprocess.run(
-                list(argv), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-            )
-        except FileNotFoundError:
-            raise Unavailable(f"{argv[0]}: command not found") from None
-        except PermissionError:
-            raise Unavailable(f"{argv[0]}: permission denied") from None
-        except subprocess.TimeoutExpired:
-            raise Unavailable(f"{' '.join(argv)}: timed out after {timeout:g} s (a hung GPU can do this)") from None
+            return fut.result(timeout=timeout + 5)  # its own timeout ends it first; this is a backstop
+        except FutureTimeout:
+            raise Unavailable(f"{' '.join(key)}: no answer after {timeout:g} s") from None
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> str:
+        if tuple(argv) in self._pending:
+            return str(self._answer(tuple(argv), timeout))
+        return self._run_now(argv, timeout)
+
+    def _run_now(self, argv: Sequence[str], timeout: float) -> str:
+        proc = run_tool(argv, timeout)
         out = proc.stdout.decode("utf-8", errors="replace")
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
@@ -71,7 +107,8 @@ class LiveHost:
 
     def nvml(self) -> dict[str, Any]:
         if self._nvml is None:
-            self._nvml = nvml_mod.query()
+            # NVML runs in this process: a hung driver is bounded only when start() ran it in a thread.
+            self._nvml = self._answer(("nvml",), NVML_TIMEOUT) if ("nvml",) in self._pending else nvml_mod.query()
         if "error" in self._nvml:
             raise Unavailable(self._nvml["error"])
         return self._nvml
@@ -81,7 +118,7 @@ class LiveHost:
         that hangs or crashes cannot take perfstack down, and so that perfstack itself stays
         fast when torch is absent."""
         if self._pyinfo is None:
-            text = self.run([sys.executable, "-m", "perfstack.host.pyinfo"], timeout=PYTHON_INFO_TIMEOUT)
+            text = self.run(PYINFO_ARGV, timeout=PYTHON_INFO_TIMEOUT)
             try:
                 self._pyinfo = json.loads(text)
             except json.JSONDecodeError:

@@ -17,6 +17,15 @@ def load() -> None:
         importlib.import_module(f"perfstack.probes.{name}")
 
 
+def slow_commands() -> list[tuple[tuple[str, ...], float]]:
+    """The tools that can hang on a sick machine, with the timeouts their probes give them."""
+    from perfstack.probes import gpu, kernel_log, pcie
+    return [(gpu.SMI, gpu.SMI_TIMEOUT), (pcie.TOPO, 10.0), (pcie.LSPCI, 10.0), (kernel_log.DMESG, 10.0)]
+
+
 def collect(host: Host) -> Facts:
     load()
+    start = getattr(host, "start", None)  # hosts that run tools start the slow ones side by side
+    if start is not None:
+        start(slow_commands())
     return run_probes(host, PROBES)
