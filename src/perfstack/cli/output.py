@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Sequence
 
 from rich.console import Console
 
-from perfstack import outfile
+from perfstack import outfile, redact
 from perfstack.errors import OutputError
 from perfstack.model import Run
 
 # (path, what produces its text, what it is: "the fixes", ...)
-Extra = Tuple[str, Callable[[], str], str]
+Extra = tuple[str, Callable[[], str], str]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,9 @@ def emit(result: Run, args: argparse.Namespace, out: Console, err: Console, rend
          extra: Sequence[Extra] = ()) -> None:
     """Save, write the HTML report and any extra file, then print the JSON document or the terminal
     report. A file that cannot be written does not cost the rest: the report is still printed, and
-    the first failure is raised afterwards."""
+    the first failure is raised afterwards. Credentials read from the machine are redacted first,
+    so no output of any kind carries them."""
+    redact.scrub_run(result)
     files: list[Extra] = []
     if args.output:
         files.append((args.output, lambda: result.to_json() + "\n", "saved Run to"))

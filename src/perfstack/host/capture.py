@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from perfstack import redact
 from perfstack.errors import UsageError
 from perfstack.host import Host, Unavailable, cmd_file
 
@@ -115,6 +116,7 @@ class Redactor:
         before = s
         s = XML_SECRET_TAGS.sub(lambda m: f"<{m.group(1)}>{REDACTED}</{m.group(1)}>", s)
         s = UUID.sub(self._uuid, s)
+        s = redact.text(s)  # credentials by value: URL userinfo, token shapes, key=value secrets
         for secret, repl in sorted(self.literal.items(), key=lambda kv: -len(kv[0])):
             # Short hostnames like "gpu1" would mangle unrelated text; only whole words.
             s = re.sub(rf"(?<![\w.-]){re.escape(secret)}(?![\w.-])", repl, s)
