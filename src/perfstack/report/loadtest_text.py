@@ -37,8 +37,8 @@ def level_rows(lt: LoadTest) -> list[list[str]]:
         rows.append([load_label(lv) + (" (partial)" if lv.interrupted else ""),
                      f"{s.completed}" + (f" +{s.failed}✗" if s.failed else ""),
                      f"{s.request_throughput:,.2f}", f"{s.output_throughput:,.0f}",
-                     f"{ms(s.ttft, 'median')} / {ms(s.ttft, 'p99')}", f"{ms(s.tpot, 'median')} / {ms(s.tpot, 'p99')}",
-                     f"{ms(s.itl, 'median')} / {ms(s.itl, 'p99')}", ms(s.e2e, "median"), good])
+                     f"{ms(s.ttft, 'median')}/{ms(s.ttft, 'p99')}", f"{ms(s.tpot, 'median')}/{ms(s.tpot, 'p99')}",
+                     f"{ms(s.itl, 'median')}/{ms(s.itl, 'p99')}", ms(s.e2e, "median"), good])
     return rows
 
 
