@@ -10,11 +10,12 @@ from pathlib import Path
 
 from rich.console import Console
 
+from perfstack import outfile
 from perfstack.audit import FAIL_ON
 from perfstack.bench import SUITES
 from perfstack.errors import UsageError
 from perfstack.fleet.analysis import FleetAnalysis, analyze
-from perfstack.fleet.output import fleet_run, write_atomic
+from perfstack.fleet.output import fleet_run
 from perfstack.model import Run, Severity
 
 DEFAULT_TIMEOUT = {"doctor": 300.0, "bench": 1800.0}
@@ -72,9 +73,7 @@ def _usage(p: argparse.ArgumentParser) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
-    for path in (args.output, args.html):
-        if path and Path(path).is_dir():
-            raise UsageError(f"{path} is a directory", hint="give a file name")
+    outfile.check_all(args.output, args.html)  # before the work: a typo costs a second, not a fleet's audit
     if getattr(args, "timeout", None) is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g}: give a positive number of seconds")
 
@@ -82,11 +81,11 @@ def _check(args: argparse.Namespace) -> None:
 def emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: Console, err: Console) -> int:
     from perfstack.report.fleet_text import render_fleet
     if args.output:
-        write_atomic(args.output, result.to_json() + "\n")
+        outfile.write(args.output, result.to_json() + "\n")
         err.print(f"saved the fleet Run to {args.output}", markup=False)
     if args.html:
         from perfstack.report.fleet_html import render_fleet_html
-        write_atomic(args.html, render_fleet_html(analysis, result.meta))
+        outfile.write(args.html, render_fleet_html(analysis, result.meta))
         err.print(f"wrote the HTML report to {args.html}", markup=False)
     if args.json:
         out.out(result.to_json(), highlight=False)
@@ -102,6 +101,10 @@ def run_report(args: argparse.Namespace, out: Console, err: Console) -> int:
     from perfstack.fleet.gather import entries, gather
     _check(args)
     t0 = time.perf_counter()
+    saved = _saved_fleet_run(args.paths)
+    if saved is not None:  # re-render a saved fleet Run, as 'perfstack report' does for the others
+        from perfstack.fleet.output import analysis_of
+        return emit(saved, analysis_of(saved, args.paths[0]), args, out, err)
     paths = entries(args.paths)
     show = err.is_terminal and not args.quiet
     with err.status(f"reading {len(paths)} Runs and bundles…") if show else _null():
@@ -109,6 +112,15 @@ def run_report(args: argparse.Namespace, out: Console, err: Console) -> int:
     analysis = analyze(nodes)
     source = "Runs in " + ", ".join(str(p) for p in args.paths)
     return emit(fleet_run(analysis, "report", source, time.perf_counter() - t0), analysis, args, out, err)
+
+
+def _saved_fleet_run(paths: list[str]) -> Run | None:
+    """The fleet Run when the one path given is a file holding one, else None."""
+    if len(paths) != 1 or not Path(paths[0]).is_file():
+        return None
+    from perfstack.cli.report import load_run
+    run = load_run(paths[0])
+    return run if run.meta.get("command") == "fleet" else None
 
 
 def _null():

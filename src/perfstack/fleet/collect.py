@@ -66,13 +66,13 @@ def run_file_name(res: NodeResult, i: int, d: dict[str, Any]) -> str:
 
 def save_runs(results: list[NodeResult], directory: str | Path) -> list[Path]:
     """Every node's Runs as ordinary Run files, ``perfstack fleet report DIR`` reads them back."""
-    from perfstack.fleet.output import write_atomic
+    from perfstack import outfile
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for res in results:
         for i, d in enumerate(res.runs):
             p = out_dir / run_file_name(res, i, d)
-            write_atomic(p, Run.from_dict(d).to_json() + "\n")
+            outfile.write(p, Run.from_dict(d).to_json() + "\n")
             written.append(p)
     return written

@@ -1,31 +1,15 @@
-"""The fleet's own Run, and writing files so an interruption never leaves a half-written one."""
+"""The fleet's own Run: the analysis with the metadata of how it was gathered."""
 
 from __future__ import annotations
 
-import os
 import platform
-import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from perfstack import __version__
 from perfstack.errors import InputError
 from perfstack.fleet.analysis import FleetAnalysis
 from perfstack.model import Run
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write beside the target and rename over it: readers see the old file or the new one, whole."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def fleet_run(analysis: FleetAnalysis, subcommand: str, source: str, elapsed_s: float,

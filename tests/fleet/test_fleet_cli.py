@@ -1,0 +1,112 @@
+"""perfstack fleet report over directories of Runs and bundles, hostile ones included, and its outputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from fixtures.fleet_runs import fleet, set_fact, slow, write
+from fixtures.variants import VARIANTS, healthy
+from perfstack.cli.main import main
+from perfstack.fleet.gather import gather
+
+
+@pytest.fixture
+def runs_dir(tmp_path):
+    plant = {3: lambda d: slow(d, 0.75, ("hbm",)), 6: lambda d: set_fact(d, "driver.version", "550.54.15")}
+    write(fleet("h100-doctor-bench", 10, seed=21, plant=plant), tmp_path / "runs")
+    return tmp_path / "runs"
+
+
+def test_report_names_the_planted_nodes_and_exits_1_on_a_critical_one(runs_dir, capsys):
+    rc = main(["fleet", "report", str(runs_dir), "--no-color"])
+    out = capsys.readouterr().out
+    assert rc == 1  # node003's HBM is 25% slow: critical
+    assert "Fix these nodes first" in out and "node003" in out and "node006" in out
+    assert "driver.version" in out and "550.54.15" in out
+    for healthy_node in ("node000", "node001", "node009"):
+        assert healthy_node not in out.split("Configuration drift")[0]
+
+
+def test_json_html_and_saved_run(runs_dir, tmp_path, capsys):
+    rc = main(["fleet", "report", str(runs_dir), "--json", "--fail-on", "never", "-o", str(tmp_path / "f.json"),
+               "--html", str(tmp_path / "f.html")])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert doc["meta"]["command"] == "fleet" and doc["fleet"]["summary"]["nodes"] == 10
+    assert [r["node"] for r in doc["fleet"]["ranking"]] == ["node003", "node006"]
+    assert json.loads((tmp_path / "f.json").read_text())["fleet"] == doc["fleet"]
+    html = (tmp_path / "f.html").read_text()
+    assert 'class="heatmap"' in html and "Configuration drift" in html and "node003" in html
+    assert "<script src" not in html and "http://" not in html.split("<footer")[0].replace("http://www.w3.org", "")
+    # a saved fleet Run renders again without the node Runs
+    assert main(["fleet", "report", str(tmp_path / "f.json"), "--no-color", "--fail-on", "never"]) == 0
+    assert "node003" in capsys.readouterr().out
+
+
+def test_hostile_files_are_nodes_that_did_not_report(runs_dir, capsys):
+    (runs_dir / "truncated.json").write_text(
+        (runs_dir / "node000.json").read_text()[:5000], encoding="utf-8")
+    (runs_dir / "foreign.json").write_text('{"hello": "world"}', encoding="utf-8")
+    (runs_dir / "list.json").write_text("[1, 2, 3]", encoding="utf-8")
+    (runs_dir / "future.json").write_text('{"schema_version": 999}', encoding="utf-8")
+    (runs_dir / "evil\x1b[31m.json").write_text("{", encoding="utf-8")
+    rc = main(["fleet", "report", str(runs_dir), "--json", "--fail-on", "never"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    failed = {m["name"]: m["reason"] for m in doc["fleet"]["members"] if m["status"] == "failed"}
+    assert set(failed) == {"truncated", "foreign", "list", "future", "evil\x1b[31m"}
+    assert "not valid JSON" in failed["truncated"] and "schema_version" in failed["foreign"]
+    assert "999" in failed["future"]
+    # the planted nodes are still found among the rest
+    assert {r["node"] for r in doc["fleet"]["ranking"]} >= {"node003", "node006"}
+    main(["fleet", "report", str(runs_dir), "--fail-on", "never"])
+    assert "\x1b[31m" not in capsys.readouterr().out  # a file name cannot colour the terminal
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: None, "does not exist"),
+    (lambda p: p.mkdir(), "holds no Run"),
+])
+def test_unusable_arguments_exit_2(tmp_path, capsys, setup, message):
+    target = tmp_path / "x"
+    setup(target)
+    assert main(["fleet", "report", str(target)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_directory_of_only_fleet_runs_is_an_input_error(runs_dir, tmp_path, capsys):
+    main(["fleet", "report", str(runs_dir), "-q", "--fail-on", "never", "-o", str(tmp_path / "f.json")])
+    only = tmp_path / "only"
+    only.mkdir()
+    shutil.copy(tmp_path / "f.json", only / "f.json")
+    capsys.readouterr()
+    assert main(["fleet", "report", str(only)]) == 2
+    assert "fleet Runs" in capsys.readouterr().err
+
+
+def test_bundles_are_audited_and_the_odd_ones_named(tmp_path):
+    """Bundles gathered from each node (perfstack capture DIR/NODE), the recorded H100 made healthy three
+    times and planted twice."""
+    for name in ("n1", "n2", "n3"):
+        healthy(tmp_path / name)
+    for name in ("pcie-gen4-x8-busy", "swappiness-60"):
+        healthy(tmp_path / name)
+        VARIANTS[name][1](tmp_path / name)
+    from perfstack.fleet import analyze
+    a = analyze(gather([tmp_path]))
+    assert {r.node for r in a.ranking} == {"pcie-gen4-x8-busy", "swappiness-60"}
+    assert {u.id for u in a.uneven if u.minority} >= {"pcie-link-downgraded", "swappiness"}
+
+
+def test_fleet_without_a_subcommand_prints_usage(capsys):
+    assert main(["fleet"]) == 2
+
+
+def test_fleet_doctor_without_ray_says_what_to_install(monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert main(["fleet", "doctor"]) == 3
+    assert "perfstack[fleet]" in capsys.readouterr().err
