@@ -56,31 +56,65 @@ _NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
 _MAX_CUTS = 64  # candidate cut points tried on a truncated file
 _SPARE = 16  # whitespace after the text: room to close a cut document in place
+MAX_TRACE_GIB = 2.0  # the largest trace text read, after decompression (see max_trace_bytes)
+LIMIT_ENV = "PERFSTACK_MAX_TRACE_GIB"
+
+
+def max_trace_bytes() -> int:
+    """The largest trace text read, after decompression: MAX_TRACE_GIB GiB unless the environment
+    sets PERFSTACK_MAX_TRACE_GIB. It bounds the memory a file from elsewhere can take (a 4 MB gzip
+    bomb expands to 4 GiB) while leaving room for real traces: 1 GB reads in about 1.5 GiB."""
+    value = os.environ.get(LIMIT_ENV, "")
+    try:
+        gib = float(value) if value else MAX_TRACE_GIB
+    except ValueError:
+        raise InputError(f"{LIMIT_ENV}={value!r} is not a number of GiB") from None
+    return int(gib * (1 << 30))
+
+
+def _too_large(p: Path, what: str, limit: int) -> InputError:
+    return InputError(f"trace file {p} {what} more than {limit / (1 << 30):.3g} GiB, the limit for one trace",
+                      hint=f"profile fewer steps per trace (schedule active=...), or raise the limit with "
+                           f"{LIMIT_ENV}=GIB if this machine has the memory (about 1.5x the size)")
+
+
+def _open_regular(p: Path):
+    """The file opened for reading, refused unless it is a regular file: a FIFO would block the
+    open itself and a device (/dev/zero) never ends. O_NONBLOCK lets a FIFO be opened to be refused."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"trace file {p} is not a regular file (a pipe, socket or device)",
+                             hint="save the trace to a file first")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0), st
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _read(p: Path) -> tuple[Any, list[str]]:
-    """The file's bytes in one writable buffer (an anonymous mmap of the file's size filled by
-    the kernel, or for gzip a bytearray grown as the stream decompresses), and warnings."""
+    """The file's bytes in one writable buffer (an anonymous mmap of the text's size, filled by
+    the kernel or by decompression), and warnings. Only regular files, at most max_trace_bytes()."""
     warnings: list[str] = []
+    limit = max_trace_bytes()
     try:
-        with open(p, "rb", buffering=0) as f:
+        f, st = _open_regular(p)
+        with f:
             magic = f.read(2)
             f.seek(0)
             if magic == b"\x1f\x8b":
-                return _gunzip(p, f, warnings), warnings
+                return _gunzip(p, f, warnings, limit), warnings
             if p.name.endswith(".gz"):
                 raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
                                  hint="rename it to .json if it is plain JSON, or re-export the trace")
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                buf = bytearray()
-                while True:
-                    more = f.read(1 << 24)
-                    if not more:
-                        buf += b" " * _SPARE
-                        return buf, warnings
-                    buf += more
             size = st.st_size
+            if size > limit:
+                raise _too_large(p, "holds", limit)
             # pages are zero-filled by the kernel on first touch; the spare tail is whitespace, room to
             # close a cut document in place
             buf = _alloc(size + _SPARE)
@@ -92,15 +126,9 @@ def _read(p: Path) -> tuple[Any, list[str]]:
                         break
                     got += n
             buf[got:] = b" " * (len(buf) - got)
-            more = f.read(1 << 24)
-            if more:  # it grew while being read
-                grown = bytearray(buf[:got])
-                buf.close()
-                while more:
-                    grown += more
-                    more = f.read(1 << 24)
-                grown += b" " * _SPARE
-                return grown, warnings
+            # Bytes appended while it was read are not part of what was measured: left out.
+            if f.read(1):
+                warnings.append(f"{p.name} grew while it was read; analysed its first {size} bytes")
             return buf, warnings
     except FileNotFoundError:
         raise InputError(f"trace file {p} does not exist") from None
@@ -123,14 +151,14 @@ def _alloc(n: int):
         return bytearray(n)
 
 
-def _gunzip(p: Path, f, warnings: list[str]) -> bytearray:
-    """Stream-decompress into one growing buffer (never the compressed file and the whole text at
-    once); concatenated gzip members are read in turn, bytes after the last member are ignored;
-    a cut or corrupt stream keeps what came before."""
-    out = bytearray()
+def _inflate(f, state: dict[str, Any]):
+    """The decompressed chunks of a gzip file (at most 4 MiB each: zlib's output buffer for a
+    chunk grows to several times its size, so small chunks keep a bomb's count cheap); concatenated members are read
+    in turn, bytes after the last member are ignored; ``state["problem"]`` says why the stream
+    stopped early (corrupt, truncated), None when it ended cleanly."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     pending = b""
-    problem = None
+    state["problem"] = None
     try:
         while True:
             if not pending:
@@ -146,20 +174,45 @@ def _gunzip(p: Path, f, warnings: list[str]) -> bytearray:
                 if not pending.startswith(b"\x1f\x8b"):
                     break
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out += d.decompress(pending, 1 << 26)
+            chunk = d.decompress(pending, 1 << 22)
             pending = d.unused_data if d.eof else d.unconsumed_tail
+            if chunk:
+                yield chunk
     except zlib.error as e:
-        problem = f"corrupt ({e})"
-    if problem is None and not d.eof:
-        problem = "truncated"
+        state["problem"] = f"corrupt ({e})"
+    if state["problem"] is None and not d.eof:
+        state["problem"] = "truncated"
+
+
+def _gunzip(p: Path, f, warnings: list[str], limit: int):
+    """Decompress in two passes: the first only counts, so a decompression bomb is refused with
+    almost no memory; the second fills a buffer of exactly the counted size (never the compressed
+    file and the whole text at once, never a growing copy). A cut or corrupt stream keeps what
+    came before."""
+    state: dict[str, Any] = {}
+    size = 0
+    for chunk in _inflate(f, state):
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(p, "decompresses to", limit)
+    problem = state["problem"]
     if problem is not None:
-        if not out:
+        if not size:
             what = "truncated gzip file with nothing readable" if problem == "truncated" \
                 else f"corrupt gzip file ({problem[9:-1]})"
             raise InputError(f"trace file {p} is a {what}") from None
         warnings.append(f"{p.name}: gzip stream is {problem}; analysed the part that was readable")
-    out += b" " * _SPARE
-    return out
+    f.seek(0)
+    buf = _alloc(size + _SPARE)
+    got = 0
+    for chunk in _inflate(f, {}):
+        n = min(len(chunk), size - got)  # the file changed between the passes: keep what was counted
+        buf[got:got + n] = chunk[:n]
+        got += n
+        if got >= size:
+            break
+    buf[got:] = b" " * (len(buf) - got)
+    return buf
 
 
 # --- the document -------------------------------------------------------------------------------
