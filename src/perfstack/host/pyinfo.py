@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import platform
 import sys
+import threading
 import warnings
 from importlib import metadata
 from typing import Any, Callable
 
 # Packages whose versions explain findings: NCCL and cuDNN wheels (checked against what torch
 # loaded), the CUDA runtime wheels, and the libraries that change what the checks recommend.
-PACKAGES = ("numpy", "triton", "transformers", "accelerate", "deepspeed", "vllm", "sglang",
+PACKAGES = ("torch", "numpy", "triton", "transformers", "accelerate", "deepspeed", "vllm", "sglang",
             "nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13",
             "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime", "nvidia-cublas-cu12", "nvidia-cublas",
             "apex", "flash-attn", "xformers", "transformer-engine", "megatron-core", "bitsandbytes")
@@ -79,16 +80,22 @@ def collect() -> dict[str, Any]:
         "executable": sys.executable,
         "packages": {},
     }
-    _versions(info)
+    # The distribution metadata is read while torch imports (the import waits on disk and on native
+    # initialisation much of the time), so the probe costs little more than the import itself.
+    lookups = threading.Thread(target=_versions, args=(info,), name="package versions")
+    lookups.start()
     try:
         import torch
     except ImportError:
+        lookups.join()
         info["torch"] = None
         return info
     except Exception as e:  # e.g. OSError from a missing libcudart: torch is there but broken
+        lookups.join()
         info["torch"] = None
         _err(info, "torch", f"{type(e).__name__}: {e}")
         return info
+    lookups.join()
     info["torch"] = torch.__version__
     info["torch_cuda"] = torch.version.cuda
     info["torch_hip"] = getattr(torch.version, "hip", None)
