@@ -208,8 +208,8 @@ def test_markdown_tables_have_the_right_columns():
 def test_markdown_escapes_cells():
     assert markdown.cell("a|b") == "a\\|b"
     assert markdown.cell("DataLoader.__next__") == "DataLoader.\\_\\_next\\_\\_"
-    assert markdown.cell("LD_PRELOAD <x>") == "LD_PRELOAD &lt;x>"
-    assert markdown.cell("`a_b|c`") == "`a_b\\|c`"
+    assert markdown.cell("LD_PRELOAD <x>") == "LD_PRELOAD \\<x\\>"
+    assert markdown.cell("`a_b|c`") == "\\`a_b\\|c\\`"  # backticks from outside open no code span
     assert markdown.cell("two\nlines") == "two<br>lines"
 
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     else:
         render_diff(d, out, args.verbose > 0)
     if not d.hardware.get("same", True):
-        err.print(f"[yellow]note:[/yellow] the hardware differs ({', '.join(d.hardware['differs'])}); "
+        err.print(f"[yellow]note:[/yellow] the hardware differs ({escape(', '.join(d.hardware['differs']))}); "
                   "figures bound to it compare the machines, not the change", soft_wrap=True)
     if args.fail_on_regression is None:
         return 0

@@ -58,8 +58,8 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     output.check_paths(args.output, args.fix_script, args.html)
     result = doctor_run(args, err)
-    extra = [(args.fix_script, lambda: render_fix_script(result), "wrote the fixes for review (perfstack did not run "
-              "them) to")] if args.fix_script else []
+    said = "wrote the fixes for review (perfstack did not run them) to"
+    extra = [(args.fix_script, lambda: render_fix_script(result), said)] if args.fix_script else []
 
     def render() -> None:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)

@@ -24,6 +24,7 @@ from perfstack.cli import (
     report,
 )
 from perfstack.errors import PerfstackError
+from perfstack.report.inert import protect, visible
 
 COMMANDS = (doctor, capture, bench, profile, estimate, loadtest, fleet, report, diff, explain)
 
@@ -59,6 +60,7 @@ def _consoles(args: argparse.Namespace) -> tuple[Console, Console]:
     color = None if not args.no_color else False
     out = Console(no_color=color is False, highlight=False, soft_wrap=False)
     err = Console(stderr=True, no_color=color is False, highlight=False, quiet=args.quiet and not args.debug)
+    protect(out, err)  # text from bundles, traces and Runs never reaches the terminal as control codes
     return out, err
 
 
@@ -76,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PerfstackError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"perfstack: error: {e.message}", file=sys.stderr)
+        print(f"perfstack: error: {visible(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+            print(f"hint: {visible(e.hint)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("perfstack: interrupted", file=sys.stderr)
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if args.debug:
             traceback.print_exc()
-        print(f"perfstack: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"perfstack: internal error: {type(e).__name__}: {visible(str(e))}", file=sys.stderr)
         print("hint: rerun with --debug and report it with the traceback", file=sys.stderr)
         return 4
 

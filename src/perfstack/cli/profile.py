@@ -56,7 +56,7 @@ def _capture(args: argparse.Namespace, err: Console):
     try:
         from perfstack.profile import capture
         out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
-        err.print(f"profiling {' '.join(cmd)} → {out_dir}")
+        err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
         return capture.run(cmd, out_dir, args.steps, args.window, args.skip_first,
                            stop_after_window=args.stop_after_window)
     except (ImportError, NotImplementedError) as e:
@@ -114,6 +114,6 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if unprofiled and result.profile is not None:
         result.profile["unprofiled"] = unprofiled
     for w in result.meta.get("warnings", []):
-        err.print(f"perfstack: warning: {w}")
+        err.print(f"perfstack: warning: {w}", markup=False)
     output.emit(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
     return exit_code(result, args.fail_on)

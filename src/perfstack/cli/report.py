@@ -16,6 +16,7 @@ from perfstack.errors import InputError, UsageError
 from perfstack.model import Run
 from perfstack.report import html, markdown
 from perfstack.report.bench_text import render_bench
+from perfstack.report.inert import protect
 from perfstack.report.text import render_doctor
 from perfstack.report.views import RunView, build
 
@@ -82,7 +83,9 @@ def emit(text: str, output: str | None, out: Console, err: Console, what: str) -
 def text_file(render: Callable[[Console], None], width: int) -> str:
     """What a terminal renderer prints, as plain text for a file."""
     buf = io.StringIO()
-    render(Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False))
+    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
+    protect(console)
+    render(console)
     return buf.getvalue()
 
 

@@ -19,7 +19,7 @@ def _num(v: float | None) -> str:
 
 def _row(m: Measurement) -> list[Text | str]:
     if m.status != "ok":
-        return [m.bench, m.name, "—", "—", "—", Text(m.status, style=VERDICT_STYLE[m.status]), Text(m.reason)]
+        return [Text(m.bench), Text(m.name), "—", "—", "—", Text(m.status, style=VERDICT_STYLE.get(m.status, "")), Text(m.reason)]
     pct = f"{m.fraction:.0%}" if m.fraction is not None else "—"
     if m.expected_fraction and m.fraction is not None:
         pct += f" (≈{m.expected_fraction:.0%} typical)"
@@ -27,7 +27,9 @@ def _row(m: Measurement) -> list[Text | str]:
     spread = m.stats.get("cv")
     if spread is not None and m.stats.get("n", 0) > 1:
         notes = f"±{spread:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
-    return [m.bench, m.name, f"{_num(m.value)} {m.unit}", f"{_num(m.peak)} {m.unit}" if m.peak else "—", pct,
+    # Text, not str: a str cell is read as rich markup, and these strings come from the Run
+    return [Text(m.bench), Text(m.name), Text(f"{_num(m.value)} {m.unit}"),
+            Text(f"{_num(m.peak)} {m.unit}") if m.peak else "—", pct,
             Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), Text(notes)]
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import zlib
-from html import escape
 from typing import Any, Callable, Iterable, Sequence
+
+from perfstack.report.inert import html_text as escape
 
 W, H = 720, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 64, 24, 16, 44

@@ -8,7 +8,6 @@ lives in ``_template.html`` (string.Template: no template engine dependency).
 from __future__ import annotations
 
 from functools import lru_cache
-from html import escape
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -19,6 +18,7 @@ from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.model import Finding, Measurement, Run
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
+from perfstack.report.inert import html_text as escape
 from perfstack.report.views import (
     BenchView,
     DoctorView,

@@ -7,12 +7,12 @@ without the charts.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Sequence
 
 from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct, size_label
+from perfstack.report.inert import Md, md_code, md_text
 from perfstack.report.views import (
     BenchView,
     DoctorView,
@@ -24,19 +24,15 @@ from perfstack.report.views import (
     layer_name,
 )
 
-_EMPHASIS = re.compile(r"\*|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-
 
 def cell(v: Any) -> str:
-    """One table cell: pipes escaped, and outside `code` spans the characters GitHub would read as
-    emphasis or HTML (a `*`, an `_` at a word edge, `<`); line breaks flattened."""
-    s = "" if v is None else str(v)
-    parts = s.split("`")
-    if len(parts) % 2 == 1:  # balanced code spans: even parts are outside them
-        for i in range(0, len(parts), 2):
-            parts[i] = _EMPHASIS.sub(lambda m: "\\" + m.group(0), parts[i]).replace("<", "&lt;")
-        s = "`".join(parts)
-    return s.replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
+    """One table cell: any value as inert text (line breaks as <br>), or Markdown perfstack wrote (Md)."""
+    return md_text(v, breaks=True)
+
+
+def t(v: Any) -> str:
+    """Outside data in a line of Markdown (a heading, a paragraph, a blockquote): inert."""
+    return md_text(v)
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()) -> str:
@@ -47,16 +43,16 @@ def table(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[in
     return "\n".join(lines)
 
 
-def _fid(f: Finding) -> str:
-    return f"`{f.id}`" + (f" [{f.subject}]" if f.subject else "")
+def _fid(f: Finding, table: bool = True) -> Md:
+    return Md(md_code(f.id, table) + (f" \\[{md_text(f.subject)}\\]" if f.subject else ""))
 
 
 # -- run --------------------------------------------------------------------------------------
 def fix_first_md(d: DoctorView) -> str:
     if not d.fix_first:
         return ""
-    items = "\n".join(f"> - {_fid(f)}: {f.evidence}" for f in d.fix_first)
-    return (f"> [!CAUTION]\n> **Fix this first — {layer_name(d.fix_first[0].layer)}.** Critical in a lower layer: "
+    items = "\n".join(f"> - {_fid(f, table=False)}: {t(f.evidence)}" for f in d.fix_first)
+    return (f"> [!CAUTION]\n> **Fix this first — {t(layer_name(d.fix_first[0].layer))}.** Critical in a lower layer: "
             f"fix it before tuning above it.\n>\n{items}")
 
 
@@ -71,7 +67,7 @@ def doctor_md(d: DoctorView) -> str:
     if rows:
         out.append(table(("layer", "severity", "finding", "observed", "fix"), rows))
     if d.not_checked:
-        nc = table(("check", "status", "reason"), ((f"`{c.id}`", c.status, c.reason) for c in d.not_checked))
+        nc = table(("check", "status", "reason"), ((md_code(c.id), c.status, c.reason) for c in d.not_checked))
         out.append(f"<details><summary>{len(d.not_checked)} checks not applicable or not checked</summary>\n\n"
                    f"{nc}\n\n</details>")
     return "\n\n".join(out)
@@ -79,14 +75,14 @@ def doctor_md(d: DoctorView) -> str:
 
 def bench_row(m: Measurement) -> list[str]:
     if m.status != "ok":
-        return [f"`{m.name}`", "—", "—", "—", m.status, m.reason]
+        return [md_code(m.name), "—", "—", "—", m.status, m.reason]
     share = pct(m.fraction) + (f" (≈{m.expected_fraction:.0%} typical)" if m.expected_fraction else "")
     peak = num(m.peak, m.unit) if m.peak else "—"
     if is_latency(m):
         share, peak = "—", f"≤ {num(m.peak, m.unit)} (reference)" if m.peak else "—"
     spread = (f"±{m.stats['cv']:.1%} over {int(m.stats['n'])} runs" if m.stats.get("n", 0) > 1
               and m.stats.get("cv") is not None else "")
-    return [f"`{m.name}`", num(m.value, m.unit), peak, share, m.verdict, "; ".join(filter(None, [spread, *m.notes]))]
+    return [md_code(m.name), num(m.value, m.unit), peak, share, m.verdict, "; ".join(filter(None, [spread, *m.notes]))]
 
 
 def bench_md(b: BenchView) -> str:
@@ -96,14 +92,14 @@ def bench_md(b: BenchView) -> str:
         sizes = sorted({x for _, ps in c.series for x, _ in ps})
         values = {name: dict(ps) for name, ps in c.series}
         rows = [[size_label(x)] + [num(values[name].get(x)) for name, _ in c.series] for x in sizes]
-        refs = "; ".join(f"{label}: {num(v)}" for label, v in c.refs)
-        out.append(f"### {c.title}\n\n{c.y_label}" + (f" ({refs})" if refs else "") + "\n\n"
+        refs = "; ".join(f"{t(label)}: {num(v)}" for label, v in c.refs)
+        out.append(f"### {t(c.title)}\n\n{t(c.y_label)}" + (f" ({refs})" if refs else "") + "\n\n"
                    + table(["size"] + [name for name, _ in c.series], rows, right=range(1, len(c.series) + 1)))
     return "\n\n".join(out)
 
 
 def roofline_md(r: RooflineView) -> str:
-    out = [f"## Roofline: {r.gpu}"]
+    out = [f"## Roofline: {t(r.gpu)}"]
     if r.ceilings or r.slopes:
         rows = [(f"{label} peak", f"{num(v)} TFLOP/s",
                  f"{num(r.ridges[label])} FLOP/B" if label in r.ridges else "—") for label, v in r.ceilings]
@@ -120,7 +116,7 @@ def roofline_md(r: RooflineView) -> str:
 def profile_md(p: ProfileView) -> str:
     out = ["## Profile"]
     if p.timing:
-        out.append(" · ".join(f"{k}: **{v}**" for k, v in p.timing))
+        out.append(" · ".join(f"{t(k)}: **{t(v)}**" for k, v in p.timing))
     elif p.step_ms is not None:
         out.append(f"Mean step: **{num(p.step_ms, 'ms')}**")
     if p.steps:
@@ -156,13 +152,13 @@ def profile_md(p: ProfileView) -> str:
 def estimates_md(est: EstimateView) -> str:
     out = ["## Estimates"]
     for which, total, share in est.memory_totals:
-        cap = f" of {est.capacity[0]} {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity else ""
+        cap = f" of {t(est.capacity[0])} {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity else ""
         fits = "" if share is None else (" — fits" if share <= 1 else " — **does not fit**")
-        out.append(f"**memory {which}**: {num(total, 'GB')}{cap}{fits}")
+        out.append(f"**memory {t(which)}**: {num(total, 'GB')}{cap}{fits}")
     if est.memory:
         out.append(table(("component", "GB"), ((name, num(v)) for _, segs in est.memory for name, v in segs),
                          right=(1,)))
-    rows = [(f"`{r.path}`", r.label, human(r.value, r.unit), f"`{r.formula}`" if r.formula else "") for r in est.rows]
+    rows = [(md_code(r.path), r.label, human(r.value, r.unit), md_code(r.formula) if r.formula else "") for r in est.rows]
     out.append(table(("figure", "what", "value", "formula"), rows, right=(2,)))
     return "\n\n".join(out)
 
@@ -173,7 +169,7 @@ def machine_md(view: RunView) -> str:
 
 def render_run(view: RunView) -> str:
     meta = dict(view.meta)
-    head = [f"# {view.title} report", f"{view.gpus}  \n" + " · ".join(f"{k}: {v}" for k, v in meta.items())]
+    head = [f"# {t(view.title)} report", f"{t(view.gpus)}  \n" + " · ".join(f"{t(k)}: {t(v)}" for k, v in meta.items())]
     parts = head
     if view.doctor is not None:
         parts += [x for x in (fix_first_md(view.doctor), doctor_md(view.doctor)) if x]
@@ -187,7 +183,7 @@ def render_run(view: RunView) -> str:
         parts.append(estimates_md(view.estimates))
     parts.append(machine_md(view))
     if view.absent:
-        parts.append(f"_Not in this Run: {', '.join(view.absent)}._")
+        parts.append(f"_Not in this Run: {t(', '.join(view.absent))}._")
     return "\n\n".join(parts) + "\n"
 
 
@@ -196,7 +192,7 @@ def delta_row(m: MeasurementDelta) -> list[str]:
     ci = (f"{m.ci_low_pct:+.1f}% … {m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
           else "—")
     mark = {"improved": "✅ improved", "regressed": "❌ regressed"}.get(m.verdict, m.verdict)
-    return [f"`{m.name}`", num(m.before, m.unit), num(m.after, m.unit),
+    return [md_code(m.name), num(m.before, m.unit), num(m.after, m.unit),
             f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—", ci,
             f"{m.p_value:.2g}" if m.p_value is not None else "—",
             mark + (" ⚠ hardware differs" if m.hardware_bound else ""), m.note]
@@ -210,8 +206,8 @@ def _short(v: Any, n: int = 70) -> str:
 def render_diff(diff: Diff) -> str:
     b, a, s = diff.before, diff.after, diff.summary()
     out = ["# perfstack diff",
-           f"**before**: {b.get('file') or b.get('created', '')} · {b.get('gpus') or ''}  \n"
-           f"**after**: {a.get('file') or a.get('created', '')} · {a.get('gpus') or ''}"]
+           f"**before**: {t(b.get('file') or b.get('created', ''))} · {t(b.get('gpus') or '')}  \n"
+           f"**after**: {t(a.get('file') or a.get('created', ''))} · {t(a.get('gpus') or '')}"]
     if not diff.hardware.get("same", True):
         rows = [(k, _short(diff.hardware["before"].get(k)), _short(diff.hardware["after"].get(k)))
                 for k in diff.hardware.get("differs", [])]
@@ -226,13 +222,13 @@ def render_diff(diff: Diff) -> str:
     if diff.facts:
         out.append("## Facts that drifted\n\n" + table(
             ("category", "fact", "before", "after"),
-            ((x["category"], f"`{x['key']}`", _short(x["before"]), _short(x["after"])) for x in diff.facts))
+            ((x["category"], md_code(x["key"]), _short(x["before"]), _short(x["after"])) for x in diff.facts))
             + f"\n\n_{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed and are "
               "not listed._")
     if diff.findings:
         out.append("## Findings\n\n" + table(
             ("status", "severity", "finding", "title", "evidence", "note"),
-            ((x.status, x.severity, f"`{x.id}`" + (f" [{x.subject}]" if x.subject else ""), x.title,
+            ((x.status, x.severity, Md(md_code(x.id) + (f" \\[{md_text(x.subject)}\\]" if x.subject else "")), x.title,
               x.evidence_after or x.evidence_before, x.reason) for x in diff.findings)))
     if diff.measurements:
         head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
@@ -252,7 +248,7 @@ def render_diff(diff: Diff) -> str:
         out.append("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
                                                            right=(1, 2, 3))
                    + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step "
-                     f"({p.get('step_basis', 'profiled')}); the fixed findings "
+                     f"({t(p.get('step_basis', 'profiled'))}); the fixed findings "
                      f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
-                   + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "") + ".")
+                   + (f" ({t(', '.join(map(str, p['predicted_by'])))})" if p.get("predicted_by") else "") + ".")
     return "\n\n".join(out) + "\n"

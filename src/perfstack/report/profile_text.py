@@ -41,7 +41,7 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     for col in ("step", "wall", "GPU busy", "idle", "kernels", "syncs", "breakdown"):
         t.add_column(col, justify="right" if col not in ("breakdown",) else "left")
     for s in steps:
-        t.add_row(str(s["step"]), f"{s['total_ms']:.2f}", f"{s['busy_pct']:.0f}%", f"{s['idle_ms']:.2f}",
+        t.add_row(Text(str(s["step"])), f"{s['total_ms']:.2f}", f"{s['busy_pct']:.0f}%", f"{s['idle_ms']:.2f}",
                   str(s["kernels"]), str(s["syncs"]), _bar(s["categories"], s["total_ms"]))
     if steps:
         console.print(t)
@@ -79,13 +79,13 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
         ot = Table("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", box=None, pad_edge=False,
                    title="operators by GPU time", title_justify="left")
         for r in ops[:15 if verbose else 8]:
-            ot.add_row(Text(str(r["op"])[:50]), r["category"], r.get("dtype") or "", f"{r['time_ms_per_step']:.3f}",
+            ot.add_row(Text(str(r["op"])[:50]), Text(str(r["category"])), Text(str(r.get("dtype") or "")), f"{r['time_ms_per_step']:.3f}",
                        _n(r.get("tflops")), _n(r.get("gbps")))
         console.print(ot)
     if verbose:
         k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
         for r in p.get("top_kernels", [])[:10]:
-            k.add_row(Text(r["name"][:70]), r["category"], str(r["count"]), f"{r['time_ms_per_step']:.3f}")
+            k.add_row(Text(r["name"][:70]), Text(str(r["category"])), str(r["count"]), f"{r['time_ms_per_step']:.3f}")
         console.print(k)
     if p.get("straggler"):
         s = p["straggler"]
