@@ -1,3 +1,3 @@
-from perfstack.cli.main import entry
+from perfstack.cli.entry import entry
 
 entry()

@@ -28,13 +28,27 @@ def _os_reason(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+_EARLY: dict[tuple[str, ...], "Future[Any]"] = {}
+
+
+def start_python_probe_early() -> None:
+    """Start the Python probe (a child that imports torch, seconds on most machines) before the rest
+    of perfstack is even imported; the next LiveHost takes its answer. The command-line entry calls
+    this for the commands that read the live machine."""
+    if not _EARLY:
+        h = LiveHost()
+        h._spawn(PYINFO_ARGV, lambda: h._run_now(PYINFO_ARGV, PYTHON_INFO_TIMEOUT))
+        _EARLY.update(h._pending)
+
+
 class LiveHost:
     kind = "live"
 
     def __init__(self, on_wait: Callable[[str], None] | None = None) -> None:
         self._nvml: dict[str, Any] | None = None
         self._pyinfo: dict[str, Any] | None = None
-        self._pending: dict[tuple[str, ...], Future[Any]] = {}
+        self._pending: dict[tuple[str, ...], Future[Any]] = dict(_EARLY)  # the Python probe, if started early
+        _EARLY.clear()
         self.on_wait = on_wait  # told what is being waited for (the CLI shows it on stderr)
 
     def read_text(self, path: str) -> str:
