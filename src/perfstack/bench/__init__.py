@@ -109,7 +109,8 @@ def run(chosen: list[Benchmark], ctx: BenchContext) -> list[Measurement]:
     out: list[Measurement] = []
     for b in chosen:
         if b.needs_cuda and n_gpus < b.min_gpus:
-            out.append(skipped(b, f"no CUDA device ({why})" if n_gpus == 0 else
+            no_gpu = why if why.startswith("no CUDA device") else f"no CUDA device ({why})"
+            out.append(skipped(b, no_gpu if n_gpus == 0 else
                                f"needs {b.min_gpus} GPUs, this machine has {n_gpus}"))
             continue
         ctx.progress(b.name)

@@ -19,7 +19,7 @@ from perfstack.audit import FAIL_ON, audit, exit_code
 from perfstack.bench.collectives import parse_sizes
 from perfstack.bench.storage import files_to_read
 from perfstack.cli import output
-from perfstack.errors import UsageError
+from perfstack.errors import CannotRunHere, UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
@@ -79,4 +79,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     fn = bench_fn(args, err, args.suite, args.names, args.storage_path)
     result = audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=fn, command="bench")
     output.emit(result, args, out, err, lambda: render_bench(result, out, verbose=args.verbose > 0))
+    if not any(m.status == "ok" for m in result.measurements):
+        reasons = list(dict.fromkeys(m.reason for m in result.measurements if m.reason))
+        raise CannotRunHere("nothing could be measured here" + (f": {'; '.join(reasons)}" if reasons else ""),
+                            hint="run 'perfstack bench host' for the host benchmarks, or run on the GPU machine")
     return exit_code(result, args.fail_on)

@@ -30,6 +30,10 @@ SHAPE_FLAGS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": 
                "vocab": "vocab_size", "max_seq_len": "max_position_embeddings"}
 
 
+# default lengths, shortened to the model's context where it is shorter (fit_defaults)
+PROMPT, GEN, SEQ = 1024, 128, 2048
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (a config.json, a built-in name, or explicit shape flags)")
     g.add_argument("--model", "-m", metavar="NAME|PATH",
@@ -59,8 +63,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pi = esub.add_parser("infer", parents=[common], help="serving: weights, KV cache, fit, TTFT/ITL bounds")
     _model_args(pi)
     pi.add_argument("--batch", type=_positive, default=1, help="concurrent sequences (default 1)")
-    pi.add_argument("--prompt", type=_positive, default=1024, help="prompt tokens (default 1024)")
-    pi.add_argument("--gen", type=_positive, default=128, help="generated tokens (default 128)")
+    pi.add_argument("--prompt", type=_positive, default=None,
+                    help=f"prompt tokens (default {PROMPT}, less where the model's context is shorter)")
+    pi.add_argument("--gen", type=_positive, default=None, help=f"generated tokens (default {GEN})")
     pi.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16", help="weights and activations")
     pi.add_argument("--weights", choices=("int8", "int4", "fp8"), help="quantized weights (block matrices)")
     pi.add_argument("--kv-dtype", choices=("fp8", "bf16", "fp16", "fp32"), help="KV cache dtype (default --dtype)")
@@ -72,7 +77,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pt = esub.add_parser("train", parents=[common], help="training: per-GPU memory, step-time bound, comms")
     _model_args(pt)
     pt.add_argument("--batch", type=_positive, default=1, help="micro-batch per GPU, sequences (default 1)")
-    pt.add_argument("--seq", type=_positive, default=2048, help="sequence length (default 2048)")
+    pt.add_argument("--seq", type=_positive, default=None,
+                    help=f"sequence length (default {SEQ}, or the model's context where that is shorter)")
     pt.add_argument("--precision", choices=train.PRECISIONS, default="bf16-mixed",
                     help="fp32, bf16-mixed (fp32 params + autocast, default) or bf16 (bf16 params + fp32 master)")
     pt.add_argument("--optimizer", choices=train.OPTIMIZERS, default="adamw")
@@ -126,9 +132,23 @@ def _spec_overrides(spec: ModelSpec, shape: dict[str, Any]) -> ModelSpec:
     return spec.with_overrides(**{names[k]: v for k, v in shape.items()})
 
 
+def fit_defaults(args: argparse.Namespace, spec: ModelSpec) -> None:
+    """Lengths the user did not give: the defaults, shortened to the model's context (gpt2's is
+    1,024 tokens, less than the default prompt plus generation); given values are checked as given."""
+    ctx = spec.max_seq_len
+    if args.estimate_command == "infer":
+        if args.gen is None:
+            args.gen = GEN if not ctx or args.prompt is None or args.prompt + GEN <= ctx else max(1, ctx - args.prompt)
+        if args.prompt is None:
+            args.prompt = PROMPT if not ctx else max(1, min(PROMPT, ctx - args.gen))
+    elif args.seq is None:
+        args.seq = SEQ if not ctx else min(SEQ, ctx)
+
+
 def build_run(args: argparse.Namespace) -> Run:
     t0 = time.perf_counter()
     spec = model_from_args(args)
+    fit_defaults(args, spec)
     if args.estimate_command == "infer":
         compute = "fp8" if args.weights == "fp8" else args.dtype
         hw = hardware.resolve(args.gpu, compute, args.calibrate)

@@ -53,15 +53,23 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def _capture(args: argparse.Namespace, err: Console):
     cmd = _command(args)
+    made = None
     try:
         from perfstack.profile import capture
         out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
+        made = None if args.out_dir else out_dir
         err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
         return capture.run(cmd, out_dir, args.steps, args.window, args.skip_first,
                            stop_after_window=args.stop_after_window)
     except (ImportError, NotImplementedError) as e:
         raise CannotRunHere(f"capture mode is not available here ({type(e).__name__}: {e})",
                             hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None
+    finally:
+        if made is not None:  # the temporary folder stays only when it holds the traces
+            try:
+                made.rmdir()
+            except OSError:
+                pass
 
 
 def _step_ms(value: str | None) -> float | None:
@@ -116,4 +124,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     for w in result.meta.get("warnings", []):
         err.print(f"perfstack: warning: {w}", markup=False)
     output.emit(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
+    if cmd and res.interrupted:  # the steps traced before Ctrl-C are reported; the exit says it was cut short
+        err.print("perfstack: interrupted: the report covers what was traced before Ctrl-C")
+        return 130
     return exit_code(result, args.fail_on)

@@ -85,6 +85,15 @@ class Diff:
     alpha: float = ALPHA
     schema_version: int = DIFF_SCHEMA_VERSION
 
+    def kinds_differ(self) -> str:
+        """A sentence when the Runs were made by different commands (a doctor Run against a profile
+        Run): their facts and findings were collected differently, so most of the diff is that."""
+        kb, ka = self.before.get("command"), self.after.get("command")
+        if kb and ka and kb != ka:
+            return (f"these Runs are of different kinds ({kb} before, {ka} after): facts and findings that one "
+                    "of them does not collect show as drifted, fixed or introduced")
+        return ""
+
     def summary(self) -> dict[str, Any]:
         count = lambda xs, attr, v: sum(1 for x in xs if getattr(x, attr) == v)  # noqa: E731
         return {

@@ -114,7 +114,7 @@ CATALOG: dict[str, dict[str, Any]] = {
     "gpt2-xl": dict(model_type="gpt2", n_embd=1600, n_layer=48, n_head=25, vocab_size=50257, n_positions=1024),
 }
 
-# Published parameter counts (model cards / papers), for the tests and for `--list-models`.
+# Published parameter counts (model cards / papers), for the tests and for `perfstack estimate models`.
 PUBLISHED: dict[str, tuple[float, float | None]] = {
     "llama-3-8b": (8.03e9, None), "llama-3-70b": (70.6e9, None), "llama-3.1-405b": (405.9e9, None),
     "llama-3.2-1b": (1.24e9, None), "llama-2-7b": (6.74e9, None), "mistral-7b": (7.24e9, None),

@@ -304,7 +304,8 @@ def load_config(path: str | Path) -> ModelSpec:
         p = p / "config.json"
     if not p.exists():
         raise InputError(f"model config {p} does not exist",
-                         hint="give a config.json path, a directory holding one, or a catalog name (--list-models)")
+                         hint="give a config.json path, a directory holding one, or a built-in model name "
+                              "('perfstack estimate models' lists them)")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

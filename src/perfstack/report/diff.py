@@ -40,6 +40,8 @@ def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
     console.print(Text("perfstack diff", style="bold"))
     console.print(Text(f"  before: {b.get('file') or b.get('created', '')} · {b.get('gpus') or 'no GPU'}"))
     console.print(Text(f"  after:  {a.get('file') or a.get('created', '')} · {a.get('gpus') or 'no GPU'}"))
+    if diff.kinds_differ():
+        console.print(Text(f"  note: {diff.kinds_differ()}", style="yellow"))
     if not diff.hardware.get("same", True):
         lines = "\n".join(f"{k}: {_short(diff.hardware['before'].get(k))} → {_short(diff.hardware['after'].get(k))}"
                           for k in diff.hardware.get("differs", []))

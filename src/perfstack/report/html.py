@@ -274,6 +274,8 @@ def render_diff(diff: Diff) -> str:
            f"after: {e(a.get('file') or a.get('created'))} · {e(a.get('gpus'))}")
     s = diff.summary()
     sections: list[tuple[str, str, str]] = []
+    if diff.kinds_differ():
+        sections.append(("", "", f'<div class="banner notice">Note: {e(diff.kinds_differ())}.</div>'))
     if not diff.hardware.get("same", True):
         rows = [(e(k), e(_short(diff.hardware["before"].get(k))), e(_short(diff.hardware["after"].get(k))))
                 for k in diff.hardware.get("differs", [])]

@@ -208,6 +208,8 @@ def render_diff(diff: Diff) -> str:
     out = ["# perfstack diff",
            f"**before**: {t(b.get('file') or b.get('created', ''))} · {t(b.get('gpus') or '')}  \n"
            f"**after**: {t(a.get('file') or a.get('created', ''))} · {t(a.get('gpus') or '')}"]
+    if diff.kinds_differ():
+        out.append(f"> [!NOTE]\n> {t(diff.kinds_differ()[0].upper() + diff.kinds_differ()[1:])}.")
     if not diff.hardware.get("same", True):
         rows = [(k, _short(diff.hardware["before"].get(k)), _short(diff.hardware["after"].get(k)))
                 for k in diff.hardware.get("differs", [])]
