@@ -153,8 +153,10 @@ class Finding:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Finding":
-        d = dict(d)
+    def from_dict(cls, d: Mapping[str, Any], where: str = "finding") -> "Finding":
+        from perfstack.fields import not_negative, one_of, typed
+        d = typed(cls, d, where, {"severity": one_of(*(s.value for s in Severity)),
+                                  "recoverable_ms": not_negative, "recoverable_pct": not_negative})
         d["severity"] = Severity(d["severity"])
         return cls(**d)
 
@@ -189,8 +191,10 @@ class Measurement:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Measurement":
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], where: str = "measurement") -> "Measurement":
+        from perfstack.fields import not_negative, one_of, typed
+        return cls(**typed(cls, d, where, {"status": one_of("ok", "skipped", "error"), "peak": not_negative,
+                                           "fraction": not_negative, "expected_fraction": not_negative}))
 
 
 @dataclass
@@ -240,22 +244,34 @@ class Run:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Run":
         version = d.get("schema_version")
-        if not isinstance(version, int):
-            raise InputError("not a perfstack Run: it has no schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InputError("not a perfstack Run: it has no schema_version" if version is None else
+                             f"not a perfstack Run: schema_version must be a positive integer, not {version!r}")
         if version > SCHEMA_VERSION:
             raise InputError(
                 f"this Run has schema_version {version}; this perfstack reads up to {SCHEMA_VERSION}",
                 hint="upgrade perfstack: pip install -U perfstack",
             )
-        facts = Facts({k: Fact(key=k, **{f: v for f, v in fd.items() if f != "key"}) for k, fd in d.get("facts", {}).items()})
+        # Every section is checked here, once, against the types of the records that hold it (fields.py),
+        # so that renderers can trust a loaded Run; a wrong type names its field.
+        from perfstack.fields import one_of, typed
+        sec = {k: d.get(k) for k in ("meta", "facts", "findings", "checks", "measurements", "profile", "estimates")}
+        for k, want in (("meta", dict), ("facts", dict), ("findings", list), ("checks", list),
+                        ("measurements", list), ("profile", dict), ("estimates", dict)):
+            if sec[k] is not None and not isinstance(sec[k], want):
+                raise InputError(f"{k} must be a JSON {'object' if want is dict else 'list'}")
+        facts = Facts({k: Fact(**typed(Fact, {**fd, "key": k} if isinstance(fd, dict) else fd, f"facts.{k}"))
+                       for k, fd in (sec["facts"] or {}).items()})
+        status = one_of("passed", "found", "not-checked", "not-applicable")
         return cls(
-            meta=dict(d.get("meta", {})),
+            meta=dict(sec["meta"] or {}),
             facts=facts,
-            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
-            checks=[CheckResult(**c) for c in d.get("checks", [])],
-            measurements=[Measurement.from_dict(m) for m in d.get("measurements", [])],
-            profile=d.get("profile"),
-            estimates=d.get("estimates"),
+            findings=[Finding.from_dict(f, f"findings[{i}]") for i, f in enumerate(sec["findings"] or [])],
+            checks=[CheckResult(**typed(CheckResult, c, f"checks[{i}]", {"status": status}))
+                    for i, c in enumerate(sec["checks"] or [])],
+            measurements=[Measurement.from_dict(m, f"measurements[{i}]") for i, m in enumerate(sec["measurements"] or [])],
+            profile=sec["profile"],
+            estimates=sec["estimates"],
             loadtest=_loadtest(d.get("loadtest")),
             fleet=d.get("fleet"),
             schema_version=version,
@@ -263,15 +279,15 @@ class Run:
 
     @classmethod
     def load(cls, path: str | Path) -> "Run":
+        from perfstack.jsonload import loads
         p = Path(path)
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise InputError(f"Run file {p} does not exist") from None
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read Run file {p}: {e}") from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"Run file {p} is not valid JSON (line {e.lineno})") from None
+        data = loads(text, f"Run file {p}")  # bounded: depth, digits, NaN (exit 2 naming the field)
         if not isinstance(data, dict):
             raise InputError(f"{p} is not a perfstack Run (expected a JSON object)")
         try:

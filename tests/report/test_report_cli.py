@@ -81,7 +81,7 @@ def write(tmp_path, name: str, text: str):
     ("not json at all", "is not valid JSON (line 1)"),
     ("[1, 2, 3]", "is not a perfstack Run (expected a JSON object)"),
     ('{"hello": "world"}', "not a perfstack Run: it has no schema_version"),
-    ('{"schema_version": 1, "findings": [{"nope": 1}]}', "is not a valid perfstack Run"),
+    ('{"schema_version": 1, "findings": [{"nope": 1}]}', "findings[0].nope is not a field of a finding"),
 ])
 def test_not_a_run_exits_2_without_traceback(tmp_path, capsys, content, message):
     path = write(tmp_path, "bad.json", content)
@@ -110,7 +110,7 @@ def test_missing_file_and_directory_output(tmp_path, capsys):
 
 def test_wrongly_shaped_sections(tmp_path, capsys):
     assert main("report", write(tmp_path, "x.json", '{"schema_version": 1, "facts": [1]}')) == 2
-    assert "is not a valid perfstack Run" in capsys.readouterr().err
+    assert "x.json: facts must be a JSON object" in capsys.readouterr().err
 
 
 def test_a_diff_is_not_a_run(runs, tmp_path, capsys):

@@ -1,0 +1,68 @@
+"""JSON from elsewhere (saved Runs, bundle files, model configs), parsed with bounds.
+
+The standard parser accepts what later code cannot take: NaN and Infinity, 1e400 (infinity),
+5000-digit integers (Python refuses to convert them, and 10**300 overflows every float formula)
+and nesting deep enough to exhaust the stack. ``loads`` refuses all of them with an InputError
+that names the file and the field, so a bad file is exit 2, never an internal error later on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from perfstack.errors import InputError
+
+MAX_DEPTH = 64  # perfstack's own files nest fewer than 10 levels
+MAX_INT_DIGITS = 30  # beyond 10**30 no count, size or time means anything
+
+
+class _Refused:
+    """Put in place of a value the parser met, so that the walk can name the field it was in."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _int(text: str) -> Any:
+    digits = text.lstrip("-")
+    return int(text) if len(digits) <= MAX_INT_DIGITS else _Refused(f"an integer of {len(digits)} digits")
+
+
+def _constant(name: str) -> Any:
+    return _Refused(f"{name}, which is not a number")
+
+
+def _float(text: str) -> Any:
+    v = float(text)
+    return v if math.isfinite(v) else _Refused(f"{text}, too large for a number")
+
+
+def loads(text: str, what: str) -> Any:
+    """Parse ``text``; ``what`` names the file in messages ("Run file run.json")."""
+    try:
+        data = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise InputError(f"{what} nests too deeply to read (perfstack reads {MAX_DEPTH} levels)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not valid JSON (line {e.lineno})") from None
+    check(data, what)
+    return data
+
+
+def check(data: Any, what: str) -> None:
+    """Walk the parsed document (without recursion) and refuse the first bad value, by its path."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, _Refused):
+            raise InputError(f"{what}: field {path or '(top)'} is {v.why}")
+        if isinstance(v, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise InputError(f"{what}: field {path or '(top)'} nests deeper than {MAX_DEPTH} levels")
+            items = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in items:
+                sub = f"{path}.{k}" if isinstance(v, dict) and path else (str(k) if isinstance(v, dict)
+                                                                           else f"{path}[{k}]")
+                stack.append((x, sub, depth + 1))
