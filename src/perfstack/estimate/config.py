@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from perfstack import jsonload
 from perfstack.errors import InputError
 
 
@@ -119,6 +120,10 @@ SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_te
              "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
+# No dimension, count or context length of a real model comes near this; larger is a broken file.
+MAX_SIZE = 2**40
+
+
 class _Fields:
     """Reads fields of one config dict, naming the missing or malformed one in the error."""
 
@@ -128,7 +133,8 @@ class _Fields:
 
     def _bad(self, key: str, why: str) -> InputError:
         return InputError(f"{self.where}: field '{key}' {why} (model_type {self.cfg.get('model_type')!r})",
-                          hint=f"add \"{key}\" to the config, or pass it with the matching --flag")
+                          hint=f"{'add' if why == 'is missing' else 'correct'} \"{key}\" in the config, or pass it "
+                               "with the matching --flag")
 
     def int(self, key: str, *alts: str, default: Any = ..., positive: bool = True) -> Any:
         for k in (key, *alts):
@@ -136,6 +142,8 @@ class _Fields:
             if v is not None:
                 if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0):
                     raise self._bad(k, f"must be a positive integer, got {v!r}")
+                if v > MAX_SIZE:  # 10**300 layers would overflow every float formula downstream
+                    raise self._bad(k, f"is {v:.3g}, beyond any model (at most {MAX_SIZE:,})")
                 return v
         if default is ...:
             raise self._bad(key, "is missing")
@@ -307,10 +315,9 @@ def load_config(path: str | Path) -> ModelSpec:
                          hint="give a config.json path, a directory holding one, or a built-in model name "
                               "('perfstack estimate models' lists them)")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"model config {p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+        text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read model config {p}: {e}") from None
+    data = jsonload.loads(text, f"model config {p}")  # bounded: depth, digits, NaN, each named
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     return parse_config(data, name=name, where=str(p))

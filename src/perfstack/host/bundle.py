@@ -20,10 +20,10 @@ Every read is bounded (host.MAX_READ) and stays inside DIR: a bundle comes from 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from perfstack import jsonload
 from perfstack.errors import InputError
 from perfstack.host import MAX_READ, Unavailable, cmd_file
 
@@ -46,6 +46,10 @@ class BundleHost:
                              hint="capture it again with 'perfstack capture DIR'")
         self._failed: dict[str, str] = self._json("unavailable.json", {}, expect=dict)
         self._listings: dict[str, list[str]] = self._json("listdir.json", {}, expect=dict)
+        # their shapes, checked here once: a listing of "abc" would be three entries a, b, c
+        self._shape("unavailable.json", self._failed, lambda v: isinstance(v, str), "a string (why the read failed)")
+        self._shape("listdir.json", self._listings, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                    "a list of entry names")
 
     def origin(self, rel: str) -> str:
         return f"bundle file {rel.lstrip('/')}"
@@ -110,6 +114,11 @@ class BundleHost:
             raise self._missing("python.json")
         return data
 
+    def _shape(self, rel: str, data: dict[str, Any], ok: Callable[[Any], bool], must: str) -> None:
+        for k, v in data.items():
+            if not ok(v):
+                raise InputError(f"{self.origin(rel)}: the value of {k!r} must be {must}", hint=RECAPTURE)
+
     def _json(self, rel: str, default: Any, expect: type) -> Any:
         try:
             p = self._file(rel)
@@ -118,13 +127,14 @@ class BundleHost:
         if not p.is_file():
             return default
         try:
-            data = json.loads(self._bounded(p, rel).decode("utf-8"))
+            # bounded like every JSON from elsewhere: depth, digits, NaN (jsonload)
+            data = jsonload.loads(self._bounded(p, rel).decode("utf-8"), self.origin(rel))
         except Unavailable as e:
             raise InputError(e.reason, hint=RECAPTURE) from None
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"cannot read {self.origin(rel)}: {e}", hint=RECAPTURE) from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"{self.origin(rel)} is not valid JSON (line {e.lineno})", hint=RECAPTURE) from None
+        except InputError as e:
+            raise InputError(e.message, hint=RECAPTURE) from None
         if not isinstance(data, expect):
             raise InputError(f"{self.origin(rel)} is not a JSON {'object' if expect is dict else expect.__name__}",
                              hint=RECAPTURE)
