@@ -12,10 +12,12 @@ Then, in a child process pinned to two cores (``taskset -c 0,1`` where available
   (b) the whole ``perfstack.profile.summary.profile_run([path])``,
 
 each in a fresh child, and prints wall seconds, peak RSS of the child (``getrusage(RUSAGE_CHILDREN)``)
-and events per second.
+and events per second. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
+of a few MB that expands to ``--bomb-gib`` GiB of whitespace (default 4), which must be refused
+(exit 2) in bounded time and memory, whatever its expanded size.
 
-    python benchmarks/profile_speed.py [--mb 1000] [--gz] [--source TRACE.json.gz] [--only load|run]
-        [--repeat N] [--keep DIR]
+    python benchmarks/profile_speed.py [--mb 1000] [--gz] [--source TRACE.json.gz] [--only load|run|bomb]
+        [--repeat N] [--keep DIR] [--bomb-gib 4]
 """
 
 from __future__ import annotations
@@ -139,6 +141,25 @@ print(f"{dt:.3f} {run.profile.get('n_steps')} {len(run.findings)}")
 """
 
 
+CHILD_CLI = """
+import sys, time
+t0 = time.perf_counter()
+from perfstack.cli.main import main
+rc = main(["profile", "--trace", sys.argv[1], "-q"])
+print(f"{time.perf_counter() - t0:.3f} {rc}")
+"""
+
+
+def write_bomb(out: Path, gib: float) -> int:
+    """A gzip file that expands to ``gib`` GiB of spaces: one 64 MiB member, compressed once and
+    written again and again (readers take concatenated members in turn). Returns its size."""
+    member = gzip.compress(b" " * (64 << 20), compresslevel=9)
+    with open(out, "wb") as f:
+        for _ in range(max(1, round(gib * 16))):
+            f.write(member)
+    return out.stat().st_size
+
+
 WRAPPER = """
 import resource, subprocess, sys
 r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
@@ -168,6 +189,15 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
     return lines[-2].split(), wall, rss
 
 
+def bomb(d: Path, args: argparse.Namespace) -> None:
+    path = d / "bomb.pt.trace.json.gz"
+    size = write_bomb(path, args.bomb_gib)
+    fields, wall, rss = child(CHILD_CLI, path, args.cores)
+    print(f"bomb:        {args.bomb_gib:g} GiB of whitespace in {size / 1e6:.1f} MB gzip: "
+          f"perfstack profile --trace exit {fields[1]} after {float(fields[0]):.2f} s, "
+          f"{wall:.2f} s wall, peak RSS {rss:.0f} MiB")
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -185,7 +215,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=1000, help="uncompressed JSON size to synthesize (default 1000)")
     ap.add_argument("--gz", action="store_true", help="write the synthetic trace gzip-compressed")
     ap.add_argument("--source", type=Path, default=None, help="real trace to copy (default: the largest fixture)")
-    ap.add_argument("--only", choices=("load", "run"), default=None, help="time only one of the two")
+    ap.add_argument("--only", choices=("load", "run", "bomb"), default=None, help="time only one of the three")
+    ap.add_argument("--bomb-gib", type=float, default=4.0, help="expanded size of the decompression bomb (default 4)")
     ap.add_argument("--repeat", type=int, default=1, help="time each N times, report the fastest")
     ap.add_argument("--cores", default="0,1", help="CPU list for taskset (default 0,1; '' for none)")
     ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
@@ -199,6 +230,9 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="perfstack-bench-")
         d = Path(tmp.name)
     try:
+        if args.only == "bomb":
+            bomb(d, args)
+            return
         out = d / ("big.pt.trace.json" + (".gz" if args.gz else ""))
         t0 = time.perf_counter()
         info = synthesize(source, args.mb, out, args.gz)
@@ -232,6 +266,9 @@ def main() -> None:
                       f"{n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings)")
             except RuntimeError as e:
                 print(f"profile_run: failed: {str(e).splitlines()[-1] if str(e) else e}")
+        if args.only is None:
+            out.unlink()  # room on disk for the bomb
+            bomb(d, args)
     finally:
         if tmp is not None:
             tmp.cleanup()

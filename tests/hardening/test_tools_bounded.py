@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,10 +36,19 @@ def test_flooding_tool_is_stopped_at_the_cap_with_a_reason():
     assert time.monotonic() - t0 < 15  # stopped at the cap, not at the timeout
 
 
+def _limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
 def test_live_run_caps_what_it_keeps():
-    flood = [sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)"]
-    with pytest.raises(Unavailable, match="printed more than 16 MiB"):
-        LiveHost().run(flood, timeout=30)
+    # In a child with a memory cap: without the output cap this fills memory for the whole timeout.
+    code = ("import sys\nfrom perfstack.host.live import LiveHost\nfrom perfstack.host import Unavailable\n"
+            "flood = [sys.executable, '-c', 'import sys\\nwhile True: sys.stdout.write(\"x\" * 65536)']\n"
+            "try:\n    LiveHost().run(flood, timeout=20)\nexcept Unavailable as e:\n    print(e.reason)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=_limit_memory)
+    assert "printed more than 16 MiB" in done.stdout, done.stderr[-500:]
 
 
 def test_timeout_kills_the_grandchild_too(tmp_path):
