@@ -18,6 +18,7 @@ if [ -d .whl ]; then
 fi
 model=/tmp/perfstack-lt-${TINY:+tiny}1b  # TINY=1: a 2-layer model, to try the script on a CPU
 [ -f $model/config.json ] || python3 benchmarks/loadtest_model.py $model ${TINY:+--tiny} || exit 1
+mkdir -p ~/.cache/huggingface/hub  # transformers serve lists models from the hub cache (HTTP 500 without it)
 port=8765
 url=http://127.0.0.1:$port
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$out/gpu.txt"
@@ -41,7 +42,7 @@ serve() {  # serve NAME [transformers serve flags...]
 stop() { kill -TERM -- -$server_pid 2> /dev/null; wait $server_pid 2> /dev/null; sleep 2; }
 lt() {  # lt NAME [perfstack loadtest flags...]
     local name=$1; shift
-    timeout 300 python3 -m perfstack --no-color loadtest $url --tokenizer $model --model-config $model/config.json \
+    timeout 300 python3 -m perfstack --no-color loadtest $url --model $model --tokenizer $model --model-config $model/config.json \
         --gpu h100-sxm -o "$out/$name.json" "$@" > "$out/$name.txt" 2> "$out/$name.err"
     echo "loadtest $name rc=$?"; cat "$out/$name.txt"
 }

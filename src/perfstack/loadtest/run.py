@@ -66,7 +66,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None, connect=30)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout, auto_decompress=True) as session:
-        ident = await server.identify(session, addr, hdrs)
+        ident = await server.identify(session, addr, hdrs, plan.model, notes)
         model = plan.model or (ident["models"][0] if ident["models"] else None)
         if not model:
             raise UsageError("the server lists no model; name one with --model")

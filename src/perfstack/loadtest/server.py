@@ -67,9 +67,11 @@ async def _get_json(session: aiohttp.ClientSession, url: str, hdrs: dict) -> tup
         return resp.status, data, {k.lower(): v for k, v in resp.headers.items()}
 
 
-async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict) -> dict[str, Any]:
+async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, model: Optional[str] = None,
+                   notes: Optional[list[str]] = None) -> dict[str, Any]:
     """The server's identity from /v1/models, its headers and /version; an InputError when nothing
-    OpenAI-compatible answers there."""
+    OpenAI-compatible answers there. With ``model`` given, a broken /v1/models is only a note: some
+    servers fail it while serving completions, and the probe request then decides."""
     url = addr.base + "/v1/models"
     try:
         status, data, h = await _get_json(session, url, hdrs)
@@ -82,7 +84,11 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict) ->
         raise InputError(f"{url} answered HTTP {status}: the server wants an API key",
                          hint="put it in an environment variable and name it with --api-key-env")
     models = data.get("data") if isinstance(data, dict) else None
-    if status != 200 or not isinstance(models, list):
+    if (status != 200 or not isinstance(models, list)) and model and status != 404:
+        if notes is not None:
+            notes.append(f"GET /v1/models answered HTTP {status}; going on with --model {client._one_line(model)}")
+        models = []
+    elif status != 200 or not isinstance(models, list):
         raise InputError(f"{addr.shown} does not look like an OpenAI-compatible server "
                          f"(GET /v1/models answered HTTP {status}{'' if data is not None else ', not JSON'})",
                          hint="give the server's base URL, e.g. http://127.0.0.1:8000")
