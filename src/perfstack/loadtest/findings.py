@@ -19,6 +19,7 @@ from perfstack.model import Finding, Severity
 
 LAYER = "serving"
 QUEUE_SHARE = 0.5  # queueing is the story when it is most of TTFT
+SATURATED = 0.6  # a stream gets under this share of its lone token rate: requests wait for each other
 SPIKE = 3.0  # an ITL gap this many times the median is a spike
 PREFILL_LINK = 0.2  # spikes overlap other requests' prefills this much more often than ordinary gaps
 BOUND_LOW = 0.5  # decode slower than twice its memory-bandwidth bound
@@ -88,27 +89,41 @@ def slo_missed(lt: LoadTest) -> Optional[Finding]:
             "ones that did not.")
 
 
+def _per_stream(lv: Level) -> float:
+    """Output tokens per second per request in flight: falls once streams wait for each other."""
+    conc = lv.summary.concurrency_mean or (lv.load if lv.mode == "concurrency" else 0.0)
+    return lv.summary.output_throughput / conc if conc else 0.0
+
+
 def queueing(lt: LoadTest) -> Optional[Finding]:
     lv, base = judged(lt), lightest(lt)
     if lv is None or lv.summary.ttft is None:
         return None
     t = lv.summary.ttft.median
+    waiting = _mean([x.waiting for x in lv.server])
     if base is not None and base is not lv and base.summary.ttft is not None:
         floor, floor_what = base.summary.ttft.median, f"{base.summary.ttft.median:,.0f} ms at {_label(base)}"
+        # saturated: each stream now gets well under what it got alone (or the server says requests wait)
+        b = _per_stream(base)
+        efficiency = _per_stream(lv) / b if b else 1.0
+        saturated = efficiency < SATURATED or (waiting or 0) >= 1
+        sat_ev = f"; each stream got {efficiency:.0%} of the token rate it got at {_label(base)}"
     else:
         floor, floor_what = lv.summary.ttft.min, f"{lv.summary.ttft.min:,.0f} ms, the fastest at this load"
+        saturated = t >= 5 * floor or (waiting or 0) >= 1
+        sat_ev = ""
     share = (t - floor) / t if t > 0 else 0.0
-    waiting = _mean([x.waiting for x in lv.server])
-    if share < QUEUE_SHARE or t - floor < 20:
+    if not saturated or share < QUEUE_SHARE or t - floor < 20:
         return None
     ev = (f"median TTFT {t:,.0f} ms at {_label(lv)} vs {floor_what}: {share:.0%} of the time to first token is "
-          "spent waiting, not computing")
+          "spent waiting, not computing" + sat_ev)
     if waiting is not None:
         ev += f"; the server reported {waiting:.1f} requests waiting on average"
     knee = lt.sweep.get("knee")
-    severity = Severity.WARNING if lt.slo is None or lt.slo.ttft_ms is None or t > lt.slo.ttft_ms else Severity.INFO
+    missed = lt.slo is not None and lt.slo.ttft_ms is not None and t > lt.slo.ttft_ms
     return Finding(
-        id="serve-queueing", layer=LAYER, severity=severity, subject=_label(lv),
+        id="serve-queueing", layer=LAYER, severity=Severity.WARNING if missed or share > 0.8 else Severity.INFO,
+        subject=_label(lv),
         title="Time to first token is mostly queueing: the server is saturated at this load",
         evidence=ev,
         fix="serve this load on more replicas (or GPUs), or let each replica batch more (vLLM --max-num-seqs and "

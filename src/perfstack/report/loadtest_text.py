@@ -94,7 +94,8 @@ def render_loadtest(run: Run, console: Console, verbose: bool = False) -> None:
     t = Table(*HEADERS, box=None, pad_edge=False, header_style="bold")
     for row in level_rows(lt):
         t.add_row(*(Text(c) for c in row))
-    console.print(t)
+    # a pipe or a file gets the whole table: cut cells lose figures
+    console.print(t, width=console.width if console.is_terminal else max(console.width, 140))
     line = sweep_line(lt)
     if line:
         console.print(Text(line))
