@@ -110,3 +110,14 @@ def test_fleet_doctor_without_ray_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)
     assert main(["fleet", "doctor"]) == 3
     assert "perfstack[fleet]" in capsys.readouterr().err
+
+
+def test_reading_in_worker_processes_gives_the_same_nodes(tmp_path):
+    from perfstack.fleet.gather import PARALLEL_FROM, entries
+    write(fleet("h100-doctor", PARALLEL_FROM + 2, seed=31, plant={5: lambda d: set_fact(d, "kernel.swappiness", 60)}),
+          tmp_path / "r")
+    (tmp_path / "r" / "broken.json").write_text("{", encoding="utf-8")
+    one = gather(entries([tmp_path / "r"]), workers=1)
+    two = gather(entries([tmp_path / "r"]), workers=2)
+    assert [(n.name, n.status, n.config, n.reason) for n in one] == [(n.name, n.status, n.config, n.reason) for n in two]
+    assert len(one) == PARALLEL_FROM + 3
