@@ -41,6 +41,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(f"--alpha {args.alpha:g} must be between 0 and 1", hint="0.01 is the default")
     check_output(args.output, fmt, out)
     before, after = load_run(args.before), load_run(args.after)
+    if before.fleet is not None or after.fleet is not None:  # two runs of a fleet: what changed across its nodes
+        from perfstack.cli.fleet import diff_fleet_runs
+        return diff_fleet_runs(before, after, args, fmt, out, err)
     d = diff_runs(before, after, args.before, args.after, alpha=args.alpha)
     if fmt == "json":
         emit(d.to_json(), args.output, out, err, "the diff")

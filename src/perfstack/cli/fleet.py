@@ -175,3 +175,46 @@ def run_doctor(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def run_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
     return _fan(args, out, err, "bench")
+
+
+def report_fleet_run(run: Run, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
+    """'perfstack report FLEET.json': the fleet's own views (text or HTML)."""
+    from perfstack.cli.report import emit as emit_doc
+    from perfstack.cli.report import text_file
+    from perfstack.fleet.output import analysis_of
+    from perfstack.report.fleet_text import render_fleet
+    a = analysis_of(run, args.run_file)
+    if fmt == "html":
+        from perfstack.report.fleet_html import render_fleet_html
+        emit_doc(render_fleet_html(a, run.meta), args.output, out, err, "the HTML report")
+    elif fmt == "md":
+        raise UsageError("a fleet Run has no Markdown view", hint="use -f text, -f html or -f json")
+    elif args.output:
+        emit_doc(text_file(lambda c: render_fleet(a, run.meta, c, args.verbose > 0), 140), args.output, out, err,
+                 "the report")
+    else:
+        render_fleet(a, run.meta, out, verbose=args.verbose > 0)
+    return 0
+
+
+def diff_fleet_runs(before: Run, after: Run, args: argparse.Namespace, fmt: str, out: Console, err: Console) -> int:
+    """'perfstack diff' of two fleet Runs: nodes newly flagged or cleared, drift, outliers and findings that
+    appeared or went, SKU medians that moved. With --fail-on-regression, exit 1 when a node is newly flagged."""
+    import json
+
+    from perfstack.cli.report import emit as emit_doc
+    from perfstack.cli.report import text_file
+    from perfstack.fleet.compare import diff_fleets
+    from perfstack.fleet.output import analysis_of
+    from perfstack.report.fleet_diff import render_fleet_diff
+    d = diff_fleets(analysis_of(before, args.before), analysis_of(after, args.after))
+    if fmt == "json":
+        emit_doc(json.dumps(d.to_dict(), indent=2, default=str), args.output, out, err, "the diff")
+    elif fmt in ("md", "html"):
+        raise UsageError(f"a fleet diff has no {fmt} view", hint="use -f text or -f json")
+    elif args.output:
+        emit_doc(text_file(lambda c: render_fleet_diff(d, args.before, args.after, c), 140), args.output, out, err,
+                 "the diff")
+    else:
+        render_fleet_diff(d, args.before, args.after, out)
+    return 1 if args.fail_on_regression is not None and d.newly_flagged else 0

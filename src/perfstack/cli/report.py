@@ -129,6 +129,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     fmt = output_format(args.format, args.output)
     check_output(args.output, fmt, out)
     r = load_run(args.run_file)
+    if r.fleet is not None and fmt != "json":
+        from perfstack.cli.fleet import report_fleet_run
+        return report_fleet_run(r, fmt, args, out, err)
     if fmt == "json":
         emit(r.to_json(), args.output, out, err, "the Run")
         return 0

@@ -1,0 +1,55 @@
+"""The terminal and Markdown-free text view of a fleet diff (``fleet.compare.FleetDiff``)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.text import Text
+
+from perfstack.fleet.compare import FleetDiff
+from perfstack.report.charts import num
+from perfstack.report.fleet_text import STYLE, inert, nodes_list
+
+
+def render_fleet_diff(d: FleetDiff, before: str, after: str, console: Console) -> None:
+    console.print(Text.assemble(("perfstack diff (fleet)", "bold"), f"  {inert(before)} → {inert(after)}"))
+    if d.empty():
+        console.print(Text("nothing changed: the same nodes, flagged for the same reasons", style="dim"))
+        return
+
+    def section(title: str) -> None:
+        console.print(Rule(Text(title, style="bold"), align="left", style="dim"))
+
+    if d.nodes_added or d.nodes_removed:
+        section("Nodes")
+        if d.nodes_added:
+            console.print(f"  joined: {nodes_list(d.nodes_added, 12)}", markup=False)
+        if d.nodes_removed:
+            console.print(f"  gone: {nodes_list(d.nodes_removed, 12)}", markup=False)
+    if d.newly_flagged or d.no_longer_flagged:
+        section("Flagged nodes")
+        for r in d.newly_flagged:
+            console.print(Text.assemble(Text(" NEW      ", style=STYLE[r["severity"]]), (inert(r["node"]), "bold"),
+                                        "  " + "; ".join(inert(x, 80) for x in r["reasons"][:3])))
+        for r in d.no_longer_flagged:
+            console.print(Text.assemble(Text(" CLEARED  ", style="green"), (inert(r["node"]), "bold"),
+                                        ("  was: " + "; ".join(inert(x, 80) for x in r["reasons"][:3]), "dim")))
+    for title, new, gone, fmt in (
+        ("Drift", d.drift_new, d.drift_gone, lambda x: f"{x['key']} on {x['node']} = {inert(x['value'], 40)}"),
+        ("Figures that stand out", d.outliers_new, d.outliers_gone,
+         lambda x: f"{x['figure']} on {x['node']}{' ' + x['subject'] if x['subject'] else ''} "
+                   f"{x['deviation_pct']:+.1f}%"),
+        ("Findings on a minority of nodes", d.findings_new, d.findings_gone,
+         lambda x: f"{x['id']} on {x['node']} ({x['severity']})"),
+    ):
+        if new or gone:
+            section(title)
+            for x in new:
+                console.print(Text.assemble(Text("  + ", style="red"), inert(fmt(x))))
+            for x in gone:
+                console.print(Text.assemble(Text("  - ", style="green"), inert(fmt(x))))
+    if d.medians:
+        section("SKU medians that moved")
+        for m in d.medians:
+            console.print(f"  {inert(m['sku'])} {inert(m['figure'])}: {num(m['before'], m['unit'])} → "
+                          f"{num(m['after'], m['unit'])} ({m['change_pct']:+.1f}%)", markup=False)
