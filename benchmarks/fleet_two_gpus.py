@@ -1,0 +1,170 @@
+"""perfstack fleet across the real GPUs of one machine: a local Ray cluster with one worker per GPU.
+
+    pip install -e '.[fleet]' && python benchmarks/fleet_two_gpus.py [--out DIR] [--suite quick]
+
+On a machine with two (or more) GPUs this starts a local Ray cluster (ray.cluster_utils.Cluster): a
+head node without GPUs and one node per GPU, each node's raylet given CUDA_VISIBLE_DEVICES=i. The
+node of the last GPU gets NCCL_P2P_DISABLE=1 in its environment: the planted fault, in that worker's
+process environment only; the machine's settings are never changed. Then, in one go:
+
+1. checks that each GPU node's tasks see their own GPU (its PCI bus id), so the fleet is one per GPU;
+2. ``fleet doctor`` on every node: the fleet must name the planted node, for NCCL_P2P_DISABLE
+   (drift of env.NCCL_P2P_DISABLE and the nccl-p2p-disabled finding), and flag no other node;
+3. ``fleet bench``: one task per GPU (the single-GPU benchmarks), then the head's node part (GPU-to-GPU
+   copies and the NCCL collectives over all GPUs: the pairwise matrix);
+4. ``perfstack bench`` run alone on each GPU (CUDA_VISIBLE_DEVICES=i), and each per-GPU fleet figure
+   compared with it against both figures' raw samples (Mann-Whitney + bootstrap, as perfstack diff
+   does): agreement means the fan-out measures what a bench alone measures.
+
+Writes under --out (default $OUT, else ./fleet-two-gpus): the node Runs, the fleet Runs, the HTML
+reports, the standalone bench Runs, and summary.txt with the verdicts; exits 1 when a check fails.
+``--cpu`` runs only steps 1-2 with simulated GPU slots (for trying the script without GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on these machines
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+def perfstack(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfstack", *argv], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or "fleet-two-gpus")
+    p.add_argument("--suite", default="quick", choices=("quick", "full"))
+    p.add_argument("--cpu", action="store_true", help="no GPUs: simulated GPU slots, doctor only")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 2 if args.cpu else gpu_count()
+    if n < 2:
+        print(f"this machine has {n} CUDA GPU(s); the run needs 2 (or --cpu to try the flow)", file=sys.stderr)
+        return 3
+    import ray
+    from ray.cluster_utils import Cluster
+
+    lines: list[str] = []
+    failures: list[str] = []
+    slot_of: dict[str, str] = {}  # Ray node id -> the GPU its raylet was given
+
+    def say(s: str) -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    planted_gpu = n - 1
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "env_vars": NVLS_OFF})
+    for i in range(n):
+        env = {**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i), "PERFSTACK_FLEET_SLOT": str(i)}
+        if i == planted_gpu:
+            env["NCCL_P2P_DISABLE"] = "1"
+        cluster.add_node(num_cpus=2, num_gpus=1, env_vars=env)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        # 1. which GPU each node's GPU task sees
+        @ray.remote(num_gpus=1)
+        def which() -> dict:
+            import os as _os
+            info = {"slot": _os.environ.get("PERFSTACK_FLEET_SLOT"), "visible": _os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "node": ray.get_runtime_context().get_node_id()}
+            try:
+                import torch
+                if torch.cuda.is_available():
+                    pr = torch.cuda.get_device_properties(0)
+                    info["bus"] = f"{pr.pci_domain_id:04x}:{pr.pci_bus_id:02x}:{pr.pci_device_id:02x}"
+            except Exception as e:  # reported, and the check below fails on it
+                info["bus"] = f"torch: {e}"
+            return info
+        seen = ray.get([which.remote() for _ in range(n)])
+        say("GPU tasks see: " + json.dumps(seen))
+        slot_of = {x["node"]: x["slot"] for x in seen}
+        buses = {s.get("bus") for s in seen}
+        if not args.cpu and len(buses) != n:
+            failures.append(f"the GPU nodes do not see distinct GPUs: {buses}")
+
+        # 2. fleet doctor
+        from perfstack.cli.main import main as cli
+        doctor_json = out / "fleet-doctor.json"
+        rc = cli(["fleet", "doctor", "-q", "--fail-on", "never", "--save-runs", str(out / "runs-doctor"),
+                  "-o", str(doctor_json), "--html", str(out / "fleet-doctor.html")])
+        doc = json.loads(doctor_json.read_text())["fleet"]
+        ranking = {r["node"]: r for r in doc["ranking"]}
+        say(f"fleet doctor rc={rc}; flagged: " + json.dumps({k: [v["severity"], v["reasons"]] for k, v in ranking.items()}))
+        planted_nodes = [r for r, v in ranking.items() if any("NCCL_P2P" in x or "nccl-p2p" in x for x in v["reasons"])]
+        if len(planted_nodes) != 1:
+            failures.append(f"expected one node named for NCCL_P2P_DISABLE, got {planted_nodes}")
+        others = [r for r in ranking if r not in planted_nodes]
+        if others:
+            failures.append(f"healthy nodes flagged: {others}")
+        if args.cpu:
+            return _finish(out, lines, failures, say)
+
+        # 3. fleet bench
+        bench_json = out / "fleet-bench.json"
+        rc = cli(["fleet", "bench", "-q", "--suite", args.suite, "--fail-on", "never", "--save-runs",
+                  str(out / "runs-bench"), "-o", str(bench_json), "--html", str(out / "fleet-bench.html")])
+        say(f"fleet bench rc={rc}; " + json.dumps(json.loads(bench_json.read_text())["fleet"]["summary"]))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+    # 4. each GPU alone, then compared with its fleet figures
+    from perfstack.compare.diff import measurement_delta
+    from perfstack.model import Run
+    fleet_runs = {}
+    for f in sorted((out / "runs-bench").glob("*.gpu*.json")):
+        r = Run.load(f)
+        slot = slot_of.get(r.meta.get("fleet", {}).get("ray_node_id"))
+        if slot is not None:
+            fleet_runs[int(slot)] = r
+    for i in range(n):
+        alone = out / f"bench-alone-gpu{i}.json"
+        proc = perfstack("bench", "--suite", args.suite, "-q", "-o", str(alone),
+                         env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
+        if proc.returncode not in (0, 1):
+            failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
+            continue
+        if i not in fleet_runs:
+            failures.append(f"no fleet bench Run for GPU {i}")
+            continue
+        a = {m.name: m for m in Run.load(alone).measurements}
+        verdicts = {}
+        for m in fleet_runs[i].measurements:
+            if m.status != "ok" or m.params.get("sweep") or m.name not in a:
+                continue
+            d = measurement_delta(a[m.name], m, set())
+            verdicts[m.name] = (d.verdict, d.delta_pct)
+            say(f"GPU {i} {m.name}: alone {a[m.name].value:.4g} vs fleet {m.value:.4g} {m.unit} "
+                f"({d.delta_pct:+.1f}%): {d.verdict}")
+        moved = [k for k, (v, pct) in verdicts.items() if v != "within noise" and abs(pct or 0) > 3]
+        if moved:
+            failures.append(f"GPU {i}: fleet and standalone figures differ beyond noise and 3%: {moved}")
+    return _finish(out, lines, failures, say)
+
+
+def _finish(out: Path, lines: list[str], failures: list[str], say) -> int:
+    say("RESULT: " + ("all checks passed" if not failures else "FAILED: " + "; ".join(failures)))
+    (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
