@@ -121,3 +121,15 @@ def test_reading_in_worker_processes_gives_the_same_nodes(tmp_path):
     two = gather(entries([tmp_path / "r"]), workers=2)
     assert [(n.name, n.status, n.config, n.reason) for n in one] == [(n.name, n.status, n.config, n.reason) for n in two]
     assert len(one) == PARALLEL_FROM + 3
+
+
+def test_a_nodes_doctor_and_bench_runs_merge_by_file_name(tmp_path):
+    import json as _json
+    doctor = fleet("h100-doctor", 1, seed=51)[0]
+    bench = fleet("h100-bench-full", 1, seed=51)[0]
+    for d in (doctor, bench):
+        del d["meta"]["fleet"]  # as srun writes them: named by the file only
+    (tmp_path / "gpu-a17.json").write_text(_json.dumps(doctor), encoding="utf-8")
+    (tmp_path / "gpu-a17.bench.json").write_text(_json.dumps(bench), encoding="utf-8")
+    [n] = gather([tmp_path])
+    assert n.name == "gpu-a17" and n.findings and n.figures and n.command == "bench+doctor"

@@ -7,8 +7,8 @@ fails to audit becomes a node that "did not report" with the reason; only an unu
 that does not exist, a directory with nothing in it) is an error.
 
 A node is named by the ``fleet.node`` its Run carries (Runs written by ``perfstack fleet``), else by
-the file's or bundle's name: ``srun perfstack doctor -o runs/%N.json`` names each Run after its host.
-Runs of one node (its doctor Run and its per-GPU bench Runs) are merged.
+the file's name up to its first dot (``runs/NODE.json``, ``runs/NODE.bench.json``), or the bundle's
+directory name. Runs of one node (its doctor Run and its bench Runs) are merged.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def _node_name(run: Run, fallback: str) -> str:
 
 
 def _stem(p: Path) -> str:
-    return p.name[:-5] if p.name.endswith(".json") else p.name
+    """The node a Run file belongs to: its name up to the first dot, so that NODE.json, NODE.bench.json
+    and NODE.gpu0.json are one node's Runs."""
+    return p.name.split(".", 1)[0] or p.name
 
 
 def read_run_file(p: Path) -> NodeSummary | None:
@@ -86,7 +88,7 @@ def entries(paths: Iterable[str | Path]) -> list[Path]:
         found = sorted(c for c in p.iterdir() if (c.is_file() and c.name.endswith(".json")) or is_bundle(c))
         if not found:
             raise InputError(f"{p} holds no Run (*.json) and no bundle directory",
-                             hint="each node writes one: srun --ntasks-per-node=1 perfstack doctor -o DIR/%N.json")
+                             hint="each node writes one: perfstack doctor -o DIR/$(hostname).json")
         out.extend(found)
     return out
 

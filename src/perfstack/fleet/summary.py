@@ -151,6 +151,6 @@ def merge(a: NodeSummary, b: NodeSummary) -> NodeSummary:
     findings = a.findings + [f for f in b.findings if (f.id, f.subject) not in seen]
     return NodeSummary(name=a.name, source=a.source if a.source == b.source else f"{a.source}; {b.source}",
                        tool_version=a.tool_version or b.tool_version,
-                       command=a.command if a.command == b.command else f"{a.command}+{b.command}",
+                       command="+".join(sorted(set(a.command.split("+")) | set(b.command.split("+")))),
                        sku=a.sku if a.sku != "no GPU" else b.sku, gpus=a.gpus or b.gpus, config=config,
                        findings=findings, figures={**a.figures, **b.figures}, checked=a.checked | b.checked)
