@@ -40,7 +40,6 @@ LAYERS: dict[str, str] = {
     "container-orch": "Containers / cgroups",
     "storage": "Storage",
     "network": "Network",
-    "serving": "Inference serving",  # load tests: above the stack, what the server's users feel
 }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -41,13 +42,17 @@ class State:
     waiting: int = 0
     preemptions: int = 0
     flaky: int = 0
+    record_sends: bool = False
     lateness: list[float] = field(default_factory=list)  # seconds each token left after its schedule
+    gaps: list[float] = field(default_factory=list)  # seconds between a stream's successive tokens, as sent
+    sends: dict = field(default_factory=dict)  # prompt number -> when each token left (for per-gap comparison)
     sem: Optional[asyncio.Semaphore] = None
 
 
 STATE = web.AppKey("state", State)
 
 
+@functools.lru_cache(maxsize=4096)
 def _chunk(api: str, text: str) -> bytes:
     choice = {"index": 0, "delta": {"content": text}} if api == "chat" else {"index": 0, "text": text}
     return b"data: " + json.dumps({"object": "chunk", "choices": [choice]}).encode() + b"\n\n"
@@ -104,6 +109,8 @@ async def _emit(request: web.Request, s: State, mode: str, n: int, body: dict, a
     if mode == "empty":
         await resp.write(b"data: [DONE]\n\n")
         return resp
+    last = None
+    sent = s.sends.setdefault(_prompt_number(body), []) if s.record_sends else None
     for i in range(n):
         due = t0 + i * s.interval
         delay = due - time.perf_counter()
@@ -119,12 +126,43 @@ async def _emit(request: web.Request, s: State, mode: str, n: int, body: dict, a
         if mode == "stall" and i == 2:
             await asyncio.sleep(30)
         await resp.write(_chunk(api, f" t{i}"))
-        s.lateness.append(time.perf_counter() - due)
+        now = time.perf_counter()
+        s.lateness.append(now - due)
+        if last is not None:
+            s.gaps.append(now - last)
+        if sent is not None:
+            sent.append(now)
+        last = now
     if (body.get("stream_options") or {}).get("include_usage"):
         usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": n + 7}
         await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     return resp
+
+
+def _prompt_number(body: dict) -> int:
+    """perfstack's synthetic prompts start with their number ("17: ..."); -1 for any other prompt."""
+    msgs = body.get("messages") or [{}]
+    text = str(body.get("prompt") or (msgs[0] or {}).get("content") or "")
+    head = text.split(":", 1)[0].strip()
+    return int(head) if head.isdigit() else -1
+
+
+async def _sends(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].sends)
+
+
+async def _stats(request: web.Request) -> web.Response:
+    """How the server kept its schedule: its own inter-token gaps and lateness (ms), then reset."""
+    s: State = request.app[STATE]
+
+    def pct(v: list[float]) -> dict:
+        v = sorted(v)
+        return {q: v[min(len(v) - 1, int(len(v) * p))] * 1e3 for q, p in (("p50", .5), ("p90", .9), ("p99", .99))} if v else {}
+    out = {"gaps_ms": pct(s.gaps), "lateness_ms": pct(s.lateness), "tokens": len(s.lateness)}
+    s.gaps.clear()
+    s.lateness.clear()
+    return web.json_response(out)
 
 
 async def _chat(request: web.Request) -> web.StreamResponse:
@@ -135,11 +173,14 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return await _stream(request, "completions")
 
 
-def make_app(interval: float = 0.02, ttft: float = 0.05, max_running: Optional[int] = None) -> web.Application:
+def make_app(interval: float = 0.02, ttft: float = 0.05, max_running: Optional[int] = None,
+             record_sends: bool = False) -> web.Application:
     app = web.Application()
-    app[STATE] = State(interval=interval, ttft=ttft, max_running=max_running)
+    app[STATE] = State(interval=interval, ttft=ttft, max_running=max_running, record_sends=record_sends)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/stats", _stats)
+    app.router.add_get("/sends", _sends)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_post("/v1/completions", _completions)
     return app
@@ -196,6 +237,7 @@ if __name__ == "__main__":
     ap.add_argument("--interval-ms", type=float, default=20)
     ap.add_argument("--ttft-ms", type=float, default=50)
     ap.add_argument("--max-running", type=int, default=None)
+    ap.add_argument("--record-sends", action="store_true", help="keep every token's send time (GET /sends)")
     a = ap.parse_args()
-    web.run_app(make_app(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running), host="127.0.0.1", port=a.port,
-                print=None)
+    web.run_app(make_app(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running, a.record_sends), host="127.0.0.1",
+                port=a.port, print=None)

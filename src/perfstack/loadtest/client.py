@@ -72,8 +72,9 @@ async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_
     done = False
     while True:
         try:
-            line = await asyncio.wait_for(resp.content.readline(), stall_s)
-        except asyncio.TimeoutError:
+            # the read deadline is the session's sock_read timeout: a timer per line would cost more than the line
+            line = await resp.content.readline()
+        except aiohttp.ServerTimeoutError:
             raise Failed("stall", f"no data for {stall_s:g} s") from None
         except ValueError as e:  # a line beyond aiohttp's buffer limit
             raise Failed("bad-stream", str(e)) from None
@@ -131,7 +132,8 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: di
     sink.append(rec)
     try:
         async with asyncio.timeout(timeout_s) if hasattr(asyncio, "timeout") else _Deadline(timeout_s):
-            async with session.post(url, json=body, headers=headers) as resp:
+            async with session.post(url, json=body, headers=headers,
+                                    timeout=aiohttp.ClientTimeout(total=None, connect=30, sock_read=stall_s)) as resp:
                 if resp.status != 200:
                     text = await _body_head(resp)
                     kind = "http-429" if resp.status == 429 else f"http-{resp.status // 100}xx"
@@ -139,6 +141,8 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: di
                 await _consume(resp, rec, t0, stall_s)
     except Failed as f:
         rec.error, rec.detail = f.kind, f.detail
+    except aiohttp.ServerTimeoutError:
+        rec.error, rec.detail = "stall", f"no answer for {stall_s:g} s"
     except asyncio.TimeoutError:
         rec.error, rec.detail = "timeout", f"no complete answer within {timeout_s:g} s"
     except aiohttp.ClientConnectorError as e:

@@ -75,6 +75,9 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
                     burstiness: float = 1.0, max_concurrency: Optional[int] = None,
                     slo: Optional[Slo] = None) -> Level:
     """Send ``warmup`` + ``n`` requests at the given load; ``stop`` ends the level early (Ctrl-C)."""
+    total = warmup + n
+    # prompts are made before the clock starts: making one in the loop would delay every stream meanwhile
+    ready = iter([next(prompts) for _ in range(total)])
     records: list[Request] = []
     t_level = time.perf_counter()
     done = asyncio.Event()
@@ -84,7 +87,6 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     if target.metrics_url:
         side.append(asyncio.ensure_future(scrape.sample_until(session, target.metrics_url, t_level, done, server)))
     counter = itertools.count()
-    total = warmup + n
 
     async def one(i: int, p: workload.Prompt) -> None:
         await client.send(session, target.url, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
@@ -95,7 +97,7 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
             i = next(counter)
             if i >= total:
                 return
-            await one(i, next(prompts))
+            await one(i, next(ready))
 
     async def dispatcher() -> None:
         sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
@@ -119,7 +121,7 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
                     pass
             if stop.is_set():
                 break
-            p = next(prompts)
+            p = next(ready)
             if sem is not None:
                 await sem.acquire()
             t = asyncio.ensure_future(one(i, p))
