@@ -133,3 +133,14 @@ def test_a_nodes_doctor_and_bench_runs_merge_by_file_name(tmp_path):
     (tmp_path / "gpu-a17.bench.json").write_text(_json.dumps(bench), encoding="utf-8")
     [n] = gather([tmp_path])
     assert n.name == "gpu-a17" and n.findings and n.figures and n.command == "bench+doctor"
+
+
+def test_fleet_doctor_with_nothing_at_the_address_fails_fast(capsys):
+    pytest.importorskip("ray")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a port nothing listens on
+    assert main(["fleet", "doctor", "--address", f"127.0.0.1:{port}"]) == 3
+    assert "no Ray cluster at 127.0.0.1" in capsys.readouterr().err

@@ -10,6 +10,7 @@ itself took on the node, is the fan-out's own overhead, kept per node.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -52,6 +53,7 @@ def connect(address: str | None) -> Any:
     ray = _ray()
     if ray.is_initialized():
         return ray
+    _reachable(address)
     try:
         ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -60,6 +62,22 @@ def connect(address: str | None) -> Any:
                             hint="start one with 'ray start --head' (and 'ray start --address HEAD:6379' on the "
                                  "other nodes), or give --address HOST:PORT") from None
     return ray
+
+
+def _reachable(address: str | None, timeout_s: float = 3.0) -> None:
+    """Ray retries an unreachable head for minutes before it gives up; a plain TCP connection to a
+    HOST:PORT address says within seconds whether anything listens there."""
+    if not address or address == "auto" or "://" in address or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except ValueError:
+        raise CannotRunHere(f"--address {address}: the port is not a number", hint="give HOST:PORT, e.g. head:6379") from None
+    except OSError as e:
+        raise CannotRunHere(f"no Ray cluster at {address}: {e.strerror or e}",
+                            hint="start one with 'ray start --head' on that host, or give the address "
+                                 "'ray status' prints there") from None
 
 
 def nodes(ray: Any) -> list[RayNode]:
