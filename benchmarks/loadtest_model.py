@@ -3,6 +3,7 @@ real inference server can be load-tested anywhere.
 
     python benchmarks/loadtest_model.py DIR                 # ~1.2B parameters, bf16 (Llama-3.2-1B's shape)
     python benchmarks/loadtest_model.py DIR --tiny          # 2 layers, 64 wide: CPU tests
+    python benchmarks/loadtest_model.py DIR --small         # 8 layers, 512 wide: a CPU server to compare clients on
 
 The tokenizer is word-level over the model's whole vocabulary ("w0" ... "wN"), so that every token a
 random model emits decodes to visible text: a streamed chunk then always carries the token it stands for.
@@ -18,6 +19,9 @@ SHAPES = {
     # Llama-3.2-1B's layer shape with a 32k vocabulary (the tokenizer below has to cover it)
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=32000, max_position_embeddings=16384, tie_word_embeddings=True),
+    # a CPU server slow enough (milliseconds per token) that client overheads are small beside it
+    "small": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=4, vocab_size=4000, max_position_embeddings=4096, tie_word_embeddings=True),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=2000, max_position_embeddings=4096, tie_word_embeddings=True),
 }
@@ -62,7 +66,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--small", action="store_true")
     ap.add_argument("--dtype", default=None)
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    build(Path(a.out), "tiny" if a.tiny else "1b", a.dtype or ("float32" if a.tiny else "bfloat16"))
+    shape = "tiny" if a.tiny else "small" if a.small else "1b"
+    build(Path(a.out), shape, a.dtype or ("bfloat16" if shape == "1b" else "float32"))
