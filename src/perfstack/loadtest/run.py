@@ -77,7 +77,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
                         ignore_eos=plan.ignore_eos, timeout_s=plan.timeout_s, stall_s=plan.stall_s,
                         metrics_url=addr.base + "/metrics" if "metrics" in ident else None)
         progress(f"{addr.shown}: model {model}; checking that it streams…")
-        await server.probe(session, target, notes)
+        await server.probe(session, target, notes, wl.prompts[0])
         if target.metrics_url is None:
             notes.append("the server has no Prometheus /metrics: findings rest on latencies alone")
         prompts = wl.cycle()

@@ -108,10 +108,10 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, mo
     return ident
 
 
-async def probe(session: aiohttp.ClientSession, target: Target, notes: list[str]) -> None:
-    """One short streamed request; drop the optional fields the server refuses. An InputError when the
-    server cannot stream a completion at all."""
-    prompt = workload.Prompt("Say hello.", 3, 4)
+async def probe(session: aiohttp.ClientSession, target: Target, notes: list[str], first: workload.Prompt) -> None:
+    """One short streamed request made of the workload's first prompt; drop the optional fields the server
+    refuses. An InputError when the server cannot stream a completion at all."""
+    prompt = workload.Prompt(first.text, first.input_tokens, min(first.max_tokens, 4))
     last = None
     for ignore_eos, usage in ((target.ignore_eos, True), (False, True), (False, False)):
         if not target.ignore_eos and ignore_eos:
