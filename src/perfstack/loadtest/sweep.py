@@ -58,10 +58,15 @@ def summary(levels: list[Level], slo: Optional[Slo], stopped: Optional[str]) -> 
         out["knee_output_throughput"] = k.summary.output_throughput
     out["best_output_throughput"] = max((lv.summary.output_throughput for lv in levels), default=0.0)
     if slo is not None:
-        passing = [lv for lv in levels if not lv.interrupted and metrics.meets(lv.summary, slo)]
-        out["max_load_meeting_slo"] = max((lv.load for lv in passing), default=None)
-        if passing:
-            best = max(passing, key=lambda lv: lv.load)
+        # the highest load below which every level met the SLO: a lucky heavier level after a miss is not
+        # a load to plan on
+        best = None
+        for lv in sorted((lv for lv in levels if not lv.interrupted), key=lambda lv: lv.load):
+            if not metrics.meets(lv.summary, slo):
+                break
+            best = lv
+        out["max_load_meeting_slo"] = best.load if best is not None else None
+        if best is not None:
             out["goodput_at_max"] = best.summary.goodput
     if stopped:
         out["stopped"] = stopped
