@@ -25,6 +25,8 @@ import argparse
 import asyncio
 import functools
 import json
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -237,7 +239,27 @@ if __name__ == "__main__":
     ap.add_argument("--interval-ms", type=float, default=20)
     ap.add_argument("--ttft-ms", type=float, default=50)
     ap.add_argument("--max-running", type=int, default=None)
-    ap.add_argument("--record-sends", action="store_true", help="keep every token's send time (GET /sends)")
+    ap.add_argument("--record-sends", metavar="FILE", help="write every token's send time, per prompt, to FILE "
+                                                              "(one file per process: FILE.PID) when stopped")
+    ap.add_argument("--processes", type=int, default=1, help="serve from this many processes (SO_REUSEPORT)")
     a = ap.parse_args()
-    web.run_app(make_app(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running, a.record_sends), host="127.0.0.1",
-                port=a.port, print=None)
+
+    def serve() -> None:
+        app = make_app(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running, bool(a.record_sends))
+        if a.record_sends:
+            async def dump(app: web.Application) -> None:
+                with open(f"{a.record_sends}.{os.getpid()}", "w") as f:
+                    json.dump(app[STATE].sends, f)
+            app.on_cleanup.append(dump)
+        web.run_app(app, host="127.0.0.1", port=a.port, print=None, reuse_port=a.processes > 1)
+
+    if a.processes > 1:
+        import multiprocessing
+        procs = [multiprocessing.Process(target=serve) for _ in range(a.processes)]
+        for p in procs:
+            p.start()
+        signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
+        for p in procs:
+            p.join()
+    else:
+        serve()

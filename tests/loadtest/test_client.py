@@ -181,3 +181,18 @@ def test_hostile_run_section_is_refused(tmp_path):
 def test_bad_flags_are_usage_errors(flags, capsys):
     assert main(["loadtest", "http://127.0.0.1:9", *flags]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_level_shared_by_client_processes_reads_as_one(tmp_path):
+    with Background(make_app(interval=0.01, ttft=0.02, record_sends=True)) as srv:
+        rc, run = _run(srv.url, tmp_path, "--concurrency", "6", "--client-procs", "3", "--requests", "18",
+                       "--output-len", "5")
+        sends = srv.app[STATE].sends
+    assert rc == 0
+    lv = record.from_builtins(run.loadtest).levels[0]
+    assert lv.client.processes == 3 and lv.summary.completed == 18 and sum(r.warmup for r in lv.requests) == 6
+    assert lv.summary.concurrency_mean > 3  # the three processes ran at the same time
+    # the merged records keep the prompts' order: record k was prompt k (synthetic prompts are numbered;
+    # prompt 0 was also the probe's)
+    for k, r in enumerate(lv.requests[1:], 1):
+        assert len(sends[k]) == r.output_tokens == 5

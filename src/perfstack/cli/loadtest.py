@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     load.add_argument("--burstiness", type=float, default=1.0, metavar="F",
                       help="open loop: gamma shape of the arrival gaps (1: Poisson; < 1: burstier)")
     load.add_argument("--max-concurrency", type=int, default=None, metavar="N", help="open loop: cap in flight")
+    load.add_argument("--client-procs", type=int, default=None, metavar="N",
+                      help="client processes sharing each level (default: one per 200 streams, up to the CPUs "
+                           "but one); one event loop reads a burst of chunks one after another")
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per request (default 600 s)")
     load.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",
@@ -109,6 +112,8 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError("--warmup must be 0 or more")
+    if args.client_procs is not None and args.client_procs < 1:
+        raise UsageError("--client-procs must be at least 1")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise UsageError("--max-concurrency must be at least 1")
     if not 0 < args.slo_attainment <= 1:
@@ -147,7 +152,8 @@ def build_plan(args: argparse.Namespace):
                 sweep_max=args.sweep_max, requests=args.requests, warmup=args.warmup, burstiness=args.burstiness,
                 max_concurrency=args.max_concurrency, seed=args.seed,
                 slo=parse_slo(args.slo, args.slo_attainment) if args.slo else None, ignore_eos=args.ignore_eos,
-                timeout_s=args.timeout, stall_s=args.stall_timeout, api_key_env=args.api_key_env)
+                timeout_s=args.timeout, stall_s=args.stall_timeout, api_key_env=args.api_key_env,
+                client_procs=args.client_procs)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

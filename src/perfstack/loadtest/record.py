@@ -72,6 +72,7 @@ class ClientLoad(msgspec.Struct):
     loop_lag_p99_ms: float  # how late a 10 ms timer fired, 99th percentile
     loop_lag_max_ms: float
     cpu_us_per_chunk: float  # client CPU per streamed chunk received
+    processes: int = 1  # client processes that shared the level (figures above: the busiest one)
 
 
 class Summary(msgspec.Struct, omit_defaults=True):

@@ -17,7 +17,8 @@ import aiohttp
 
 from perfstack.errors import UsageError
 from perfstack.loadtest import server, sweep
-from perfstack.loadtest.load import Target, run_level
+from perfstack.loadtest.load import Target, event_loop, new_session
+from perfstack.loadtest.workers import auto_procs, run_level
 from perfstack.loadtest.record import Level, LoadTest, Slo
 from perfstack.loadtest.workload import Workload
 
@@ -43,6 +44,7 @@ class Plan:
     timeout_s: float = 600.0
     stall_s: float = 60.0
     api_key_env: Optional[str] = "OPENAI_API_KEY"
+    client_procs: Optional[int] = None  # None: one per 200 streams, up to the CPUs but one
 
 
 def _warmup(plan: Plan, mode: str, load: float) -> int:
@@ -64,9 +66,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
     if not wl.exact_counts:
         notes.append("prompt lengths counted without the model's tokenizer (approximate); "
                      "figures use the server's own token counts where it reports them")
-    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=None, connect=30)
-    async with aiohttp.ClientSession(connector=conn, timeout=timeout, auto_decompress=True) as session:
+    async with new_session() as session:
         ident = await server.identify(session, addr, hdrs, plan.model, notes)
         model = plan.model or (ident["models"][0] if ident["models"] else None)
         if not model:
@@ -97,7 +97,8 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
             progress(f"level {i + 1}: {label}, {_n(plan, plan.mode, load)} requests…")
             lv = await run_level(session, target, prompts, plan.mode, load, _n(plan, plan.mode, load),
                                  _warmup(plan, plan.mode, load), stop, seed=plan.seed + i, burstiness=plan.burstiness,
-                                 max_concurrency=plan.max_concurrency, slo=plan.slo)
+                                 max_concurrency=plan.max_concurrency, slo=plan.slo,
+                                 procs=_procs(plan, plan.mode, load))
             levels.append(lv)
             progress(_line(lv))
             if plan.sweep and plan.mode == "concurrency":
@@ -117,10 +118,16 @@ async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target
         progress(f"level {j + 2}: {rate:g} req/s, {plan.requests} requests…")
         lv = await run_level(session, target, prompts, "rate", rate, plan.requests, _warmup(plan, "rate", rate), stop,
                              seed=plan.seed + j + 1, burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
-                             slo=plan.slo)
+                             slo=plan.slo, procs=_procs(plan, "rate", rate))
         levels.append(lv)
         progress(_line(lv))
     return _record(plan, shown, target, model, wl, levels, ident, notes, stop.is_set(), None)
+
+
+def _procs(plan: Plan, mode: str, load_: float) -> int:
+    if plan.client_procs is not None:
+        return plan.client_procs
+    return auto_procs(mode, load_, plan.burstiness, os.cpu_count() or 1)
 
 
 def _loads(plan: Plan) -> list[float]:
@@ -204,16 +211,3 @@ def run(plan: Plan, wl: Workload, progress: Callable[[str], None]) -> LoadTest:
             t.cancel()
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-def event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it is installed (the loadtest extra brings it on Linux and macOS): it reads a streamed
-    chunk in about half the CPU of the standard loop, which keeps the client's own delay out of the ITL at
-    thousands of streams. PERFSTACK_EVENT_LOOP=asyncio forces the standard loop."""
-    if os.environ.get("PERFSTACK_EVENT_LOOP", "").lower() != "asyncio":
-        try:
-            import uvloop
-            return uvloop.new_event_loop()
-        except ImportError:
-            pass
-    return asyncio.new_event_loop()

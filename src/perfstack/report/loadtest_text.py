@@ -102,7 +102,8 @@ def render_loadtest(run: Run, console: Console, verbose: bool = False) -> None:
     for lv in lt.levels:
         c = lv.client
         if verbose and c is not None:
-            console.print(Text(f"  client at {load_label(lv)}: {c.cpu_fraction:.0%} CPU, timer lag p99 "
+            procs = f" in {c.processes} processes (busiest shown)" if c.processes > 1 else ""
+            console.print(Text(f"  client at {load_label(lv)}{procs}: {c.cpu_fraction:.0%} CPU, timer lag p99 "
                                f"{c.loop_lag_p99_ms:.2f} ms, {c.cpu_us_per_chunk:.0f} µs CPU per chunk", style="dim"))
     for n in lt.notes:
         console.print(Text(f"note: {n}", style="dim"))

@@ -1,0 +1,126 @@
+"""One load level over several client processes, for loads one event loop cannot read on time.
+
+A single loop reads every chunk of every stream one after another; when a server step emits a chunk for a
+thousand streams at once, the last stream read is late by the whole burst. Split over processes, each
+reads its share of the burst in parallel. Streams (closed loop) or the rate (open loop, Poisson only: the
+sum of independent Poisson arrivals is Poisson at the summed rate, which is not true of burstier gamma
+arrivals) are divided between processes; each gets its own slice of the prompts and sends on the same
+monotonic clock, so the merged records read as one level. Only the first process scrapes the server.
+Ctrl-C reaches the parent, which tells the processes through a shared event; each ends its part as a
+single-process level would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import multiprocessing
+import signal
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any, Iterator, Optional
+
+import aiohttp
+import msgspec
+
+from perfstack.loadtest import load, metrics, workload
+from perfstack.loadtest.record import ClientLoad, Level, Slo
+
+STREAMS_PER_PROCESS = 200  # above this a loop's reading falls behind bursts (docs/loadtest.md)
+
+
+def auto_procs(mode: str, load_: float, burstiness: float, cpus: int) -> int:
+    """Processes for a level: one per STREAMS_PER_PROCESS streams, at most one per CPU but one."""
+    if mode != "concurrency" or math.isinf(load_):
+        return 1
+    return max(1, min(math.ceil(load_ / STREAMS_PER_PROCESS), cpus - 1))
+
+
+def split(total: int, parts: int) -> list[int]:
+    q, r = divmod(total, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
+_STOP: Any = None  # in a worker process: the parent's stop event, handed over when the process starts
+
+
+def _init(stop: Any) -> None:
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us through the event
+
+
+def _child(args: tuple) -> bytes:
+    target, prompts, mode, load_, n, warmup, seed, burstiness, t_level = args
+    stop_flag = _STOP
+
+    async def main() -> Level:
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            while not stop.is_set():
+                if stop_flag.is_set():
+                    stop.set()
+                await asyncio.sleep(0.05)
+        w = asyncio.ensure_future(watch())
+        try:
+            async with load.new_session() as session:
+                return await load.run_level(session, target, iter(prompts), mode, load_, n, warmup, stop, seed=seed,
+                                            burstiness=burstiness, t_level=t_level)
+        finally:
+            stop.set()
+            await asyncio.gather(w, return_exceptions=True)
+
+    loop = load.event_loop()
+    try:
+        return msgspec.msgpack.encode(loop.run_until_complete(main()))
+    finally:
+        loop.close()
+
+
+async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts: Iterator[workload.Prompt],
+                    mode: str, load_: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
+                    burstiness: float = 1.0, max_concurrency: Optional[int] = None, slo: Optional[Slo] = None,
+                    procs: int = 1) -> Level:
+    if procs <= 1 or max_concurrency or (mode == "rate" and burstiness != 1.0):
+        return await load.run_level(session, target, prompts, mode, load_, n, warmup, stop, seed=seed,
+                                    burstiness=burstiness, max_concurrency=max_concurrency, slo=slo)
+    if mode == "concurrency":
+        procs = min(procs, int(load_))
+        loads = [float(x) for x in split(int(load_), procs)]
+    else:
+        loads = [load_ / procs] * procs
+    warm = split(warmup, procs) if mode == "rate" else [int(x) for x in loads]
+    ns = split(n, procs)
+    flat = [next(prompts) for _ in range(n + warmup)]
+    ctx = multiprocessing.get_context("spawn")
+    flag = ctx.Event()
+    t_level = time.perf_counter()
+    jobs, at = [], 0
+    for i in range(procs):
+        take = ns[i] + warm[i]
+        jobs.append((replace(target, metrics_url=target.metrics_url if i == 0 else None), flat[at:at + take], mode,
+                     loads[i], ns[i], warm[i], seed * 1000 + i, burstiness, t_level))
+        at += take
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(max_workers=procs, mp_context=ctx, initializer=_init, initargs=(flag,)) as ex:
+        futs = [loop.run_in_executor(ex, _child, j) for j in jobs]
+        waiter = asyncio.ensure_future(stop.wait())
+        gathered = asyncio.ensure_future(asyncio.gather(*futs))
+        await asyncio.wait({waiter, gathered}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            flag.set()
+        parts = [msgspec.msgpack.decode(b, type=Level) for b in await gathered]
+        waiter.cancel()
+    records = [r for p in parts for r in p.requests]
+    clients = [p.client for p in parts if p.client is not None]
+    chunks = sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in records)
+    cpu_us = sum(c.cpu_us_per_chunk * sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in p.requests)
+                 for p, c in zip(parts, clients))
+    client = ClientLoad(cpu_fraction=max(c.cpu_fraction for c in clients),
+                        loop_lag_p99_ms=max(c.loop_lag_p99_ms for c in clients),
+                        loop_lag_max_ms=max(c.loop_lag_max_ms for c in clients),
+                        cpu_us_per_chunk=cpu_us / max(chunks, 1), processes=procs) if clients else None
+    return Level(mode=mode, load=load_, requests=records, summary=metrics.summarize(records, slo),
+                 server=parts[0].server, client=client, interrupted=any(p.interrupted for p in parts))
