@@ -8,7 +8,9 @@ and loads back, and that every diff renderer (text, Markdown, HTML) only formats
 - benchmark figures with the change of the median and a verdict judged against the raw samples'
   spread (``stats.compare``): improved, regressed, or within noise;
 - the profile's per-step time by category, and the time measured as recovered next to what the
-  fixed findings predicted.
+  fixed findings predicted;
+- for two load tests, each matching load level's latencies, throughput and goodput judged against
+  the spread of their request records, and the sweep's knee (``compare.loadtest``).
 
 When the two Runs saw different hardware, figures bound to the part that differs are marked
 ``hardware_bound``: their delta is reported, but it measures the machines, not the change.
@@ -20,12 +22,15 @@ import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from perfstack.compare import facts as factdiff
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.errors import InputError
 from perfstack.model import Finding, Measurement, Run
+
+if TYPE_CHECKING:
+    from perfstack.compare.loadtest import LoadtestDiff
 
 DIFF_SCHEMA_VERSION = 1
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -83,6 +88,7 @@ class Diff:
     measurements: list[MeasurementDelta] = field(default_factory=list)
     profile: dict[str, Any] | None = None
     alpha: float = ALPHA
+    loadtest: LoadtestDiff | None = None
     schema_version: int = DIFF_SCHEMA_VERSION
 
     def kinds_differ(self) -> str:
@@ -94,21 +100,26 @@ class Diff:
                     "of them does not collect show as drifted, fixed or introduced")
         return ""
 
+    def figures(self) -> list[MeasurementDelta]:
+        """Every judged figure: the benchmarks', then the load test's per level."""
+        return self.measurements + (self.loadtest.figures() if self.loadtest is not None else [])
+
     def summary(self) -> dict[str, Any]:
         count = lambda xs, attr, v: sum(1 for x in xs if getattr(x, attr) == v)  # noqa: E731
+        figures = self.figures()
         return {
             "facts_drifted": len(self.facts),
             "findings": {s: count(self.findings, "status", s)
                          for s in ("fixed", "introduced", "unchanged", "not checked after",
                                    "not checked before")},
-            "measurements": {v: count(self.measurements, "verdict", v) for v in (IMPROVED, REGRESSED, NOISE)}
-            | {"not compared": sum(1 for m in self.measurements if m.verdict not in (IMPROVED, REGRESSED, NOISE))},
+            "measurements": {v: count(figures, "verdict", v) for v in (IMPROVED, REGRESSED, NOISE)}
+            | {"not compared": sum(1 for m in figures if m.verdict not in (IMPROVED, REGRESSED, NOISE))},
             "hardware_same": self.hardware.get("same", True),
         }
 
     def regressions(self, threshold_pct: float = 0.0, include_hardware_bound: bool = False) -> list[MeasurementDelta]:
         """Significant regressions at least ``threshold_pct`` worse: what a CI gate fails on."""
-        return [m for m in self.measurements
+        return [m for m in self.figures()
                 if m.verdict == REGRESSED and m.change_pct is not None and -m.change_pct >= threshold_pct
                 and (include_hardware_bound or not m.hardware_bound)]
 
@@ -117,7 +128,8 @@ class Diff:
                 "after": self.after, "hardware": self.hardware, "summary": self.summary(), "alpha": self.alpha,
                 "facts": self.facts, "volatile_facts": self.volatile_facts,
                 "findings": [asdict(f) for f in self.findings],
-                "measurements": [asdict(m) for m in self.measurements], "profile": self.profile}
+                "measurements": [asdict(m) for m in self.measurements], "profile": self.profile,
+                **({"loadtest": self.loadtest.to_dict()} if self.loadtest is not None else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
@@ -137,7 +149,12 @@ class Diff:
                    volatile_facts=d.get("volatile_facts", 0),
                    findings=[FindingChange(**f) for f in d.get("findings", [])],
                    measurements=[MeasurementDelta(**m) for m in d.get("measurements", [])],
-                   profile=d.get("profile"), alpha=d.get("alpha", ALPHA))
+                   profile=d.get("profile"), alpha=d.get("alpha", ALPHA), loadtest=_loadtest_from(d.get("loadtest")))
+
+
+def _loadtest_from(d: Mapping[str, Any] | None) -> LoadtestDiff | None:
+    from perfstack.compare.loadtest import LoadtestDiff
+    return LoadtestDiff.from_dict(d) if d else None
 
 
 # -- findings ---------------------------------------------------------------------------------
@@ -347,4 +364,9 @@ def diff_runs(before: Run, after: Run, before_label: str | None = None, after_la
     return Diff(before=_side(before, before_label), after=_side(after, after_label), hardware=hw, facts=drifted,
                 volatile_facts=volatile, findings=findings,
                 measurements=measurement_deltas(before, after, set(hw["components"]), alpha),
-                profile=profile_delta(before, after, findings), alpha=alpha)
+                profile=profile_delta(before, after, findings), alpha=alpha, loadtest=loadtest_diff(before, after, alpha))
+
+
+def loadtest_diff(before: Run, after: Run, alpha: float) -> LoadtestDiff | None:
+    from perfstack.compare.loadtest import loadtest_diff as diff  # it builds on this module's records
+    return diff(before, after, alpha)

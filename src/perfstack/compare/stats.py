@@ -131,3 +131,34 @@ def compare(before: Sequence[float], after: Sequence[float], key: str = "", alph
     _, p = mann_whitney(before, after)
     lo, hi = bootstrap_ratio(before, after, seed=zlib.crc32(key.encode()))
     return Comparison(ma / mb, lo, hi, p, p < alpha and not (lo <= 1.0 <= hi))
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, as the load test's percentiles)."""
+    k = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def bootstrap_quantile_ratio(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], q: float,
+                             seed: int = 0, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap interval of quantile_q(after) / quantile_q(before), resampling whole groups.
+
+    Each side is a list of groups (one per request) whose values are pooled before the quantile is
+    taken: the gaps of one stream are not independent of each other, so the unit resampled is the
+    request, not the gap (a cluster bootstrap). A group of one value is the ordinary bootstrap."""
+    before = [g for g in before if g]
+    after = [g for g in after if g]
+    if not before or not after:
+        raise ValueError("both samples need at least one value")
+    rng = random.Random(seed)
+    values = sum(len(g) for g in before) + sum(len(g) for g in after)
+    reps = max(100, min(2000, 20 * RESAMPLE_WORK // values))
+    ratios = []
+    for _ in range(reps):
+        qb = _quantile(sorted(v for g in rng.choices(before, k=len(before)) for v in g), q)
+        qa = _quantile(sorted(v for g in rng.choices(after, k=len(after)) for v in g), q)
+        ratios.append(qa / qb if qb else math.inf)
+    ratios.sort()
+    tail = (1 - confidence) / 2
+    return ratios[int(math.floor(tail * (reps - 1)))], ratios[int(math.ceil((1 - tail) * (reps - 1)))]
