@@ -22,14 +22,14 @@ from perfstack.report.views import RunView, build
 
 FORMATS = ("text", "md", "html", "json")
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".txt": "text"}
-RUN_HINT = "give a file written by 'perfstack doctor -o FILE' (or bench, profile, estimate)"
+RUN_HINT = "give a file written by 'perfstack doctor -o FILE' (or bench, profile, estimate, loadtest)"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("report", parents=[common], help="render a saved Run (text, Markdown, HTML, JSON)",
                        description="Render a saved Run: terminal text, Markdown for issues and pull requests, "
                                    "or one self-contained HTML file with charts.")
-    p.add_argument("run_file", metavar="RUN.json", help="a Run saved with -o by doctor, bench, profile or estimate")
+    p.add_argument("run_file", metavar="RUN.json", help="a Run saved with -o by doctor, bench, profile, estimate or loadtest")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (format from its extension)")
     p.add_argument("-f", "--format", choices=FORMATS, help="text (default), md, html or json")
     p.set_defaults(func=run)
@@ -125,6 +125,21 @@ def _estimate_text(run: Run, console: Console, verbose: bool) -> bool:
     return True
 
 
+def _report_loadtest(r: Run, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
+    from perfstack.report.loadtest_md import render_loadtest_md
+    from perfstack.report.loadtest_text import render_loadtest
+    from perfstack.report.loadtest_view import loadtest_view
+    if fmt == "html":
+        emit(html.render_report(r), args.output, out, err, "the HTML report")
+    elif fmt == "md":
+        emit(render_loadtest_md(loadtest_view(r)), args.output, out, err, "the Markdown report")
+    elif args.output:
+        emit(text_file(lambda c: render_loadtest(r, c, args.verbose > 0), 140), args.output, out, err, "the report")
+    else:
+        render_loadtest(r, out, args.verbose > 0)
+    return 0
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     fmt = output_format(args.format, args.output)
     check_output(args.output, fmt, out)
@@ -135,6 +150,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if fmt == "json":
         emit(r.to_json(), args.output, out, err, "the Run")
         return 0
+    if r.loadtest is not None:  # a load test has its own views
+        return _report_loadtest(r, fmt, args, out, err)
     view = build(r)
     if fmt == "html":
         emit(html.render_run(view), args.output, out, err, "the HTML report")

@@ -70,7 +70,7 @@ class LoadtestDiff:
     levels: list[LevelDiff] = field(default_factory=list)
     only_before: list[str] = field(default_factory=list)  # labels of levels the after-Run did not run
     only_after: list[str] = field(default_factory=list)
-    sweep: list[dict[str, Any]] = field(default_factory=list)  # figure, unit, before, after, better
+    sweep: list[dict[str, Any]] = field(default_factory=list)  # figure, unit, before, after, is_load, change
     slo: Optional[dict[str, Any]] = None  # the SLO both sides were judged against
     notes: list[str] = field(default_factory=list)
     alpha: float = ALPHA
@@ -245,7 +245,7 @@ def level_diff(lb: Level, la: Level, slo: Optional[Slo], alpha: float = ALPHA) -
     gaps = lambda rs: [_finite(r.itl_ms) for r in rs if _finite(r.itl_ms)]  # noqa: E731
     figs += _latency("ITL", label, gaps(ob), gaps(oa), alpha, _median)
     sb, sa = metrics.summarize(lb.requests, slo), metrics.summarize(la.requests, slo)
-    figs.append(_windowed(f"output throughput @ {label}", "tok/s", sb.output_throughput, sa.output_throughput,
+    figs.append(_windowed(f"output tok/s @ {label}", "tok/s", sb.output_throughput, sa.output_throughput,
                           token_windows(lb), token_windows(la), alpha))
     if slo is not None and sb.goodput is not None and sa.goodput is not None:
         figs.append(_windowed(f"goodput @ {label}", "req/s", sb.goodput, sa.goodput, good_windows(lb, slo),
@@ -276,15 +276,30 @@ def sweep_rows(lb: LoadTest, la: LoadTest, slo: Optional[Slo]) -> list[dict[str,
         return []
     sb, sa = sweep.summary(_rejudged(lb, slo), slo, None), sweep.summary(_rejudged(la, slo), slo, None)
     unit = "streams" if la.levels[0].mode == "concurrency" else "req/s"
-    rows = [{"figure": "knee", "unit": unit, "before": sb.get("knee"), "after": sa.get("knee"), "better": ""},
-            {"figure": "best output throughput", "unit": "tok/s", "before": sb.get("best_output_throughput"),
-             "after": sa.get("best_output_throughput"), "better": "higher"}]
+    rows = [_sweep_row("knee", unit, sb.get("knee"), sa.get("knee"), None, True),
+            _sweep_row("best output throughput", "tok/s", sb.get("best_output_throughput"),
+                       sa.get("best_output_throughput"), True, False)]
     if slo is not None:
-        rows.append({"figure": "highest load meeting the SLO", "unit": unit, "before": sb.get("max_load_meeting_slo"),
-                     "after": sa.get("max_load_meeting_slo"), "better": "higher"})
-        rows.append({"figure": "goodput at that load", "unit": "req/s", "before": sb.get("goodput_at_max"),
-                     "after": sa.get("goodput_at_max"), "better": "higher"})
+        rows.append(_sweep_row("highest load meeting the SLO", unit, sb.get("max_load_meeting_slo"),
+                               sa.get("max_load_meeting_slo"), True, True))
+        rows.append(_sweep_row("goodput at that load", "req/s", sb.get("goodput_at_max"), sa.get("goodput_at_max"),
+                               True, False))
     return rows
+
+
+def _sweep_row(figure: str, unit: str, before: Optional[float], after: Optional[float],
+               higher_better: Optional[bool], is_load: bool) -> dict[str, Any]:
+    """A sweep's verdict before and after. One number a side, no samples: a load is the same or not,
+    and a throughput within ``MIN_CHANGE`` is the same."""
+    if before is None or after is None:
+        change = "same" if before == after else "—"
+    elif before == after or (not is_load and before > 0 and abs(after / before - 1) < MIN_CHANGE):
+        change = "same" if before == after else f"within {MIN_CHANGE:.0%}"
+    elif higher_better is None:
+        change = "moved"
+    else:
+        change = "better" if (after > before) == higher_better else "worse"
+    return {"figure": figure, "unit": unit, "before": before, "after": after, "is_load": is_load, "change": change}
 
 
 def _workload_notes(lb: LoadTest, la: LoadTest) -> list[str]:

@@ -401,3 +401,39 @@ def delta_chart(rows: Sequence[tuple[str, float, float | None, float | None, str
     legend = [("improved", colors["improved"], ""), ("regressed", colors["regressed"], ""),
               ("within noise", "#8a8a8a", "")]
     return _svg("deltas", body, title, height, legend)
+
+
+def xy_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, str]], bool]], title: str, x_label: str,
+             y_label: str, hlines: Sequence[tuple[str, float]] = (), vlines: Sequence[tuple[str, float]] = (),
+             kind: str = "xy") -> str:
+    """Linear x-y chart from zero: each series (name, [(x, y, point label)], dashed) joined in the order
+    given, which need not be x's (latency against throughput folds back past saturation); dashed
+    horizontal reference lines (an objective) and vertical markers (a knee)."""
+    pts = [(x, y) for _, ps, _ in series for x, y, _ in ps if math.isfinite(x) and math.isfinite(y)]
+    if not pts:
+        return ""
+    xt = nice_ticks(0, max([x for x, _ in pts] + [v for _, v in vlines]) * 1.05 or 1.0)
+    yt = nice_ticks(0, max([y for _, y in pts] + [v for _, v in hlines]) * 1.08 or 1.0)
+    xs = Scale(0, xt[-1], PAD_L, W - PAD_R, False)
+    ys = Scale(0, yt[-1], H - PAD_B, PAD_T, False)
+    body = _axes(xs, ys, xt, yt, lambda v: f"{v:g}", lambda v: f"{v:g}", x_label, y_label, H)
+    for label, v in hlines:
+        y = ys(v)
+        body.append(f'<g data-ref="{escape(label)}"><line class="ref" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" '
+                    f'y2="{y:.1f}"/><text class="reflabel" x="{W - PAD_R - 4}" y="{y - 4:.1f}" text-anchor="end">'
+                    f"{escape(label)}</text></g>")
+    for j, (label, v) in enumerate(vlines):
+        x = xs(v)
+        body.append(f'<g data-mark="{escape(label)}"><line class="ref" x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" '
+                    f'y2="{H - PAD_B}"/><text class="reflabel" x="{x - 4:.1f}" y="{PAD_T + 10 + 12 * j}" '
+                    f'text-anchor="end">{escape(label)}</text></g>')
+    legend = []
+    for i, (name, ps, dashed) in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        ps = [p for p in ps if math.isfinite(p[0]) and math.isfinite(p[1])]
+        d = " ".join(f"{'M' if j == 0 else 'L'}{xs(x):.1f},{ys(y):.1f}" for j, (x, y, _) in enumerate(ps))
+        dash = ' stroke-dasharray="6 3"' if dashed else ""
+        dots = "".join(_marker("circle", xs(x), ys(y), color, f"{name} at {tip}: {num(y)}") for x, y, tip in ps)
+        body.append(f'<g data-series="{escape(name)}"><path class="line" d="{d}" stroke="{color}"{dash}/>{dots}</g>')
+        legend.append((name, color, "dash" if dashed else ""))
+    return _svg(kind, body, title, H, legend)

@@ -94,6 +94,9 @@ def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
             counts = ", ".join(f"{n} {v}" for v, n in sorted(hidden.items()))
             console.print(Text(f"{sum(hidden.values())} sweep points not shown ({counts}); -v shows them",
                                style="dim"))
+    if diff.loadtest is not None:
+        from perfstack.report.loadtest_diff import render_text
+        render_text(diff.loadtest, console, verbose)
     if diff.profile:
         p = diff.profile
         console.print(Rule(Text("Profile: time per step", style="bold"), align="left", style="dim"))

@@ -243,6 +243,10 @@ def render_run(view: RunView) -> str:
 
 def render_report(run: Run) -> str:
     """``run`` as a self-contained HTML page: what ``--html FILE`` writes."""
+    if run.loadtest is not None:  # a load test has its own page
+        from perfstack.report.loadtest_html import render_loadtest_html
+        from perfstack.report.loadtest_view import loadtest_view
+        return render_loadtest_html(loadtest_view(run))
     return render_run(build(run))
 
 
@@ -312,6 +316,9 @@ def render_diff(diff: Diff) -> str:
         html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
                  "95% bootstrap interval of the median's change excludes zero.</p>")
         sections.append(("bench", "Benchmarks", html))
+    if diff.loadtest is not None:
+        from perfstack.report.loadtest_diff import render_html
+        sections.append(("loadtest", "Load test", render_html(diff.loadtest)))
     if diff.profile:
         p = diff.profile
         rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),

@@ -243,6 +243,9 @@ def render_diff(diff: Diff) -> str:
         text += (f"\n\n_Significant when a Mann–Whitney U test rejects at p < {diff.alpha:g} and the 95% bootstrap "
                  "interval of the median's change excludes zero._")
         out.append(text)
+    if diff.loadtest is not None:
+        from perfstack.report.loadtest_diff import render_md
+        out.append(render_md(diff.loadtest))
     if diff.profile:
         p = diff.profile
         rows = [(r["category"], num(r["before_ms"]), num(r["after_ms"]),

@@ -1,0 +1,135 @@
+"""What a load test's Markdown and HTML reports show, computed once from the Run.
+
+The level table, the headline, the workload and the sweep's verdict are the terminal report's own
+(``loadtest_text``), so every format says the same thing. Added here: the latency-against-throughput
+curves of a sweep (one point per level, x its output throughput; the knee, the highest load meeting
+the SLO and the SLO's objectives marked), what the server's metrics endpoint said per level, the
+errors by kind and the client's own load. The renderers only format a ``LoadtestView``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from perfstack.loadtest.record import Level, LoadTest, from_builtins
+from perfstack.model import Finding, Run
+from perfstack.report.loadtest_text import HEADERS, headline, level_rows, load_label, sweep_line, workload_line
+
+X_LABEL = "output throughput (tokens/s)"
+META_KEYS = ("command", "created", "source", "tool_version", "python", "elapsed_s")
+
+
+@dataclass
+class Curve:
+    title: str
+    y_label: str
+    series: list[tuple[str, list[tuple[float, float, str]], bool]]  # (name, [(tok/s, ms, level)], dashed)
+    hlines: list[tuple[str, float]]  # (label, ms): the SLO's objective
+    vlines: list[tuple[str, float]]  # (label, tok/s): the knee, the highest load meeting the SLO
+    kind: str
+
+
+@dataclass
+class LoadtestView:
+    title: str
+    headline: str
+    workload: str
+    headers: list[str]
+    rows: list[list[str]]
+    sweep: str
+    notes: list[str]
+    findings: list[Finding]
+    curves: list[Curve] = field(default_factory=list)
+    server: list[list[str]] = field(default_factory=list)  # per level: load, running, waiting, KV, preemptions
+    errors: list[list[str]] = field(default_factory=list)  # per level with failures: load, kind, count, detail
+    client: list[list[str]] = field(default_factory=list)  # per level: load, CPU, timer lag p99, CPU per chunk
+    meta: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _series(levels: list[Level], name: str, dist: str, stat: str, dashed: bool) -> tuple[str, list, bool]:
+    pts = []
+    for lv in levels:
+        d = getattr(lv.summary, dist)
+        if d is not None:
+            pts.append((lv.summary.output_throughput, getattr(d, stat), load_label(lv)))
+    return name, pts, dashed
+
+
+def _marks(lt: LoadTest, levels: list[Level]) -> list[tuple[str, float]]:
+    at = {lv.load: lv for lv in levels}
+    out = []
+    knee = lt.sweep.get("knee")
+    if knee in at:
+        out.append((f"knee: {load_label(at[knee])}", at[knee].summary.output_throughput))
+    best = lt.sweep.get("max_load_meeting_slo")
+    if best in at and best != knee:
+        out.append((f"highest meeting the SLO: {load_label(at[best])}", at[best].summary.output_throughput))
+    return out
+
+
+def curves(lt: LoadTest) -> list[Curve]:
+    """Latency against throughput, one point per level, in load order; none for a single level."""
+    levels = [lv for lv in lt.levels if lv.summary.completed]
+    if len(levels) < 2:
+        return []
+    marks = _marks(lt, levels)
+    slo = lt.slo
+    ttft_ref = [(f"SLO TTFT ≤ {slo.ttft_ms:g} ms", slo.ttft_ms)] if slo is not None and slo.ttft_ms else []
+    tpot_ref = [(f"SLO TPOT ≤ {slo.itl_ms:g} ms", slo.itl_ms)] if slo is not None and slo.itl_ms else []
+    return [
+        Curve("Time to first token against throughput", "TTFT (ms)",
+              [_series(levels, "TTFT p50", "ttft", "median", False), _series(levels, "TTFT p99", "ttft", "p99", True)],
+              ttft_ref, marks, "loadtest-ttft"),
+        Curve("Time per output token and inter-token gaps against throughput", "ms",
+              [_series(levels, "TPOT p50", "tpot", "median", False), _series(levels, "TPOT p99", "tpot", "p99", True),
+               _series(levels, "ITL p50", "itl", "median", False), _series(levels, "ITL p99", "itl", "p99", True)],
+              tpot_ref, marks, "loadtest-tpot"),
+    ]
+
+
+def _fmt(v: Optional[float], spec: str = "g") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def server_rows(lt: LoadTest) -> list[list[str]]:
+    rows = []
+    for lv in lt.levels:
+        if not lv.server:
+            continue
+        peak = lambda attr: max((getattr(s, attr) for s in lv.server if getattr(s, attr) is not None),  # noqa: E731
+                                default=None)
+        pre = [s.preemptions for s in lv.server if s.preemptions is not None]
+        kv = peak("kv_usage")
+        rows.append([load_label(lv), _fmt(peak("running")), _fmt(peak("waiting")),
+                     "—" if kv is None else f"{kv:.0%}", _fmt(pre[-1] - pre[0] if pre else None)])
+    return rows
+
+
+def error_rows(lt: LoadTest) -> list[list[str]]:
+    rows = []
+    for lv in lt.levels:
+        for kind, n in sorted(lv.summary.errors.items()):
+            detail = next((r.detail for r in lv.requests if not r.warmup and (r.error or "no-text") == kind
+                           and r.detail), "")
+            rows.append([load_label(lv), kind, str(n), detail])
+    return rows
+
+
+def client_rows(lt: LoadTest) -> list[list[str]]:
+    return [[load_label(lv), f"{c.cpu_fraction:.0%}", f"{c.loop_lag_p99_ms:.2f} ms", f"{c.cpu_us_per_chunk:.0f} µs",
+             str(c.processes)] for lv in lt.levels if (c := lv.client) is not None]
+
+
+def loadtest_view(run: Run) -> Optional[LoadtestView]:
+    """The view of a load-test Run, or None when the Run holds no load test."""
+    if run.loadtest is None:
+        return None
+    lt = from_builtins(run.loadtest)
+    return LoadtestView(
+        title="perfstack loadtest", headline=headline(lt), workload=workload_line(lt), headers=list(HEADERS),
+        rows=level_rows(lt), sweep=sweep_line(lt), notes=list(lt.notes), findings=list(run.findings),
+        curves=curves(lt), server=server_rows(lt), errors=error_rows(lt), client=client_rows(lt),
+        meta=[(k, str(run.meta[k])) for k in META_KEYS if run.meta.get(k) not in (None, "")],
+        interrupted=lt.interrupted)
