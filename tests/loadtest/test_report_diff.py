@@ -222,9 +222,9 @@ def test_real_runs_report_and_diff(tmp_path, capsys):
         assert rc in (0, 1)  # 1: a finding at or above --fail-on
         return str(out)
 
-    with Background(make_app(interval=0.005, ttft=0.03)) as fast:
+    with Background(make_app(interval=0.005, ttft=0.02)) as fast:
         before = load(fast.url, "before", "--html", str(tmp_path / "before.html"))
-    with Background(make_app(interval=0.005, ttft=0.06)) as slow:
+    with Background(make_app(interval=0.005, ttft=0.08)) as slow:
         after = load(slow.url, "after")
     capsys.readouterr()
     page = (tmp_path / "before.html").read_text()
