@@ -8,14 +8,16 @@ and errors: one benchmark failing costs only its own figures.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from perfstack.discover import import_submodules
 from perfstack.errors import CannotRunHere, UsageError
 from perfstack.model import Facts, Measurement
 
-MODULES = ("gemm", "hbm", "transfer", "launch", "p2p", "collectives", "host", "storage")
+# The order benchmarks run and are listed in: compute, then memory, the host link, launch cost, then the
+# multi-GPU, host and storage figures. A registered benchmark missing here stops ``load`` loudly.
+ORDER = ("gemm", "hbm", "h2d", "d2h", "launch", "p2p", "collectives", "host", "storage")
 SUITES = ("quick", "full")
 
 
@@ -49,15 +51,19 @@ BENCHMARKS: dict[str, Benchmark] = {}
 def benchmark(name: str, *, needs_cuda: bool, doc: str, in_quick: bool = True,
               min_gpus: int = 1) -> Callable[[Callable[[BenchContext], list[Measurement]]], Any]:
     def register(fn: Callable[[BenchContext], list[Measurement]]) -> Callable[[BenchContext], list[Measurement]]:
+        if name in BENCHMARKS:
+            raise ValueError(f"benchmark {name} registered twice")
         BENCHMARKS[name] = Benchmark(name, needs_cuda, " ".join(doc.split()), fn, in_quick, min_gpus)
         return fn
     return register
 
 
 def load() -> dict[str, Benchmark]:
-    for m in MODULES:
-        importlib.import_module(f"perfstack.bench.{m}")
-    return BENCHMARKS
+    """Every benchmark, in ``ORDER``: each module of this package registers its own with ``@benchmark``."""
+    import_submodules(__name__)
+    if set(ORDER) != set(BENCHMARKS) or len(ORDER) != len(set(ORDER)):
+        raise ValueError(f"benchmarks and ORDER differ: {sorted(set(ORDER) ^ set(BENCHMARKS))}")
+    return {name: BENCHMARKS[name] for name in ORDER}
 
 
 def cuda_devices() -> tuple[int, str]:

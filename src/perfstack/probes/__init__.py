@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-
+from perfstack.discover import import_submodules
 from perfstack.host import Host
 from perfstack.model import Facts
 from perfstack.probes.collector import PROBES, run_probes
 
-MODULES = ("system", "memory", "cpu", "limits", "environment", "gpu", "pcie", "kernel_log", "python_env",
-           "container", "storage", "network")
-
 
 def load() -> None:
-    for name in MODULES:
-        importlib.import_module(f"perfstack.probes.{name}")
+    """Register every probe: each module of this package registers its own with ``@probe``."""
+    import_submodules(__name__)
 
 
 def slow_commands() -> list[tuple[tuple[str, ...], float]]:

@@ -21,6 +21,9 @@ PROBES: list[Probe] = []
 
 
 def probe(fn: Probe) -> Probe:
+    # A probe's name is its id: a probe that breaks is recorded as the fact ``probe.<name>``.
+    if any(p.__name__ == fn.__name__ for p in PROBES):
+        raise ValueError(f"probe {fn.__name__} registered twice")
     PROBES.append(fn)
     return fn
 

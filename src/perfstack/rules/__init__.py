@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 from typing import Iterable
 
+from perfstack.discover import import_submodules
 from perfstack.errors import UsageError
 from perfstack.model import (
     LAYERS,
@@ -20,13 +20,10 @@ from perfstack.model import (
 from perfstack.rules.registry import CHECKS, Check, Hit
 from perfstack.rules.shell import UnsafeValue, lines
 
-MODULES = ("kernel", "driver", "pcie", "runtime", "nccl", "allocator", "framework", "container", "storage",
-           "network", "measured")
-
 
 def load() -> dict[str, Check]:
-    for name in MODULES:
-        importlib.import_module(f"perfstack.rules.{name}")
+    """Every check: each module of this package registers its own with ``@check``."""
+    import_submodules(__name__)
     return CHECKS
 
 
