@@ -25,7 +25,12 @@ A request misbehaves when its model name, or its ``X-Fake-Mode`` header, names a
     stall / stall-S       two tokens, then no byte for S seconds (default 30), then the rest
     empty                 [DONE] without any token
     html                  an HTML "404 Not Found" page, as from a server that is not OpenAI-compatible
+    role-first            (chat) a chunk with the assistant role and no text as soon as the stream opens,
+                          before the TTFT, as transformers serve sends
+    no-done               the stream ends without data: [DONE], as transformers serve's do
     flaky-MODE            every other request behaves as MODE, starting with the second
+
+Modes combine with "+": ``role-first+no-done`` streams as transformers serve does.
 
 ``--html`` makes every path an HTML 404 page. Standalone, for benchmarks:
 
@@ -165,7 +170,9 @@ class _Stream:
         self.proto = proto
         self.srv = srv
         self.chat = chat
-        self.mode = mode
+        self.modes = set(mode.split("+"))
+        stall = next((m for m in self.modes if m == "stall" or m.startswith("stall-")), None)
+        self.stall_s = float(stall[6:]) if stall and stall != "stall" else 30.0 if stall else None
         try:
             self.n = max(0, int(body.get("max_completion_tokens") or body.get("max_tokens") or 16))
         except (TypeError, ValueError):
@@ -200,7 +207,10 @@ class _Stream:
         self.srv.prompt_tokens += self.prompt_tokens
         loop = self.srv.loop
         self.t0 = time.monotonic() + self.srv.ttft  # the loop's clock; its cached time() may be behind
-        if self.mode == "empty" or self.n == 0:
+        if self.chat and "role-first" in self.modes:
+            self.proto.write(_framed(b"data: " + self.head[:-len(b'"content":')] + b'"role":"assistant"'
+                                     + self.tail + b"\n\n"))
+        if "empty" in self.modes or self.n == 0:
             self.finish()
             return
         self.handle = loop.call_at(self.t0, self.emit)
@@ -210,19 +220,19 @@ class _Stream:
         if proto.closed:
             self.abort()
             return
-        if self.mode == "cut" and i == 3:
+        modes = self.modes
+        if i == 3 and "cut" in modes:
             proto.transport.abort()
             return
-        if i == 2 and self.mode == "malformed":
+        if i == 2 and "malformed" in modes:
             proto.write(_framed(b"data: {this is not json\n\n"))
-        elif i == 2 and self.mode == "error-chunk":
+        elif i == 2 and "error-chunk" in modes:
             proto.write(_framed(b'data: {"error": {"message": "out of memory", "type": "server_error", "code": 500}}\n\n'))
             self.finish(usage=False)
             return
-        elif i == 2 and self.mode.startswith("stall") and not self.stalled:
+        elif i == 2 and self.stall_s is not None and not self.stalled:
             self.stalled = True
-            secs = float(self.mode[6:] or 30) if self.mode[5:6] == "-" else 30.0
-            self.t0 += secs  # the rest of the schedule moves by the stall
+            self.t0 += self.stall_s  # the rest of the schedule moves by the stall
             self.handle = srv.loop.call_at(self.t0 + i * srv.interval, self.emit)
             return
         text = (" t%d" % i).encode()
@@ -250,7 +260,7 @@ class _Stream:
             obj = {"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
                    "created": self.created, "model": self.srv.model, "choices": [], "usage": u}
             out += _framed(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
-        self.proto.write(out + _framed(_DONE) + _END)
+        self.proto.write(out + (b"" if "no-done" in self.modes else _framed(_DONE)) + _END)
         self.handle = None
         self.proto.stream = None
         self.srv.release()

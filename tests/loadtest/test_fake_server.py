@@ -157,3 +157,14 @@ def test_a_client_that_leaves_frees_its_slot():
     with InThread(Server(interval=0.01, ttft=0.01, max_running=1)) as fs:
         assert asyncio.run(go(fs.url)) < 1.0
         assert fs.server.running == 0 and not fs.server.queue
+
+
+def test_a_stream_shaped_like_transformers_serve():
+    """A role chunk before the TTFT and no [DONE]: a client must time the first text, and end at the body's end."""
+    with InThread(Server(interval=0.01, ttft=0.2)) as fs:
+        t0 = time.perf_counter()
+        status, _, raw, arrivals = asyncio.run(_post(fs.url, _chat(3, model="role-first+no-done")))
+    ev = [json.loads(e) for e in _events(raw)]
+    assert status == 200 and ev[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert [e["choices"][0]["delta"]["content"] for e in ev[1:]] == [" t0", " t1", " t2"]  # and no [DONE]
+    assert arrivals[0] - t0 < 0.15 and arrivals[-1] - t0 >= 0.2
