@@ -9,8 +9,13 @@
 # Needs nccl-tests' source in .anchors/nccl-tests (an ignored folder; NCCL_TESTS_SRC overrides),
 # nvcc (CUDA_HOME, default /usr/local/cuda) and NCCL headers and library: NCCL_HOME, else the system's
 # (/usr/include/nccl.h), else the nvidia-nccl wheel PyTorch was installed with. Builds only the six
-# binaries it runs, for this GPU's architecture, then runs each with -b 1K -e 1G -f 4 -g GPUS and
-# perfstack's collectives over the same sizes. NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# binaries it runs, for this GPU's architecture, then runs each twice with -b 1K -e 1G -f 4 -g GPUS:
+# calls launched one by one (<binary>.log) and captured in a CUDA graph replayed GRAPH_LAUNCHES times
+# (-G, <binary>.graph.log), each for CYCLES cycles (-N) of ITERS calls (-n) after WARMUP calls (-w);
+# then perfstack's collectives over the same sizes, graph-replayed and eager, and a copy check.
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+#
+# Environment: ITERS (20, nccl-tests' default), WARMUP (5), CYCLES (5), GRAPH_LAUNCHES (10).
 set -euo pipefail
 
 GPUS=${1:-1}
@@ -20,8 +25,13 @@ SRC=${NCCL_TESTS_SRC:-$ROOT/.anchors/nccl-tests}
 BUILD=${NCCL_TESTS_BUILD:-$ROOT/.anchors/nccl-tests-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 PY=${PYTHON:-python3}
+ITERS=${ITERS:-20}
+WARMUP=${WARMUP:-5}
+CYCLES=${CYCLES:-5}
+GRAPH_LAUNCHES=${GRAPH_LAUNCHES:-10}
 BINARIES="all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf alltoall_perf sendrecv_perf"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 
 [ -d "$SRC/src" ] || { echo "error: no nccl-tests source in $SRC (copy it there)" >&2; exit 2; }
 mkdir -p "$OUTDIR" "$BUILD"
@@ -60,8 +70,12 @@ echo "built nccl-tests in $(( $(date +%s) - t0 )) s (sm_${SM})" >&2
 
 # -- nccl-tests, then perfstack ---------------------------------------------------------------------
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUTDIR/gpus.txt"
+COMMON="-b 1K -e 1G -f 4 -g $GPUS -w $WARMUP -n $ITERS -N $CYCLES"
+echo "nccl-tests: $COMMON (eager), and with -G $GRAPH_LAUNCHES (graph)" >&2
 for b in $BINARIES; do
-  "$BUILD/$b" -b 1K -e 1G -f 4 -g "$GPUS" > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
+  "$BUILD/$b" $COMMON > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
+  "$BUILD/$b" $COMMON -G "$GRAPH_LAUNCHES" > "$OUTDIR/$b.graph.log" 2>&1 \
+    || echo "warning: $b -G $GRAPH_LAUNCHES exited $?" >&2
   grep -m1 "nccl-library" "$OUTDIR/$b.log" >&2 || true
 done
 "$PY" "$ROOT/benchmarks/collectives_vs_nccl_tests.py" --world "$GPUS" --logs "$OUTDIR" \

@@ -53,6 +53,13 @@ def test_counts_and_buffers():
     assert c.bytes_needed("all_to_all", 1024, 2) == (1024 * 3 + 2 * 1024) * 4
 
 
+def test_one_rank_in_place_ops_move_no_data():
+    assert [op for op in c.OPS if c.in_place(op)] == ["all_reduce", "broadcast"]
+    assert not c.moves_data("all_reduce", 1) and not c.moves_data("broadcast", 1)
+    assert c.moves_data("all_gather", 1) and c.moves_data("sendrecv", 1)
+    assert all(c.moves_data(op, 2) for op in c.OPS)
+
+
 @pytest.mark.parametrize("op", c.OPS)
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_analytic_results_match_a_simulated_collective(op, n):

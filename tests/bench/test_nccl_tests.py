@@ -43,3 +43,17 @@ def test_malformed_rows_are_input_errors_naming_the_line(line):
 def test_every_binary_maps_to_a_collective_the_benchmark_runs():
     from perfstack.bench import collectives
     assert set(nccl_tests.OPS.values()) == set(collectives.OPS)
+
+
+def test_cycles_fold_into_one_figure_per_size_with_their_spread():
+    # -N 3: the sweep printed three times; figures are medians over cycles, ranges their extremes
+    lines = ["# nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803"]
+    for t, tin, wrong in ((57.1, 1.2, "0"), (55.0, 0.9, "0"), (60.2, 1.5, "2")):
+        lines.append(f"67108864 16777216 float none -1 {t} 1.0 1175.0 {wrong} {tin} 1.0 1.0 0")
+        lines.append("1024 256 float none -1 11.0 0.1 0.1 N/A 10.0 0.1 0.1 N/A")
+    got = nccl_tests.by_size(nccl_tests.parse("\n".join(lines)))
+    big, small = got[67108864], got[1024]
+    assert (big.cycles, big.time_us, big.time_us_range, big.wrong) == (3, 57.1, (55.0, 60.2), 2)
+    assert (big.time_us_in_place, big.time_us_in_place_range) == (1.2, (0.9, 1.5))
+    assert small.wrong is None and small.time_us == 11.0 and small.time_us_range == (11.0, 11.0)
+    assert nccl_tests.by_size([]) == {}

@@ -108,6 +108,18 @@ def buffer_elems(op: str, count: int, n: int) -> tuple[int, int]:
             "all_to_all": (count, count), "broadcast": (count, 0), "sendrecv": (count, count)}[op]
 
 
+def in_place(op: str) -> bool:
+    """Whether the op writes its result over its input (torch's all_reduce and broadcast)."""
+    return buffer_elems(op, 2, 2)[1] == 0
+
+
+def moves_data(op: str, n: int) -> bool:
+    """Whether a call has any data to move or reduce. With one rank an in-place op has none: NCCL
+    returns without touching memory, so its time is the call's overhead and a bus bandwidth computed
+    from it is meaningless."""
+    return n > 1 or not in_place(op)
+
+
 def bytes_needed(op: str, count: int, n: int) -> int:
     """Device memory per rank: input, output, the expected result used by the check, and the int32
     index pattern both are built from (twice: the range and its remainder)."""

@@ -7,12 +7,15 @@ Each ``*_perf`` binary prints a header of ``#`` lines, then one line per message
 the first four figures for the out-of-place call and the last four for the in-place one; times are
 in microseconds and bandwidths in GB/s. Older releases have no ``root`` column; ``#wrong`` is
 ``N/A`` when validation is off. Anything else (NCCL INFO lines, warnings, the summary) is skipped.
+With ``-N CYCLES`` the whole sweep is printed once per cycle; ``by_size`` folds the cycles together.
+The same layout comes out with ``-G N`` (calls captured in a CUDA graph and replayed N times).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 
 from perfstack.errors import InputError
@@ -69,3 +72,37 @@ def parse(text: str) -> list[Row]:
                         time_us_in_place=_number(t[4], "time", line_no),
                         busbw_in_place=_number(t[6], "busbw", line_no)))
     return rows
+
+
+@dataclass(frozen=True)
+class Sized:
+    """One size's figures over every cycle a log holds (``-N CYCLES`` prints each size once per cycle).
+
+    Each cycle's time is nccl-tests' own average over its ``-n`` back-to-back calls; the figure
+    compared is the median over cycles, and the smallest and largest cycle show the spread."""
+    size: int
+    cycles: int
+    time_us: float  # out-of-place, median over cycles
+    time_us_range: tuple[float, float]
+    busbw: float
+    time_us_in_place: float
+    time_us_in_place_range: tuple[float, float]
+    busbw_in_place: float
+    wrong: int | None  # the most wrong elements any cycle reported; None: not validated
+
+
+def by_size(rows: list[Row]) -> dict[int, Sized]:
+    """Rows of one log (any number of cycles) -> one summary per size."""
+    groups: dict[int, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.size, []).append(r)
+    out = {}
+    for size, rs in groups.items():
+        oop, inp = [r.time_us for r in rs], [r.time_us_in_place for r in rs]
+        checked = [r.wrong for r in rs if r.wrong is not None]
+        out[size] = Sized(size=size, cycles=len(rs), time_us=statistics.median(oop), time_us_range=(min(oop), max(oop)),
+                          busbw=statistics.median(r.busbw for r in rs), time_us_in_place=statistics.median(inp),
+                          time_us_in_place_range=(min(inp), max(inp)),
+                          busbw_in_place=statistics.median(r.busbw_in_place for r in rs),
+                          wrong=max(checked) if checked else None)
+    return out
