@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from perfstack.errors import InputError
@@ -49,6 +50,18 @@ def loads(text: str, what: str) -> Any:
         raise InputError(f"{what} is not valid JSON (line {e.lineno})") from None
     check(data, what)
     return data
+
+
+def read(path: str | Path, what: str) -> Any:
+    """Read and parse the JSON file at ``path``; ``what`` names its kind in messages ("Run file")."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {what} {p}: {e}") from None
+    return loads(text, f"{what} {p}")
 
 
 def check(data: Any, what: str) -> None:

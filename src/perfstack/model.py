@@ -251,8 +251,10 @@ class Run:
                 f"this Run has schema_version {version}; this perfstack reads up to {SCHEMA_VERSION}",
                 hint="upgrade perfstack: pip install -U perfstack",
             )
-        # Every section is checked here, once, against the types of the records that hold it (fields.py),
-        # so that renderers can trust a loaded Run; a wrong type names its field.
+        # Every section is checked here, once, against the types of the records that hold it (fields.py;
+        # sections.py for profile and estimates), so that renderers can trust a loaded Run; a wrong type
+        # names its field.
+        from perfstack import sections
         from perfstack.fields import one_of, typed
         sec = {k: d.get(k) for k in ("meta", "facts", "findings", "checks", "measurements", "profile", "estimates")}
         for k, want in (("meta", dict), ("facts", dict), ("findings", list), ("checks", list),
@@ -269,8 +271,8 @@ class Run:
             checks=[CheckResult(**typed(CheckResult, c, f"checks[{i}]", {"status": status}))
                     for i, c in enumerate(sec["checks"] or [])],
             measurements=[Measurement.from_dict(m, f"measurements[{i}]") for i, m in enumerate(sec["measurements"] or [])],
-            profile=sec["profile"],
-            estimates=sec["estimates"],
+            profile=sections.profile(sec["profile"]),
+            estimates=sections.estimates(sec["estimates"]),
             loadtest=_loadtest(d.get("loadtest")),
             fleet=d.get("fleet"),
             schema_version=version,
@@ -278,15 +280,14 @@ class Run:
 
     @classmethod
     def load(cls, path: str | Path) -> "Run":
-        from perfstack.jsonload import loads
+        from perfstack.jsonload import read
+        # bounded: depth, digits, NaN (exit 2 naming the field)
+        return cls.from_document(read(path, "Run file"), path)
+
+    @classmethod
+    def from_document(cls, data: Any, path: str | Path) -> "Run":
+        """The Run in a parsed JSON document read from ``path`` (named in errors)."""
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(f"Run file {p} does not exist") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read Run file {p}: {e}") from None
-        data = loads(text, f"Run file {p}")  # bounded: depth, digits, NaN (exit 2 naming the field)
         if not isinstance(data, dict):
             raise InputError(f"{p} is not a perfstack Run (expected a JSON object)")
         try:

@@ -120,6 +120,19 @@ def test_a_diff_is_not_a_run(runs, tmp_path, capsys):
     assert "is a perfstack diff, not a Run" in capsys.readouterr().err
 
 
+def test_a_diff_is_known_by_its_parsed_kind_not_its_layout(runs, tmp_path, capsys):
+    d = tmp_path / "d.json"
+    assert main("diff", str(runs["full"]), str(runs["same"]), "-o", str(d)) == 0
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(json.loads(d.read_text()), separators=(",", ":")))
+    assert main("report", str(compact)) == 2
+    assert "is a perfstack diff, not a Run" in capsys.readouterr().err
+    # a Run that merely quotes the marker in a value is still a Run
+    quoting = tmp_path / "quoting.json"
+    quoting.write_text(json.dumps({"schema_version": 1, "meta": {"note": '"kind": "perfstack-diff"'}}))
+    assert main("report", "-f", "json", str(quoting)) == 0
+
+
 def test_debug_shows_the_traceback(tmp_path, capsys):
     assert main("report", "--debug", write(tmp_path, "bad.json", "{")) == 2
     assert "Traceback" in capsys.readouterr().err

@@ -10,8 +10,9 @@ from typing import Callable
 from rich.console import Console
 from rich.markdown import Markdown
 
-from perfstack import outfile
+from perfstack import jsonload, outfile
 from perfstack.cli.output import check_paths
+from perfstack.compare.diff import KIND as DIFF_KIND
 from perfstack.errors import InputError, UsageError
 from perfstack.model import Run
 from perfstack.report import html, markdown
@@ -51,23 +52,16 @@ def check_output(output: str | None, fmt: str, out: Console) -> None:
 
 
 def load_run(path: str) -> Run:
-    """Run.load with the hints a user of report/diff needs."""
-    if '"kind": "perfstack-diff"' in _peek(path):
-        raise InputError(f"{path} is a perfstack diff, not a Run", hint=RUN_HINT)
+    """The Run in ``path``, with the hints a user of report/diff needs; a saved diff is named as one."""
     try:
-        return Run.load(path)
+        data = jsonload.read(path, "Run file")
+        if isinstance(data, dict) and data.get("kind") == DIFF_KIND:
+            raise InputError(f"{path} is a perfstack diff, not a Run", hint=RUN_HINT)
+        return Run.from_document(data, path)
     except InputError as e:
         raise InputError(e.message, e.hint or RUN_HINT) from None
     except AttributeError as e:  # a JSON object whose sections have the wrong shapes
         raise InputError(f"{path} is not a valid perfstack Run ({e})", hint=RUN_HINT) from None
-
-
-def _peek(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(4096)
-    except OSError:
-        return ""
 
 
 def emit(text: str, output: str | None, out: Console, err: Console, what: str) -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from perfstack.compare.loadtest import LoadtestDiff
 
 DIFF_SCHEMA_VERSION = 1
+KIND = "perfstack-diff"  # the "kind" of a saved Diff; a Run has none
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 # Which part of the machine a benchmark's figures depend on (anything else: the GPU).
 BENCH_HARDWARE = {"host": ("cpu", "memory"), "storage": ("storage",)}
@@ -124,7 +125,7 @@ class Diff:
                 and (include_hardware_bound or not m.hardware_bound)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": self.schema_version, "kind": "perfstack-diff", "before": self.before,
+        return {"schema_version": self.schema_version, "kind": KIND, "before": self.before,
                 "after": self.after, "hardware": self.hardware, "summary": self.summary(), "alpha": self.alpha,
                 "facts": self.facts, "volatile_facts": self.volatile_facts,
                 "findings": [asdict(f) for f in self.findings],
@@ -140,7 +141,7 @@ class Diff:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Diff":
-        if d.get("kind") != "perfstack-diff":
+        if d.get("kind") != KIND:
             raise InputError("not a perfstack Diff")
         if int(d.get("schema_version", 0)) > DIFF_SCHEMA_VERSION:
             raise InputError(f"this Diff has schema_version {d['schema_version']}; this perfstack reads up to "
