@@ -114,17 +114,6 @@ CATALOG: dict[str, dict[str, Any]] = {
     "gpt2-xl": dict(model_type="gpt2", n_embd=1600, n_layer=48, n_head=25, vocab_size=50257, n_positions=1024),
 }
 
-# Published parameter counts (model cards / papers), for the tests and for `perfstack estimate models`.
-PUBLISHED: dict[str, tuple[float, float | None]] = {
-    "llama-3-8b": (8.03e9, None), "llama-3-70b": (70.6e9, None), "llama-3.1-405b": (405.9e9, None),
-    "llama-3.2-1b": (1.24e9, None), "llama-2-7b": (6.74e9, None), "mistral-7b": (7.24e9, None),
-    "mixtral-8x7b": (46.7e9, 12.9e9), "mixtral-8x22b": (141e9, 39e9), "qwen2.5-0.5b": (0.494e9, None),
-    "qwen2.5-7b": (7.62e9, None), "qwen2.5-72b": (72.7e9, None), "qwen1.5-moe-a2.7b": (14.3e9, 2.7e9),
-    "deepseek-v3": (671e9, 37e9), "deepseek-v2": (236e9, 21e9), "gemma-2-9b": (9.24e9, None),
-    "gpt-neox-20b": (20.55e9, None), "gpt2": (124.4e6, None), "gpt2-medium": (354.8e6, None),
-    "gpt2-xl": (1.558e9, None),
-}
-
 
 def names() -> list[str]:
     return sorted(CATALOG)

@@ -18,7 +18,7 @@ from perfstack.estimate.comms import ring_allreduce
 from perfstack.estimate.config import ModelSpec
 from perfstack.estimate.hardware import Hardware
 from perfstack.estimate.latency import moe_experts_touched, ridge, roofline
-from perfstack.estimate.quantity import Sheet, fmt_value, q
+from perfstack.estimate.quantity import Sheet, q
 
 MFU_PREFILL = 0.5  # 001:437: prefill MFU 0.4-0.6
 MBU_DECODE = 0.7  # 001:439: decode MBU 0.6-0.8
@@ -222,9 +222,3 @@ def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> dict[str, Any]:
             "peaks: " + hw.flops_source + "; " + hw.bw_source],
         "working": sheet.working(),
     }
-
-
-def summary_line(est: dict[str, Any]) -> str:
-    mmem, t = est["memory"], est["time"]
-    return (f"total {fmt_value(mmem['total_bytes'], 'B')} per GPU · TTFT ≥ {fmt_value(t['ttft_s'], 's')} · "
-            f"ITL ≥ {fmt_value(t['itl_s'], 's')}")

@@ -106,10 +106,6 @@ class Counts:
     matmul_active: int  # parameters one token multiplies through (FLOPs = 2 per parameter per token)
     matmul_total: int
 
-    @property
-    def non_embedding(self) -> int:
-        return self.total - self.embedding
-
 
 def count(m: ModelSpec) -> Counts:
     ws = weights(m)
