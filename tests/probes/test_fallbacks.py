@@ -10,6 +10,7 @@ from fakes import FakeHost
 
 from perfstack.cli.main import main
 from perfstack.errors import InputError
+from perfstack.host import Unavailable
 from perfstack.probes import collector
 from perfstack.probes.collector import Collector, run_probes
 from perfstack.probes.container import container
@@ -64,7 +65,7 @@ def test_no_mount_table_at_all_names_every_file_tried():
     f = run_probes(FakeHost(), [container])
     reason = f["container.shm_size_bytes"].reason
     assert all(p in reason for p in ("/proc/self/mountinfo", "/proc/mounts", "/etc/mtab"))
-    with pytest.raises(Exception):
+    with pytest.raises(Unavailable):
         read_mounts(Collector(FakeHost()))
 
 

@@ -183,7 +183,7 @@ def fake_torch(available=True, init_error=None, warn=None):
     def is_available():
         if warn:
             import warnings
-            warnings.warn(warn, UserWarning)
+            warnings.warn(warn, UserWarning, stacklevel=2)
         return available
 
     def init():

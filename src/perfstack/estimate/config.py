@@ -9,7 +9,6 @@ architecture is an ``InputError`` that names the field, so the user knows what t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping

@@ -154,7 +154,7 @@ def timeline(trace: Trace, att, windows: list[tuple[int, float, float]], cs: Cpu
     # count each call at most a few times the typical cost of its kind, and let the replay's GPU
     # timeline supply the wait.
     typical: dict[str, list[float]] = {}
-    for ts, j, kind in cand:
+    for _ts, j, kind in cand:
         if kind == LAUNCH:
             typical.setdefault(rts[j].name, []).append(rts[j].dur)
     cap = {name: max(4 * sorted(v)[len(v) // 2], sorted(v)[len(v) // 2] + 30.0) for name, v in typical.items()}

@@ -407,7 +407,10 @@ def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, Any]:
     return head, _stdlib_events(p, text, first, warnings)
 
 
-def _next_event(text: str, i: int, dec=json.JSONDecoder()) -> tuple[Any, int]:
+_DECODER = json.JSONDecoder()  # one for every event: building it per call costs more than the parse
+
+
+def _next_event(text: str, i: int, dec: json.JSONDecoder = _DECODER) -> tuple[Any, int]:
     """(the event at i, where the next one starts); (None, -1) at the end of the list; (why, -1)
     where it stops parsing."""
     n = len(text)

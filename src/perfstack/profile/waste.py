@@ -147,7 +147,7 @@ def vocab_loss(A, spec) -> Waste | None:
         return None
     gpu, att, flags = A.gpu, A.att, A.att.ops.flags
     vocab, members, rows, fp32 = 0, [], 0, False
-    for i, g in enumerate(gpu):
+    for i in range(len(gpu)):
         o = att.op[i]
         if att.step[i] < 0 or o < 0 or att.category[i] not in ("elementwise", "copy"):
             continue

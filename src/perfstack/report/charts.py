@@ -200,7 +200,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], titl
     xt = [t for t in xt if x_lo <= t <= x_hi] or [x_lo, x_hi]
     body = _axes(xs, ys, xt, yt, size_label if x_bytes else _log_fmt, lambda v: f"{v:g}", x_label, y_label, H)
     legend = []
-    for i, (label, v) in enumerate(hlines):
+    for label, v in hlines:
         y = ys(v)
         body.append(f'<g data-ref="{escape(label)}"><line class="ref" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" '
                     f'y2="{y:.1f}"/><text class="reflabel" x="{W - PAD_R - 4}" y="{y - 4:.1f}" text-anchor="end">'
