@@ -55,7 +55,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     "tf32-override-0": ("warning", "NVIDIA_TF32_OVERRIDE=0"),
     "alloc-conf-unset": ("info", "PYTORCH_CUDA_ALLOC_CONF is unset"),
     "alloc-conf-lowercase-true": ("warning", "expandable_segments:true"),
-    "cgroup-memory-16g": ("info", "cgroup memory limit 16.0 GiB"),
+    "cgroup-memory-16g": ("info", "cgroup memory limit 16 GiB"),
     "cgroup-oom-killed": ("critical", "2 OOM kill(s)"),
     "cgroup-cpus-4": ("warning", "CFS quota allows 4 CPUs of the host's 16"),
     "nvme-bfq": ("warning", "nvme0n1: scheduler [bfq]"),

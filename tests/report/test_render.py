@@ -141,7 +141,6 @@ def test_helpers():
     assert gemm_intensity({"dtype": "bf16"}) is None
     m = Measurement(bench="h2d", name="h2d.pinned.256MiB", value=1.0, unit="GB/s", params={"bytes": 2**28})
     assert series_key(m) == "h2d.pinned"
-    assert charts.size_label(2**30) == "1GiB" and charts.size_label(3 * 2**20) == "3MiB"
     assert charts.nice_ticks(0, 68)[-1] >= 68
     assert charts.num(1234.5, "GB/s") == "1,234 GB/s" and charts.num(8) == "8" and charts.num(None) == "—"
 

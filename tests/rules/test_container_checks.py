@@ -23,7 +23,7 @@ def test_shm_size_critical_at_docker_default():
     found, res = run("shm-size", container__shm_size_bytes=64 * MiB, mem__total_bytes=512 * GiB,
                      container__in_container=True)
     assert res.status == "found" and found[0].severity.value == "critical"
-    assert found[0].evidence == "/dev/shm is 64 MiB on a host with 512.0 GiB RAM"
+    assert found[0].evidence == "/dev/shm is 64 MiB on a host with 512 GiB RAM"
     assert found[0].host_action and found[0].fix_commands == []  # the fix is a run flag, not a command in here
     assert "--shm-size" in found[0].fix
 
@@ -51,7 +51,7 @@ def test_cgroup_memory_oom_kills_are_critical():
     found, _ = run("cgroup-memory-limit", cgroup__memory_limit_bytes=32 * GiB, cgroup__memory_oom_kills=3,
                    mem__total_bytes=512 * GiB)
     assert found[0].severity.value == "critical"
-    assert found[0].evidence == "3 OOM kill(s) recorded by this cgroup; cgroup memory limit 32.0 GiB (host RAM 512.0 GiB)"
+    assert found[0].evidence == "3 OOM kill(s) recorded by this cgroup; cgroup memory limit 32 GiB (host RAM 512 GiB)"
 
 
 def test_cgroup_memory_near_limit_warns_on_working_set_not_cache():
@@ -62,7 +62,7 @@ def test_cgroup_memory_near_limit_warns_on_working_set_not_cache():
     found, _ = run("cgroup-memory-limit", cgroup__memory_limit_bytes=32 * GiB, cgroup__memory_oom_kills=0,
                    cgroup__memory_current_bytes=31 * GiB, cgroup__memory_working_set_bytes=4 * GiB,
                    mem__total_bytes=512 * GiB)
-    assert found[0].severity.value == "info" and "see 512.0 GiB" in found[0].evidence
+    assert found[0].severity.value == "info" and "see 512 GiB" in found[0].evidence
 
 
 def test_cgroup_memory_quiet_without_limit_and_not_checked_when_missing():

@@ -19,12 +19,14 @@ from perfstack.host import nvml
 from perfstack.model import Facts, Measurement
 from perfstack.probes.gpu import EVENT_BITS
 from perfstack.specs import lookup_or_derive, pcie_gbps, practical_fraction
+from perfstack.units import GiB, KiB, MiB
+from perfstack.units import size_label as size_label  # the benchmarks' name for a buffer size
 
-KIB, MIB, GIB = 2**10, 2**20, 2**30
+KIB, MIB, GIB = KiB, MiB, GiB  # the spelling bench.collectives still reads
 # Left free on top of a benchmark's own buffers: cuBLAS workspace, NCCL buffers, the allocator's rounding.
-RESERVE_BYTES = 512 * MIB
+RESERVE_BYTES = 512 * MiB
 # L2 size when the spec table does not know the GPU: larger than any current L2 (B200: 126 MB).
-DEFAULT_L2_BYTES = 128 * MIB
+DEFAULT_L2_BYTES = 128 * MiB
 # Clock-event reasons that mean the clocks were held down (gpu_idle, app clocks, sync boost do not).
 LIMITING = {"sw_power_cap": "power cap", "hw_slowdown": "hardware slowdown",
             "sw_thermal_slowdown": "thermal (software)", "hw_thermal_slowdown": "thermal (hardware)",
@@ -37,14 +39,6 @@ def gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
 
-def size_label(n: int) -> str:
-    """4096 -> '4KiB', 2**30 -> '1GiB'; sizes that are not a whole unit keep their bytes ('1000B')."""
-    for unit, k in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= k and n % k == 0:
-            return f"{n // k}{unit}"
-    return f"{n}B"
-
-
 def fits(need_bytes: int, free_bytes: int | None, reserve: int = RESERVE_BYTES) -> bool:
     """Whether ``need_bytes`` of new buffers fit in the free device memory, leaving ``reserve``.
     An unknown free figure (None) is optimistic: the allocation itself will then say."""
@@ -52,8 +46,8 @@ def fits(need_bytes: int, free_bytes: int | None, reserve: int = RESERVE_BYTES) 
 
 
 def no_room(need_bytes: int, free_bytes: int | None) -> str:
-    return (f"needs {need_bytes / GIB:.2f} GiB of GPU memory (+{RESERVE_BYTES // MIB} MiB headroom), "
-            f"{(free_bytes or 0) / GIB:.2f} GiB free")
+    return (f"needs {need_bytes / GiB:.2f} GiB of GPU memory (+{RESERVE_BYTES // MiB} MiB headroom), "
+            f"{(free_bytes or 0) / GiB:.2f} GiB free")
 
 
 def largest_fitting(candidates: list[int], buffers: int, free_bytes: int | None) -> int | None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-GB = 1e9
-GiB = 2**30
+from perfstack.units import GB, GiB, MiB
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ def fmt_value(value: float | None, unit: str) -> str:
         if abs(value) >= 1e8:
             return f"{value / GB:,.2f} GB ({value / GiB:,.2f} GiB)"
         if abs(value) >= 1e6:
-            return f"{value / 1e6:,.1f} MB ({value / 2**20:,.1f} MiB)"
+            return f"{value / 1e6:,.1f} MB ({value / MiB:,.1f} MiB)"
         if abs(value) >= 1e4:
             return f"{value / 1e3:,.1f} kB ({value / 1024:,.1f} KiB)"
         return f"{value:,.0f} B"

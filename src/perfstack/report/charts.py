@@ -14,6 +14,7 @@ import zlib
 from typing import Any, Callable, Iterable, Sequence
 
 from perfstack.report.inert import html_text as escape
+from perfstack.units import size_tick
 
 W, H = 720, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 64, 24, 16, 44
@@ -53,15 +54,6 @@ def human(v: Any, unit: str) -> str:
     if scale and abs(v) >= scale[0] / 1e3:
         return num(v / scale[0], scale[1])
     return num(v, unit)
-
-
-def size_label(n: float) -> str:
-    """Bytes as 4KiB / 256MiB / 1GiB (binary units, as the benchmarks name their sizes)."""
-    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= k:
-            v = n / k
-            return f"{v:.0f}{unit}" if abs(v - round(v)) < 1e-9 else f"{v:.3g}{unit}"
-    return f"{n:.0f}B"
 
 
 def pct(f: float | None, digits: int = 0) -> str:
@@ -198,7 +190,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], titl
     ys = Scale(0, yt[-1], H - PAD_B, PAD_T, False)
     xt = pow2_ticks(x_lo, x_hi) if x_bytes else log10_ticks(x_lo, x_hi)
     xt = [t for t in xt if x_lo <= t <= x_hi] or [x_lo, x_hi]
-    body = _axes(xs, ys, xt, yt, size_label if x_bytes else _log_fmt, lambda v: f"{v:g}", x_label, y_label, H)
+    body = _axes(xs, ys, xt, yt, size_tick if x_bytes else _log_fmt, lambda v: f"{v:g}", x_label, y_label, H)
     legend = []
     for label, v in hlines:
         y = ys(v)
@@ -210,7 +202,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], titl
         ps = sorted(p for p in ps if p[0] > 0)
         d = " ".join(f"{'M' if j == 0 else 'L'}{xs(x):.1f},{ys(y):.1f}" for j, (x, y) in enumerate(ps))
         dots = "".join(f'<circle cx="{xs(x):.1f}" cy="{ys(y):.1f}" r="2.6" fill="{color}">'
-                       f"<title>{escape(name)} {escape(size_label(x) if x_bytes else num(x))}: {num(y)}</title>"
+                       f"<title>{escape(name)} {escape(size_tick(x) if x_bytes else num(x))}: {num(y)}</title>"
                        f"</circle>" for x, y in ps)
         body.append(f'<g data-series="{escape(name)}"><path class="line" d="{d}" stroke="{color}"/>{dots}</g>')
         legend.append((name, color, ""))

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.model import Finding, Measurement
-from perfstack.report.charts import human, num, pct, size_label
+from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
 from perfstack.report.views import (
     BenchView,
@@ -23,6 +23,7 @@ from perfstack.report.views import (
     is_latency,
     layer_name,
 )
+from perfstack.units import size_tick
 
 
 def cell(v: Any) -> str:
@@ -91,7 +92,7 @@ def bench_md(b: BenchView) -> str:
     for c in b.curves:
         sizes = sorted({x for _, ps in c.series for x, _ in ps})
         values = {name: dict(ps) for name, ps in c.series}
-        rows = [[size_label(x)] + [num(values[name].get(x)) for name, _ in c.series] for x in sizes]
+        rows = [[size_tick(x)] + [num(values[name].get(x)) for name, _ in c.series] for x in sizes]
         refs = "; ".join(f"{t(label)}: {num(v)}" for label, v in c.refs)
         out.append(f"### {t(c.title)}\n\n{t(c.y_label)}" + (f" ({refs})" if refs else "") + "\n\n"
                    + table(["size"] + [name for name, _ in c.series], rows, right=range(1, len(c.series) + 1)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
+from perfstack.units import binary_size
 
 
 def gpu_list(f: Facts) -> list[dict[str, Any]]:
@@ -29,9 +30,4 @@ def cpu_nodes(f: Facts) -> list[dict[str, Any]]:
     return nodes
 
 
-def size(n: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    return f"{n:.0f} {units[i]}" if n == int(n) else f"{n:.1f} {units[i]}"
+size = binary_size  # the rules' short name for a size in evidence: '512 MiB', '1.5 GiB'

@@ -6,19 +6,15 @@ import re
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
-from perfstack.rules.common import cpu_nodes
+from perfstack.rules.common import cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import sh
+from perfstack.units import GiB, MiB
 
-MiB, GiB = 1 << 20, 1 << 30
 LAYER = "container-orch"
 # Mount points that never hold data: /boot, and where a container runtime puts its own bind mounts
 # (driver libraries under /usr, /etc/hosts, /dev/shm, service-account secrets under /run).
 SYSTEM_MOUNT = re.compile(r"^/(boot|etc|usr|lib|lib64|bin|sbin|dev|proc|sys|run|var/run|var/lib/kubelet)(/|$)")
-
-
-def size(n: float) -> str:
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
 
 
 def gpu_count(f: Facts) -> int:

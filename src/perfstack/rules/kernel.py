@@ -10,9 +10,10 @@ from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command, sh
+from perfstack.units import GiB as GIB
+from perfstack.units import KiB as KIB
 
 SYSCTL_FILE = "/etc/sysctl.d/99-perfstack.conf"
-KIB, GIB = 1024, 1024**3
 MEMLOCK_CRITICAL = 64 * KIB  # the common distribution default; far too small for RDMA registration
 NOFILE_LOW = 1024  # the soft default of most distributions
 CSTATE_MAX_LATENCY_US = 20  # [thr] C1/C1E wake in ~1-10 µs; C6-class states take ~100 µs or more
