@@ -6,7 +6,7 @@ itself takes about a microsecond). The batch is timed twice: CUDA events around 
 host wall time with a synchronize at the end. When the host cannot launch as fast as the GPU
 runs, the GPU sits idle between kernels and both clocks see the launch cost; the larger of the two
 per kernel is reported as the launch-bound cost. Lower is better: the references are ~20 µs per
-eager launch from Python (the book's figure) and ~2 µs per kernel replayed from a graph.
+eager launch from Python (a figure of the book in sources.BOOK) and ~2 µs per kernel replayed from a graph.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any, Callable
 from perfstack.bench import BenchContext, _gpu, benchmark, timing
 from perfstack.bench.verdict import lower_is_better
 from perfstack.model import Measurement
+from perfstack.sources import BOOK
 
 KERNELS = 1000
 TIMING = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 1.0, "warmup_s": 0.2}}
-EAGER_REF_US, EAGER_REF = 20.0, "≈20 µs per eager launch from Python (book, B:L13272)"
+EAGER_REF_US, EAGER_REF = 20.0, f"≈20 µs per eager launch from Python (the book {BOOK})"
 GRAPH_REF_US, GRAPH_REF = 2.0, "≈2 µs per kernel replayed from a CUDA graph"
 
 

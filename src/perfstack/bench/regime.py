@@ -11,7 +11,7 @@ bandwidth. So each size is judged by the term that dominates it:
   and practical ceiling, as every bandwidth benchmark is judged;
 - in between both terms matter and neither reference applies alone: reported, not judged.
 
-The reference latencies are thresholds, not measurements of this machine: the book puts NCCL's
+The reference latencies are thresholds, not measurements of this machine: the book (sources.BOOK) puts NCCL's
 small-message latency inside one node at a few microseconds over NVLink and at tens of
 microseconds once peer-to-peer is off (S002:L3257); the thresholds sit between those.
 """
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from perfstack.bench.verdict import lower_is_better
 from perfstack.model import Measurement
+from perfstack.sources import BOOK
 
 REFERENCE_LATENCY_S = {"nvlink": 10e-6, "pcie": 25e-6}
 LATENCY_SOURCE = ("healthy intra-node NCCL small-message latency over {link} (a threshold: a few µs over "
-                  "NVLink, tens of µs with peer-to-peer off, per the book)")
+                  f"NVLink, tens of µs with peer-to-peer off, per the book {BOOK})")
 BANDWIDTH_FROM = 20.0  # bus time / latency at and above which a size is judged by bandwidth
 
 

@@ -14,6 +14,7 @@ from rich.text import Text
 from perfstack.errors import UsageError
 from perfstack.model import LAYERS
 from perfstack.rules import select_checks
+from perfstack.sources import name_book
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(f"no check named {args.id}",
                          hint=(f"did you mean {', '.join(close)}? " if close else "") + "'perfstack explain' lists them")
     doc = {"id": c.id, "layer": c.layer, "severity": _severity(c), "title": c.title, "checks": c.doc,
-           "why": c.why, "fix": c.fix, "refs": getattr(c, "refs", "")}
+           "why": c.why, "fix": c.fix, "refs": name_book(getattr(c, "refs", ""))}
     if args.json:
         out.out(json.dumps(doc, indent=2), highlight=False)
         return 0

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from perfstack.model import LAYERS, Finding, Severity
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
+from perfstack.sources import BOOK
 
 
 
@@ -102,7 +103,8 @@ def _gpu_ms(p: dict, ms: float) -> str:
                (enumerate(DataLoader)#...__next__) and replaying the step without that time (batches ready when
                asked, as prefetching workers make them) recovers ≥ 5% of the step.""",
                why="Input pipelines that starve the GPU are the most common cause of low utilization; fixing I/O "
-                   "stalls typically takes GPUs from about 70% to above 95% busy (book, ch. 5/13).",
+                   f"stalls typically takes GPUs from about 70% to above 95% busy (the book {BOOK}, chapters 5 "
+                   "and 13).",
                fix="DataLoader(num_workers=N (start at CPU cores / GPUs), pin_memory=True, prefetch_factor=2-4, "
                    "persistent_workers=True); move decoding/augmentation to the GPU (DALI, torchvision v2 on CUDA); "
                    "then .to(device, non_blocking=True).")

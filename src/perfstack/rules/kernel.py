@@ -10,6 +10,7 @@ from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command, sh
+from perfstack.sources import BOOK
 from perfstack.units import GiB as GIB
 from perfstack.units import KiB as KIB
 
@@ -46,7 +47,7 @@ def limit_text(v: Any) -> str:
 
 @check("swappiness", "kernel", "warning", "vm.swappiness above 10",
        doc="Reads /proc/sys/vm/swappiness and fires when it is above 10.",
-       why="A swapped-out page of a buffer that feeds a GPU stalls the GPU on disk I/O; the book puts "
+       why=f"A swapped-out page of a buffer that feeds a GPU stalls the GPU on disk I/O; the book {BOOK} puts "
            "the slowdown at orders of magnitude. The book recommends 0; 10 is the common compromise on "
            "hosts short of RAM, where 0 can provoke the OOM killer.",
        fix="sysctl -w vm.swappiness=10 (or 0), persisted in /etc/sysctl.d/",
@@ -82,7 +83,7 @@ def thp_mode(f: Facts) -> Hits:
        doc="Reads SwapTotal/SwapFree from /proc/meminfo, the devices in /proc/swaps and VmSwap of "
            "/proc/self/status. Critical when the audited process has pages in swap; a warning when swap is "
            "configured on a GPU node; info when the swap is only zram (compressed RAM) or no GPU was found.",
-       why="Each touch of a swapped-out host page that feeds the GPU waits on disk: the book calls the "
+       why=f"Each touch of a swapped-out host page that feeds the GPU waits on disk: the book {BOOK} calls the "
            "slowdown catastrophic, multiple orders of magnitude. GPU jobs hold large host caches, which are "
            "exactly what the kernel picks to swap out.",
        fix="swapoff -a (only when free RAM exceeds the swap in use) and comment out the swap lines in "
@@ -116,7 +117,7 @@ def swap_enabled(f: Facts) -> Hits:
        doc="Reads /proc/sys/kernel/numa_balancing and the NUMA nodes. Fires when automatic balancing is on "
            "(bit 0 set) and the host has more than one NUMA node; not applicable on one node.",
        why="The kernel periodically unmaps pages to sample where they are touched, taking hinting faults, "
-           "then migrates pages and tasks between nodes. That fights explicit numactl binding, which the book "
+           f"then migrates pages and tasks between nodes. That fights explicit numactl binding, which the book {BOOK} "
            "recommends (remote memory is ~75% slower: ~139 ns vs ~80 ns), and adds latency spikes.",
        fix="sysctl -w kernel.numa_balancing=0, persisted in /etc/sysctl.d/, when GPU jobs are bound "
            "explicitly with numactl or a cpuset",
@@ -153,7 +154,7 @@ def cpu_governor(f: Facts) -> Hits:
        doc="Reads 'Max locked memory' in /proc/self/limits (the audited process). A warning when the soft "
            "limit is finite; critical at 64 KiB or less.",
        why="Pinned host memory and RDMA registration (NCCL over InfiniBand/RoCE, GPUDirect) lock pages; under "
-           "a small limit they fail, or fall back to pageable memory and slower copies. The book sets it to "
+           f"a small limit they fail, or fall back to pageable memory and slower copies. The book {BOOK} sets it to "
            "unlimited for AI workloads.",
        fix="'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.d/; "
            "LimitMEMLOCK=infinity in a systemd unit; docker run --ulimit memlock=-1",
@@ -192,7 +193,7 @@ def nofile_limit(f: Facts) -> Hits:
 @check("numa-topology", "kernel", "info", "Multi-node NUMA host: bind each rank to its GPU's node",
        doc="Reads /sys/devices/system/node/node*/{cpulist,meminfo,distance}. Reports the layout when there is "
            "more than one node; the other NUMA checks depend on it.",
-       why="Memory on the other socket is ~75% slower to reach (~139 ns vs ~80 ns in the book's example); "
+       why=f"Memory on the other socket is ~75% slower to reach (~139 ns vs ~80 ns in an example of the book {BOOK}); "
            "cross-node traffic also cuts host-to-GPU bandwidth.",
        fix="numactl --cpunodebind=N --membind=N per rank, N being the node of that rank's GPU "
            "(nvidia-smi topo -m, 'NUMA Affinity')",
@@ -316,7 +317,7 @@ def iommu_mode(f: Facts) -> Hits:
        doc="Reads the kernel release and fires when it is older than 6.1.24 (or 6.2.x before 6.2.11), the "
            "releases NVIDIA lists for heterogeneous memory management. Distribution kernels may backport it.",
        why="With HMM (CUDA 12.2+, open kernel modules) GPU kernels can use ordinary malloc'd and mmap'd host "
-           "memory without explicit copies or cudaMallocManaged. The book asks for a recent, stable kernel "
+           f"memory without explicit copies or cudaMallocManaged. The book {BOOK} asks for a recent, stable kernel "
            "validated with the installed driver.",
        fix="move to a recent distribution kernel validated with the installed NVIDIA driver (e.g. a 6.8 HWE kernel)",
        refs="Book ch. 3; seed 003; catalog K20; NVIDIA HMM documentation")
@@ -333,7 +334,7 @@ def kernel_version_features(f: Facts) -> Hits:
 @check("cpu-cores-per-gpu", "kernel", "warning", "Fewer CPU cores than GPUs",
        doc="Compares physical cores (/proc/cpuinfo) and the CPUs the audited process may use with the GPU "
            "count; fires below one per GPU. Not applicable without a GPU.",
-       why="Each GPU needs about one fast core for data loading and networking at the least; the book would "
+       why=f"Each GPU needs about one fast core for data loading and networking at the least; the book {BOOK} would "
            "rather leave a GPU idle than starve all of them.",
        fix="give the job more CPUs (a larger cpuset or instance), run fewer GPU jobs per node, or fewer "
            "loader workers",

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.runtime import cuda_torch, env_of, gpus, require_gpu, version_tuple
+from perfstack.sources import BOOK
 
 
 class Setting(NamedTuple):
@@ -135,7 +136,7 @@ def nccl_async_error_handling(f: Facts) -> Hits:
            "NCCL_SOCKET_NTHREADS is above 16, or when either is not a number.",
        why="NCCL allows at most 64 sockets per connection (threads x sockets per thread) and 16 socket threads; "
            "beyond that it clips or refuses the values, and every extra thread costs CPU. On multi-NIC TCP "
-           "hosts 2x2 is a sensible start, raised step by step (the book cites +10% from "
+           f"hosts 2x2 is a sensible start, raised step by step (the book {BOOK} cites +10% from "
            "NCCL_SOCKET_NTHREADS=2 on one cluster).",
        fix="Keep NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD <= 64 (e.g. 4 and 4); measure each step",
        refs="Catalog M09; S002:L2589, L2717-2727, L3267-3271")
@@ -185,7 +186,8 @@ def unknown_names(value: str, valid: set[str]) -> list[str]:
            "a conservative threshold of ours).",
        why="NCCL picks algorithm, protocol and channel count from message size and topology; a pinned choice "
            "is right for the case it was measured on, and goes stale with the next NCCL or topology. "
-           "NCCL_NTHREADS is CUDA threads per block, not CPU threads (the book's appendix says otherwise). A large "
+           f"NCCL_NTHREADS is CUDA threads per block, not CPU threads (the appendix of the book {BOOK} says "
+           "otherwise). A large "
            "NCCL_BUFFSIZE is allocated per channel and peer, taking GPU memory.",
        fix="Remove the overrides, or record why each is set and re-measure after every NCCL upgrade.",
        refs="Catalog M10 (and E8, E11); S002:L2873-2875, L3249-3253, L3273-3275")
@@ -245,8 +247,8 @@ def _matches(name: str, prefix: str) -> bool:
            "down; a warning when only loopback, docker or other virtual bridges match.",
        why="NCCL bootstraps and runs its socket transport over these interfaces. None matching makes "
            "communicator creation fail; a bridge or loopback only reaches this host, so a multi-node job fails "
-           "or crawls over the wrong path. The book describes bootstrap over the wrong NIC falling back to slow "
-           "10 GbE, or failing to connect.",
+           f"or crawls over the wrong path. The book {BOOK} describes bootstrap over the wrong NIC falling back "
+           "to slow 10 GbE, or failing to connect.",
        fix="export NCCL_SOCKET_IFNAME=<the fast interface, e.g. ib0 or =eth1> (ip -br link lists them)",
        refs="Catalog M08 (and E11); S002:L2102, L2602-2604, L3313")
 def nccl_socket_ifname(f: Facts) -> Hits:

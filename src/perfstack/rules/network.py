@@ -10,6 +10,7 @@ from perfstack.rules.container import gpu_count
 from perfstack.rules.kernel import sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command
+from perfstack.sources import BOOK
 
 LAYER = "network"
 FAST_MBPS = 25_000
@@ -173,7 +174,8 @@ def tcp_stack_tuning(f: Facts) -> Hits:
 
 @check("ip-local-port-range", LAYER, "warning", "Narrow ephemeral port range",
        doc="Reads net.ipv4.ip_local_port_range; fires when it holds fewer ports than the Linux default "
-           "32768-60999 (28232 ports). Beware the book's example 50000-51000: it narrows the range to 1001.",
+           f"32768-60999 (28232 ports). Beware the example 50000-51000 in the book {BOOK}: it narrows the range "
+           "to 1001.",
        why="NCCL's bootstrap and socket transport and the PyTorch store open many connections per rank; "
            "when ephemeral ports run out, rendezvous fails or hangs on large jobs.",
        fix="sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\" (or wider, clear of local services' ports); "

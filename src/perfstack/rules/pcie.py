@@ -9,6 +9,7 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import cpu_nodes, gpu_list
 from perfstack.rules.driver import busy, label
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.sources import BOOK
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3).
 GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
@@ -87,8 +88,8 @@ def gpu_numa_affinity(f: Facts) -> Hits:
        doc="Reads the nvidia-smi topo -m matrix and lists GPU pairs whose path is SYS, NODE or PHB (through "
            "CPU host bridges or across sockets) rather than NVLink (NV#) or a PCIe switch (PIX/PXB).",
        why="Topology-blind placement moves collective traffic at tens of GB/s per GPU instead of the hundreds "
-           "NVLink gives; in the book's example, moving to a topology-aware layout took SM busy from 60% to "
-           "90% and an iteration from 100 to 70 ms.",
+           f"NVLink gives; in an example of the book {BOOK}, moving to a topology-aware layout took SM busy "
+           "from 60% to 90% and an iteration from 100 to 70 ms.",
        fix="put tensor-parallel and all-reduce groups on GPUs connected by NVLink or one PCIe switch "
            "(CUDA_VISIBLE_DEVICES, scheduler topology hints); keep a job inside one NUMA node where it fits",
        refs="Book ch. 4 (topology-aware placement); blog S001 §10; catalog P04")

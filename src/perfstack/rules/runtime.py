@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import gpu_list
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.sources import BOOK
 
 EPHEMERAL = ("/tmp/", "/dev/shm/", "/run/", "/var/tmp/")
 
@@ -312,7 +313,8 @@ def cuda_module_loading(f: Facts) -> Hits:
        why="The variable sets how many hardware work queues a context gets (8 by default). With one, kernels of "
            "all streams share a single queue, so work on separate streams (e.g. DDP/FSDP communication beside "
            "compute) can no longer overlap. Megatron-style tensor parallelism sets 1 on purpose to order "
-           "communication before the GEMM it overlaps with. Not from the book; from CUDA's documentation.",
+           f"communication before the GEMM it overlaps with. Not from the book {BOOK}: from CUDA's "
+           "documentation.",
        fix="unset CUDA_DEVICE_MAX_CONNECTIONS unless the framework asks for it",
        refs="Catalog §7 cuda-device-max-connections (outside the sources); CUDA environment variables")
 def cuda_device_max_connections(f: Facts) -> Hits:

@@ -8,6 +8,7 @@ from perfstack.model import Facts, NotApplicable
 from perfstack.rules.container import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Under, sh, write
+from perfstack.sources import BOOK
 
 LAYER = "storage"
 ATIME_FS = ("ext4", "ext3", "xfs", "btrfs", "f2fs", "nfs", "nfs4")
@@ -64,7 +65,7 @@ def io_scheduler(f: Facts) -> Hits:
        doc="Reads /sys/block/<dev>/queue/read_ahead_kb for disks that hold a data filesystem (not /boot); "
            "fires (info) at 128 KiB or less.",
        why="A larger read-ahead keeps sequential reads of large dataset shards pipelined with fewer "
-           "requests; the book suggests a few MB for streaming training data. Random small-file reads gain "
+           f"requests; the book {BOOK} suggests a few MB for streaming training data. Random small-file reads gain "
            "nothing, hence info.",
        fix="echo 4096 > /sys/block/<dev>/queue/read_ahead_kb (or blockdev --setra 8192 /dev/<dev>); persist "
            "with a udev rule",
@@ -99,7 +100,7 @@ def rotational_data(f: Facts) -> Hits:
        doc="Reads the options of ext4, xfs, btrfs, f2fs and NFS mounts in /proc/self/mountinfo; fires (info) "
            "when none of noatime, relatime or lazytime is set, i.e. strictatime. relatime, the default, passes.",
        why="With strictatime every read of a sample file writes its inode back: metadata writes that compete "
-           "with the data reads. The book recommends noatime for data filesystems.",
+           f"with the data reads. The book {BOOK} recommends noatime for data filesystems.",
        fix="mount -o remount,noatime <mountpoint>, and add noatime to its /etc/fstab entry",
        refs="Book ch. 5 and appendix; catalog S04")
 def mount_noatime(f: Facts) -> Hits:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfstack.sources import BOOK
+
 
 class PracticalFraction(float):
     """A fraction of a theoretical peak. The value *is* the float (so ``peak * practical_fraction[k]``
@@ -46,7 +48,7 @@ practical_fraction: dict[str, PracticalFraction] = {
         "bf16",
         "large aligned BF16 GEMM through cuBLAS (torch.matmul), dense peak",
         "Project H100 SXM measurements: 770-798 TFLOP/s of 989.4 (0.78-0.81), best shape 4096x4096x8192 "
-        "at 784 (torch 2.11, driver 580). The book says Tensor Cores can sustain above 90% of peak with "
+        f"at 784 (torch 2.11, driver 580). The book {BOOK} says Tensor Cores can sustain above 90% of peak with "
         "tuned kernels (B:L8618), so 0.8 is what stock cuBLAS reaches, not a hardware limit.",
     ),
     "gemm_fp16": PracticalFraction(
@@ -59,7 +61,7 @@ practical_fraction: dict[str, PracticalFraction] = {
         0.90,
         "hbm_tbps",
         "device-to-device copy on a buffer much larger than L2, counting bytes read + written",
-        "Book: a well-coalesced copy reaches ~90% of peak DRAM throughput (B:L5794). Project machines: "
+        f"The book {BOOK}: a well-coalesced copy reaches ~90% of peak DRAM throughput (B:L5794). Project machines: "
         "H100 ~3.0 of 3.35 TB/s, H200 ~4.3 of 4.8 TB/s (both ~0.90).",
     ),
     "pcie_pinned": PracticalFraction(
@@ -96,7 +98,7 @@ practical_fraction: dict[str, PracticalFraction] = {
     "pcie_pageable": PracticalFraction(
         0.25, "pcie_gbps", "pageable (ordinary malloc) host<->device copies, staged by the driver through a "
         "pinned bounce buffer, vs pcie_gbps(gen, width)",
-        "Book: pinned copies run 2-3x faster than pageable ones (B:L1600). Project H100 (Gen5 x16): "
+        f"The book {BOOK}: pinned copies run 2-3x faster than pageable ones (B:L1600). Project H100 (Gen5 x16): "
         "pageable H2D 13.5-19 GB/s, D2H 13-14 GB/s of 63.0 (0.21-0.30), host-dependent.",
     ),
 }
