@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
-from rich.padding import Padding
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
@@ -19,7 +20,33 @@ def _badge(sev: str) -> Text:
     return Text(f" {sev.upper():<8}", style=STYLE[sev])
 
 
+INDENT = 11  # where a finding's body starts, under its id
+
+
+class _Paragraph:
+    """``label: value`` under a finding, wrapped at spaces to the console's width. A word longer than a
+    line (a path, an option string, a command's argument) is never split: it runs past the edge, so it
+    can be copied whole."""
+
+    def __init__(self, label: str, value: str) -> None:
+        self.text = Text.assemble((f"{label}: ", "dim"), value)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(20, options.max_width - INDENT)
+        for part in self.text.split("\n", allow_blank=True):
+            breaks, col = [], 0
+            for word in re.finditer(r"\S+\s*", part.plain):
+                if col and col + cell_len(word.group().rstrip()) > width:
+                    breaks.append(word.start())
+                    col = 0
+                col += cell_len(word.group())
+            for line in part.divide(breaks):
+                line.rstrip()
+                yield Text(" " * INDENT, overflow="ignore").append_text(line)
+
+
 def _finding(f: Finding, verbose: bool) -> RenderableType:
+    """A finding's head and body; print it with ``crop=False`` so that nothing long is cut off."""
     head = Text.assemble(_badge(f.severity.value), " ", (f.id, "bold"), "  ", f.title)
     if f.subject:
         head.append(f"  [{f.subject}]", style="dim")
@@ -28,10 +55,11 @@ def _finding(f: Finding, verbose: bool) -> RenderableType:
     if f.why:
         body.append(("why", f.why))
     body.append(("fix", ("on the host: " if f.host_action else "") + f.fix))
+    lines += [_Paragraph(label, value) for label, value in body]
     if verbose and f.fix_commands:
-        body.append(("commands", "; ".join(f.fix_commands)))
-    for label, value in body:
-        lines.append(Padding(Text.assemble((f"{label}: ", "dim"), value), (0, 0, 0, 11), expand=False))
+        # One command a line, never wrapped: what is on the line is what to paste into a shell.
+        lines.append(Text(" " * INDENT + "commands:", style="dim"))
+        lines += [Text(" " * (INDENT + 2) + cmd, overflow="ignore") for cmd in f.fix_commands]
     return Group(*lines)
 
 
@@ -53,7 +81,7 @@ def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], c
         if not fs:
             console.print(Text("  no findings", style="dim"))
         for f in fs:
-            console.print(_finding(f, verbose))
+            console.print(_finding(f, verbose), crop=False)
     if verbose:
         _not_checked(run, console)
     console.print()
