@@ -82,6 +82,12 @@ def read_logs(logs: Path) -> tuple[dict[str, dict[tuple[str, int], nccl_tests.Si
     return ref, settings
 
 
+def nccl_release(code: str) -> str:
+    """nccl-tests prints NCCL's version code: 22803 is 2.28.3 (major*10000 + minor*100 + patch since 2.9)."""
+    n = int(code)
+    return f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 20900 else f"{n // 1000}.{n // 100 % 10}.{n % 100}"
+
+
 def _settings(text: str) -> str:
     """nccl-tests' version and iteration settings from a log's header, for the table's caption."""
     ver = re.search(r"nccl-tests version (\S+).*?nccl-library=(\d+)", text)
@@ -159,7 +165,13 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
              "5% faster); in-place ops (all_reduce, broadcast) against nccl-tests' in-place column, the others "
              "against its out-of-place column; nccl-tests figures are medians over its cycles"),
              ("- judged on: eager vs eager where perfstack's eager calls are not host-bound, graph vs graph elsewhere; "
-             "'host' marks a perfstack eager figure set by Python issuing the calls, not by NCCL"), ""]
+             "'host' marks a perfstack eager figure set by Python issuing the calls, not by NCCL")]
+    theirs = {nccl_release(m.group(1)) for m in re.finditer(r"NCCL (\d+)", " ".join(settings.values()))}
+    ours_nccl = str(meta.get("nccl_version", "?"))
+    if theirs and theirs != {ours_nccl}:
+        lines.append(f"- **not like with like**: nccl-tests ran on NCCL {', '.join(sorted(theirs))}, perfstack (PyTorch) "
+                     f"on NCCL {ours_nccl}; small-message latency differs between NCCL releases")
+    lines.append("")
     counts = {"judged": [0, 0], "graph": [0, 0], "eager": [0, 0], "none": 0, "faster": 0}
     outside: list[str] = []
     for op in collectives.OPS:

@@ -37,13 +37,37 @@ export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUTDIR" "$BUILD"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 
-# -- NCCL: headers and a libnccl.so to link against --------------------------------------------
+# -- NCCL: headers and a libnccl.so to link against ---------------------------------------------
+# Like with like: nccl-tests must run on the NCCL that PyTorch loads (a machine can hold a system NCCL
+# of another version beside the one PyTorch's wheels bring; latency at small sizes differs between
+# releases). The library is found where torch mapped it after initialising NCCL; its headers are the
+# nvidia-nccl wheel's include/ beside it. NCCL_HOME overrides; a torch with NCCL linked in statically
+# maps no libnccl, and then the system's or the wheel's is used.
 if [ -z "${NCCL_HOME:-}" ]; then
-  if [ -f /usr/include/nccl.h ]; then
+  TORCH_NCCL=$("$PY" - <<'PYEOF' 2>/dev/null || true
+import os, torch
+try:
+    torch.cuda.nccl.version()
+except Exception:
+    pass
+for line in open("/proc/self/maps"):
+    path = line.split()[-1]
+    if os.path.basename(path).startswith("libnccl.so"):
+        print(os.path.realpath(path))
+        break
+PYEOF
+)
+  if [ -n "$TORCH_NCCL" ] && [ -f "$(dirname "$TORCH_NCCL")/../include/nccl.h" ]; then
+    SRC_NCCL=$(cd "$(dirname "$TORCH_NCCL")/.." && pwd)
+    NCCL_HOME=$BUILD/nccl
+    mkdir -p "$NCCL_HOME/lib"
+    ln -sfn "$SRC_NCCL/include" "$NCCL_HOME/include"
+    ln -sf "$TORCH_NCCL" "$NCCL_HOME/lib/libnccl.so"  # the linker wants libnccl.so
+    ln -sf "$TORCH_NCCL" "$NCCL_HOME/lib/libnccl.so.2"
+  elif [ -f /usr/include/nccl.h ]; then
     NCCL_HOME=/usr
   else
     WHEEL=$("$PY" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
-    # The wheel ships lib/libnccl.so.2 only; the linker wants libnccl.so.
     NCCL_HOME=$BUILD/nccl
     mkdir -p "$NCCL_HOME/lib"
     ln -sfn "$WHEEL/include" "$NCCL_HOME/include"
