@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from perfstack import __version__
 from perfstack.errors import InputError
 from perfstack.model import Run
-from perfstack.profile import classify, cpu, efficiency, rules, waste
+from perfstack.profile import classify, comm, cpu, efficiency, rules, waste
 from perfstack.profile.analyze import analyze
 from perfstack.profile.simulate import Scenario, replay, solve_scale
 from perfstack.profile.trace import load
@@ -195,6 +195,8 @@ def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms
     tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
     p["overhead"] = overhead(p, tl, unprofiled_step_ms, unprofiled_note)
     whatifs(p, A, tl, spec)
+    if p["comm"]["ms_per_step"]:
+        p["comm"]["if_overlapped"] = comm.overlap_model(A, p)
     _mfu(p, spec, model_flops)
     p.pop("_ops_all", None)
     p["_spec"] = spec
