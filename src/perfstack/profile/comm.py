@@ -14,7 +14,7 @@ between the two, and this module estimates each from the trace:
    backward pass ends. The exposed collectives are grouped the way DDP groups gradients (25 MiB
    buckets; a tensor larger than that is a bucket of its own; a single collective per step is
    taken as a flattened buffer of many gradients and split into such buckets) and the largest
-   bucket's share of the transfer stays exposed.
+   bucket's share of the exposed transfer stays exposed.
 3. **Only free backward compute can hide it.** Gradients become ready during the backward pass,
    the first bucket after about its share of it: the transfer can hide under at most the backward
    GPU time not already overlapped with communication, less that first share of the backward pass.
@@ -66,11 +66,12 @@ def _bytes(A, i: int) -> float:
     return float(c.big or c.bytes or 0.0) if c else 0.0
 
 
-def buckets(sizes: list[float], cap: float = BUCKET_BYTES) -> list[float]:
+def buckets(sizes: list[float], cap: float = BUCKET_BYTES, flat: bool | None = None) -> list[float]:
     """Bucket sizes DDP would make of gradient tensors of ``sizes`` bytes (greedy, in order, a bucket
-    closing once it holds ``cap``). One tensor alone is a flattened buffer: split into ``cap`` pieces."""
+    closing once it holds ``cap``). ``flat``: the one tensor is a flattened buffer of many gradients,
+    split into ``cap`` pieces (by default: when there is one tensor)."""
     sizes = [s for s in sizes if s > 0]
-    if len(sizes) == 1:
+    if len(sizes) == 1 and (flat is None or flat):
         n, rest = divmod(sizes[0], cap)
         return [cap] * int(n) + ([rest] if rest else [])
     out: list[float] = []
@@ -129,12 +130,13 @@ def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
     comm, transfer = _groups(A)
     other = Spans((g.ts, g.ts + g.dur) for i, g in enumerate(gpu) if att.category[i] != "comm")
     comm_spans = Spans((gpu[i].ts, gpu[i].ts + gpu[i].dur) for i in comm)
-    per_step: dict[int, dict[str, Any]] = defaultdict(lambda: {"exposed": 0.0, "wait": 0.0, "sizes": []})
+    per_step: dict[int, dict[str, Any]] = defaultdict(lambda: {"exposed": 0.0, "wait": 0.0, "sizes": [], "n": 0})
     for i in comm:
         g = gpu[i]
         exposed = max(0.0, g.dur - other.overlap(g.ts, g.ts + g.dur))
         wait = g.dur - transfer[i]
         s = per_step[att.step[i]]
+        s["n"] += 1
         s["exposed"] += exposed
         s["wait"] += min(wait, exposed)  # a rank waits at the kernel's start, before any data moves
         if exposed > 0.5 * g.dur:
@@ -150,9 +152,10 @@ def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
     tot = defaultdict(float)
     n_buckets = []
     for k in range(len(A.windows)):
-        s = per_step.get(k, {"exposed": 0.0, "wait": 0.0, "sizes": []})
+        s = per_step.get(k, {"exposed": 0.0, "wait": 0.0, "sizes": [], "n": 0})
         x = max(0.0, s["exposed"] - s["wait"])  # exposed transfer
-        bk = buckets(s["sizes"])
+        # a step's only collective is a flattened buffer; the last of several is one bucket among them
+        bk = buckets(s["sizes"], flat=s["n"] == 1)
         share = max(bk) / sum(bk) if bk else 1.0
         tail = x * share
         # the first bucket is ready after about its share of the backward pass: the compute before it
@@ -166,7 +169,7 @@ def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
     out = {f"{k}_ms": round(v / n / 1e3, 4) for k, v in tot.items()}
     out["buckets"] = max(n_buckets) if n_buckets else 0
     out["contention"] = c
-    out["contention_source"] = (f"measured in this trace ({measured['kernels']} kernels overlapped by NCCL against "
-                                "the same kernels alone)" if measured else
-                                f"{CONTENTION} (the 2xH200 DDP trace; this trace has no compute under NCCL kernels)")
+    out["contention_source"] = (f"measured in this trace: {measured['kernels']} backward kernels beside NCCL kernels "
+                                "against the same kernels alone" if measured else
+                                "the 2×H200 DDP trace's figure: this trace has no compute beside NCCL kernels")
     return out

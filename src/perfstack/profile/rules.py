@@ -389,8 +389,8 @@ def comm_not_overlapped(p: dict, ctx: Context) -> PHit | None:
                 f"{_f(m['wait_ms'])} ms is waiting for other ranks and {_f(m['tail_ms'])} ms is the last of "
                 f"{m['buckets']} gradient buckets (reduced after backward in any case); {_f(m['hideable_ms'])} ms fits "
                 f"under the {_f(m['free_backward_ms'])} ms of backward GPU work not yet overlapped, less "
-                f"{m['contention']:.0%} lost to contention (overlapped collectives slow the kernels under them; "
-                f"{m['contention_source']})", m["recoverable_ms"])
+                f"{m['contention']:.0%} lost to contention: overlapped collectives slow the kernels beside them "
+                f"({m['contention_source']})", m["recoverable_ms"])
 
 
 CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside ops")
