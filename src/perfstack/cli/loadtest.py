@@ -53,8 +53,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                       help="open loop: gamma shape of the arrival gaps (1: Poisson; < 1: burstier)")
     load.add_argument("--max-concurrency", type=int, default=None, metavar="N", help="open loop: cap in flight")
     load.add_argument("--client-procs", type=int, default=None, metavar="N",
-                      help="client processes sharing each level (default: one per 200 streams, up to the CPUs "
-                           "but one); one event loop reads a burst of chunks one after another")
+                      help="client processes sharing each level (default: one per 100 streams, up to the usable "
+                           "CPUs but one); one event loop reads a burst of chunks one after another")
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per request (default 600 s)")
     load.add_argument("--stall-timeout", type=float, default=60.0, metavar="S",

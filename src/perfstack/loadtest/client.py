@@ -1,7 +1,7 @@
 """One streamed request to an OpenAI-compatible server, timed as the user would feel it.
 
-The server-sent event stream is read line by line as it arrives; each ``data:`` line holding generated
-text is one arrival. TTFT is the send-to-first-text time, ITL the gaps between later arrivals (a chunk
+The server-sent event stream is timed as it arrives (each piece of bytes when the event loop reads it from
+the socket, before any parsing) and parsed after; each ``data:`` line holding generated text is one arrival. TTFT is the send-to-first-text time, ITL the gaps between later arrivals (a chunk
 that carries several tokens is one gap, as in vLLM's benchmark). Everything the server sends is
 untrusted: a bad line, an error object, a cut connection or silence ends the request with a counted
 error kind, never an exception out of here.
@@ -65,31 +65,105 @@ class Failed(Exception):
         self.kind, self.detail = kind, _one_line(detail)
 
 
-async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_s: float) -> None:
-    last: Optional[float] = None
-    chunks = 0
-    usage: Optional[dict] = None
-    done = False
-    while True:
-        try:
-            # the read deadline is the session's sock_read timeout: a timer per line would cost more than the line
-            line = await resp.content.readline()
-        except aiohttp.ServerTimeoutError:
-            raise Failed("stall", f"no data for {stall_s:g} s") from None
-        except ValueError as e:  # a line beyond aiohttp's buffer limit
-            raise Failed("bad-stream", str(e)) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as e:
-            raise Failed("disconnect", f"{type(e).__name__}: {e}") from None
-        if not line:
-            break  # end of body
-        now = time.perf_counter()
+class _TapReader(aiohttp.StreamReader):
+    """aiohttp's StreamReader with the bytes taken as they arrive, each piece with its arrival time.
+
+    A response's reader becomes one of these while its stream is read (``__class__`` is swapped: the
+    layout is the same). ``feed_data`` runs in the protocol's callback, the moment the event loop reads the
+    socket, so the time stamped there does not wait for the reading task's turn in the loop; the task is
+    woken only at the end of the stream, at ``[DONE]``, or once per ``_Tap.WAKE`` pieces, and parses them
+    then, off the path that stamps arrivals."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        if data:
+            tap = _TAPS[id(self)]
+            tap.pieces.append((_clock(), data))
+            if tap.waiter is not None and (len(tap.pieces) >= _Tap.WAKE or b"[DONE]" in data):
+                tap.wake()
+        return False
+
+    def begin_http_chunk_receiving(self) -> None:  # HTTP chunk boundaries mean nothing to SSE
+        pass
+
+    def end_http_chunk_receiving(self) -> None:
+        pass
+
+    def feed_eof(self) -> None:
+        tap = _TAPS.get(id(self))
+        if tap is not None:
+            tap.t_end = _clock()
+        super().feed_eof()
+        if tap is not None:
+            tap.wake()
+
+    def set_exception(self, exc: BaseException, *args: Any) -> None:
+        super().set_exception(exc, *args)
+        tap = _TAPS.get(id(self))
+        if tap is not None:
+            tap.wake()
+
+
+_clock = time.perf_counter
+_TAPS: dict[int, "_Tap"] = {}
+LINE_MAX = 1 << 17  # aiohttp's own limit on a line (twice its 64 KiB read buffer)
+
+
+class _Tap:
+    WAKE = 64  # pieces held before the reading task parses them: bounded memory, ~0.2 ms of parsing at a time
+
+    __slots__ = ("pieces", "waiter", "t_end")
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[float, bytes]] = []
+        self.waiter: Optional[asyncio.Future] = None
+        self.t_end: Optional[float] = None
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None:
+            self.waiter = None
+            if not w.done():
+                w.set_result(None)
+
+
+class _Stream:
+    """The state of one stream's parsing: lines are split and decoded here, in arrival order, each
+    complete line timed by the arrival of the piece that completed it."""
+
+    __slots__ = ("rec", "t0", "last", "chunks", "usage", "done", "t_done", "tail")
+
+    def __init__(self, rec: Request, t0: float):
+        self.rec, self.t0 = rec, t0
+        self.last: Optional[float] = None
+        self.chunks = 0
+        self.usage: Optional[dict] = None
+        self.done = False
+        self.t_done: Optional[float] = None
+        self.tail = b""
+
+    def feed(self, pieces: list[tuple[float, bytes]]) -> bool:
+        """Parse pieces; True once [DONE] is read."""
+        for now, data in pieces:
+            buf = self.tail + data if self.tail else data
+            lines = buf.split(b"\n")
+            self.tail = lines.pop()
+            if len(self.tail) > LINE_MAX:
+                raise Failed("bad-stream", f"a line longer than {LINE_MAX} bytes")
+            for line in lines:
+                if self.line(now, line):
+                    return True
+        return False
+
+    def line(self, now: float, line: bytes) -> bool:
         line = line.strip()
-        if not line or line.startswith(b":") or not line.startswith(b"data:"):
-            continue  # blank separators, comments, event:/id:/retry: fields
+        if not line or not line.startswith(b"data:"):
+            return False  # blank separators, comments, event:/id:/retry: fields
         payload = line[5:].strip()
         if payload == b"[DONE]":
-            done = True
-            break
+            self.done, self.t_done = True, now
+            return True
         try:
             c = _decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -97,18 +171,98 @@ async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_
         if c.error is not None:
             raise Failed("server-error", f"error in stream: {c.error}")
         if isinstance(c.usage, dict):
-            usage = c.usage
+            self.usage = c.usage
         if chunk_text(c):
-            if last is None:
-                rec.ttft_ms = (now - t0) * 1e3
+            if self.last is None:
+                self.rec.ttft_ms = (now - self.t0) * 1e3
             else:
-                rec.itl_ms.append((now - last) * 1e3)
-            last = now
-            chunks += 1
-    rec.e2e_ms = (time.perf_counter() - t0) * 1e3
-    if not done and chunks == 0:
+                self.rec.itl_ms.append((now - self.last) * 1e3)
+            self.last = now
+            self.chunks += 1
+        return False
+
+
+def _raise_read_error(e: BaseException, stall_s: float) -> None:
+    if isinstance(e, aiohttp.ServerTimeoutError):
+        raise Failed("stall", f"no data for {stall_s:g} s") from None
+    if isinstance(e, (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError)):
+        raise Failed("disconnect", f"{type(e).__name__}: {e}") from None
+    raise e
+
+
+async def _read_tapped(reader: aiohttp.StreamReader, st: _Stream, stall_s: float) -> Optional[float]:
+    """Read the stream through a _TapReader; the time its body ended (None: not known)."""
+    tap = _Tap()
+    key = id(reader)
+    _TAPS[key] = tap
+    reader.__class__ = _TapReader
+    loop = asyncio.get_running_loop()
+    try:
+        try:
+            early = reader.read_nowait()  # what came with the headers, before the swap
+        except Exception as e:  # noqa: BLE001 - an exception already set on the reader
+            _raise_read_error(e, stall_s)
+            raise
+        if early:
+            tap.pieces.append((_clock(), early))
+        while True:
+            if not tap.pieces and not reader.is_eof() and reader.exception() is None:
+                tap.waiter = loop.create_future()
+                try:
+                    await tap.waiter
+                except asyncio.CancelledError:
+                    try:
+                        st.feed(tap.pieces)  # an interrupted run keeps the gaps read so far
+                    except Failed:
+                        pass
+                    raise
+            pieces, tap.pieces = tap.pieces, []
+            if st.feed(pieces):
+                return st.t_done
+            exc = reader.exception()
+            if exc is not None:
+                _raise_read_error(exc, stall_s)
+            if reader.is_eof() and not tap.pieces:
+                if st.tail:
+                    st.feed([(tap.t_end or _clock(), b"\n")])
+                return tap.t_end
+    finally:
+        tap.waiter = None
+        if reader.__class__ is _TapReader:
+            reader.__class__ = aiohttp.StreamReader
+        _TAPS.pop(key, None)  # anything after [DONE] is dropped; aiohttp closes a connection left unread
+
+
+async def _read_lines(resp: aiohttp.ClientResponse, st: _Stream, stall_s: float) -> Optional[float]:
+    """The plain way (a reader of another class than aiohttp's own): line by line, timed as each is read."""
+    while True:
+        try:
+            # the read deadline is the session's sock_read timeout: a timer per line would cost more than the line
+            line = await resp.content.readline()
+        except ValueError as e:  # a line beyond aiohttp's buffer limit
+            raise Failed("bad-stream", str(e)) from None
+        except (aiohttp.ServerTimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+                ConnectionError) as e:
+            _raise_read_error(e, stall_s)
+            raise
+        now = _clock()
+        if not line:
+            return now  # end of body
+        if st.line(now, line):
+            return now
+
+
+async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_s: float) -> None:
+    st = _Stream(rec, t0)
+    if type(resp.content) is aiohttp.StreamReader:
+        t_end = await _read_tapped(resp.content, st, stall_s)
+    else:
+        t_end = await _read_lines(resp, st, stall_s)
+    rec.e2e_ms = ((t_end or _clock()) - t0) * 1e3
+    chunks, usage = st.chunks, st.usage
+    if not st.done and chunks == 0:
         raise Failed("bad-stream", "the stream ended without text or [DONE]")
-    if not done:
+    if not st.done:
         rec.detail = "stream ended without [DONE]"
     out = _int((usage or {}).get("completion_tokens"))
     inp = _int((usage or {}).get("prompt_tokens"))

@@ -25,6 +25,7 @@ PREFILL_LINK = 0.2  # spikes overlap other requests' prefills this much more oft
 BOUND_LOW = 0.5  # decode slower than twice its memory-bandwidth bound
 CLIENT_CPU = 0.85
 CLIENT_LAG_MS = 5.0
+CLIENT_WAIT = 0.05  # share of the level a client process spent runnable but without a CPU
 ERROR_SHARE = 0.01
 
 
@@ -300,7 +301,8 @@ def errors(lt: LoadTest) -> Optional[Finding]:
 
 def client_saturated(lt: LoadTest) -> Optional[Finding]:
     hot = [lv for lv in lt.levels if lv.client and (lv.client.cpu_fraction > CLIENT_CPU
-                                                    or lv.client.loop_lag_p99_ms > CLIENT_LAG_MS)]
+                                                    or lv.client.loop_lag_p99_ms > CLIENT_LAG_MS
+                                                    or lv.client.cpu_wait_fraction > CLIENT_WAIT)]
     if not hot:
         return None
     lv = max(hot, key=lambda x: x.client.loop_lag_p99_ms if x.client else 0)
@@ -308,6 +310,8 @@ def client_saturated(lt: LoadTest) -> Optional[Finding]:
     assert c is not None
     ev = (f"at {_label(lv)} the client used {c.cpu_fraction:.0%} of its one core and its timers fired up to "
           f"{c.loop_lag_p99_ms:.1f} ms late (p99; max {c.loop_lag_max_ms:.1f} ms)")
+    if c.cpu_wait_fraction > 0.005:
+        ev += f"; a client process was ready to run but waiting for a CPU {c.cpu_wait_fraction:.1%} of the time"
     if c.cpu_fraction > CLIENT_CPU:
         return Finding(
             id="serve-client-saturated", layer=LAYER, severity=Severity.WARNING, subject=_label(lv),

@@ -70,11 +70,24 @@ def arrivals(rate: float, n: int, burstiness: float, seed: int) -> list[float]:
     return out
 
 
+def _cpu_wait_s() -> float:
+    """Seconds this process's threads have spent runnable but waiting for a CPU (Linux; 0 elsewhere)."""
+    try:
+        total = 0
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                total += int(f.read().split()[1])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 @dataclass
 class _Monitor:
     lags: list[float] = field(default_factory=list)
     cpu0: float = field(default_factory=time.process_time)
     wall0: float = field(default_factory=time.perf_counter)
+    wait0: float = field(default_factory=_cpu_wait_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -87,7 +100,8 @@ class _Monitor:
         cpu = time.process_time() - self.cpu0
         lags = sorted(self.lags) or [0.0]
         return ClientLoad(cpu_fraction=cpu / wall, loop_lag_p99_ms=metrics.percentile(lags, 99),
-                          loop_lag_max_ms=lags[-1], cpu_us_per_chunk=cpu * 1e6 / max(chunks, 1))
+                          loop_lag_max_ms=lags[-1], cpu_us_per_chunk=cpu * 1e6 / max(chunks, 1),
+                          cpu_wait_fraction=max(0.0, _cpu_wait_s() - self.wait0) / wall)
 
 
 async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],

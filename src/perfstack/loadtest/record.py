@@ -73,6 +73,7 @@ class ClientLoad(msgspec.Struct):
     loop_lag_max_ms: float
     cpu_us_per_chunk: float  # client CPU per streamed chunk received
     processes: int = 1  # client processes that shared the level (figures above: the busiest one)
+    cpu_wait_fraction: float = 0.0  # time spent ready to run but waiting for a CPU / wall (Linux schedstat; 0: unknown)
 
 
 class Summary(msgspec.Struct, omit_defaults=True):

@@ -44,7 +44,7 @@ class Plan:
     timeout_s: float = 600.0
     stall_s: float = 60.0
     api_key_env: Optional[str] = "OPENAI_API_KEY"
-    client_procs: Optional[int] = None  # None: one per 200 streams, up to the CPUs but one
+    client_procs: Optional[int] = None  # None: one per 100 streams, up to the usable CPUs but one
 
 
 def _warmup(plan: Plan, mode: str, load: float) -> int:
@@ -95,10 +95,14 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
             label = f"{load:g} streams" if plan.mode == "concurrency" else (
                 "all at once" if math.isinf(load) else f"{load:g} req/s")
             progress(f"level {i + 1}: {label}, {_n(plan, plan.mode, load)} requests…")
+            procs = _procs(plan, plan.mode, load)
+            cpus = _usable_cpus()
+            if procs > 1 and procs >= cpus and not any("client processes on" in n for n in notes):
+                notes.append(f"{procs} client processes on {cpus} usable CPUs: they wait for each other's CPUs (and "
+                             "any server's on this host), and that wait reads as ITL; see the client's CPU wait")
             lv = await run_level(session, target, prompts, plan.mode, load, _n(plan, plan.mode, load),
                                  _warmup(plan, plan.mode, load), stop, seed=plan.seed + i, burstiness=plan.burstiness,
-                                 max_concurrency=plan.max_concurrency, slo=plan.slo,
-                                 procs=_procs(plan, plan.mode, load))
+                                 max_concurrency=plan.max_concurrency, slo=plan.slo, procs=procs)
             levels.append(lv)
             progress(_line(lv))
             if plan.sweep and plan.mode == "concurrency":
@@ -127,7 +131,7 @@ async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target
 def _procs(plan: Plan, mode: str, load_: float) -> int:
     if plan.client_procs is not None:
         return plan.client_procs
-    return auto_procs(mode, load_, plan.burstiness, os.cpu_count() or 1)
+    return auto_procs(mode, load_, plan.burstiness, _usable_cpus())
 
 
 def _loads(plan: Plan) -> list[float]:
@@ -211,3 +215,11 @@ def run(plan: Plan, wl: Workload, progress: Callable[[str], None]) -> LoadTest:
             t.cancel()
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (taskset and cgroup cpusets count, unlike os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -27,7 +27,7 @@ import msgspec
 from perfstack.loadtest import load, metrics, workload
 from perfstack.loadtest.record import ClientLoad, Level, Slo
 
-STREAMS_PER_PROCESS = 200  # above this a loop's reading falls behind bursts (docs/loadtest.md)
+STREAMS_PER_PROCESS = 100  # a burst of this many chunks is stamped within ~1 ms by one loop (docs/loadtest.md)
 
 
 def auto_procs(mode: str, load_: float, burstiness: float, cpus: int) -> int:
@@ -121,6 +121,7 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
     client = ClientLoad(cpu_fraction=max(c.cpu_fraction for c in clients),
                         loop_lag_p99_ms=max(c.loop_lag_p99_ms for c in clients),
                         loop_lag_max_ms=max(c.loop_lag_max_ms for c in clients),
-                        cpu_us_per_chunk=cpu_us / max(chunks, 1), processes=procs) if clients else None
+                        cpu_us_per_chunk=cpu_us / max(chunks, 1), processes=procs,
+                        cpu_wait_fraction=max(c.cpu_wait_fraction for c in clients)) if clients else None
     return Level(mode=mode, load=load_, requests=records, summary=metrics.summarize(records, slo),
                  server=parts[0].server, client=client, interrupted=any(p.interrupted for p in parts))
