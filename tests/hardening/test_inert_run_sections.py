@@ -7,6 +7,7 @@ import copy
 import glob
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -165,3 +166,20 @@ def test_fuzzed_types_are_refused_by_field_or_rendered(which, estimate_runs, tmp
         capsys.readouterr()
         rendered += 1
     assert refused > 30 and rendered > 5  # both outcomes are exercised
+
+
+# -- numbers at the edge of finite: a Run may hold them, the charts must still draw ---------------
+EDGE = [("profile", ("profile", "kernel_classes", 0, "tflops")), ("infer", ("estimates", "time", "ttft_s")),
+        ("train", ("estimates", "time", "step_time_s")), ("profile", ("profile", "breakdown_ms", "gemm"))]
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 5e-324])
+@pytest.mark.parametrize("which,path", EDGE, ids=[".".join(map(str, p[1:])) for _, p in EDGE])
+def test_huge_finite_numbers_are_drawn_at_the_edge_of_a_chart(which, path, value, estimate_runs, tmp_path, capsys):
+    src = PROFILE_RUN if which == "profile" else estimate_runs[which]
+    bad = _mutated(src, tmp_path / "bad.json", path, value)
+    page = tmp_path / "r.html"
+    assert main(["report", "-f", "html", "-o", str(page), str(bad)]) == 0, capsys.readouterr().err[-300:]
+    assert "<svg" in page.read_text()
+    # every coordinate is a number: none became inf or nan on the way
+    assert not re.search(r'="-?(inf|nan)', page.read_text())

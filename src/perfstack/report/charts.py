@@ -61,8 +61,20 @@ def pct(f: float | None, digits: int = 0) -> str:
 
 
 # -- scales -----------------------------------------------------------------------------------
+# Charts draw numbers read from Runs, which only promise to be finite: 1e308 is, but a margin of 15%
+# above it, or the span from -1e308 to 1e308, is not. Axis bounds are held within +-AXIS_MAX (and log
+# axes above 1/AXIS_MAX), so that ticks can always be computed; a value beyond is drawn at the edge.
+AXIS_MAX = 1e300
+
+
+def _bounded(v: float, floor: float = -AXIS_MAX) -> float:
+    return min(max(v, floor), AXIS_MAX) if v == v else floor  # NaN (v != v) to the floor
+
+
 class Scale:
     def __init__(self, lo: float, hi: float, p0: float, p1: float, log: bool) -> None:
+        self.floor = 1 / AXIS_MAX if log else -AXIS_MAX
+        lo, hi = _bounded(lo, self.floor), _bounded(hi, self.floor)
         if log:
             lo, hi = math.log10(lo), math.log10(hi)
         if hi <= lo:
@@ -70,12 +82,14 @@ class Scale:
         self.lo, self.hi, self.p0, self.p1, self.log = lo, hi, p0, p1, log
 
     def __call__(self, v: float) -> float:
+        v = _bounded(v, self.floor)
         x = math.log10(v) if self.log else v
         return self.p0 + (x - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Round linear ticks covering [lo, hi]."""
+    lo, hi = _bounded(lo), _bounded(hi)
     span = hi - lo or abs(hi) or 1.0
     raw = span / n
     mag = 10 ** math.floor(math.log10(raw))
@@ -86,11 +100,13 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def log10_ticks(lo: float, hi: float) -> list[float]:
+    lo, hi = _bounded(lo, 1 / AXIS_MAX), _bounded(hi, 1 / AXIS_MAX)
     a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     return [10.0**e for e in range(a, b + 1)]
 
 
 def pow2_ticks(lo: float, hi: float, max_ticks: int = 9) -> list[float]:
+    lo, hi = _bounded(lo, 1 / AXIS_MAX), _bounded(hi, 1 / AXIS_MAX)
     a, b = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
     step = next(s for s in (1, 2, 3, 4, 5, 10, 20) if (b - a) / s <= max_ticks)
     a = a - a % step
