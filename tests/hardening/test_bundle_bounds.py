@@ -77,6 +77,26 @@ def test_bundle_marked_incomplete_is_refused_naming_the_cause(tmp_path, capsys):
     assert "incomplete" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content", [{}, {"README.md": "notes", "src/x.py": "", "data.tar.gz": ""}])
+def test_a_directory_that_is_not_a_bundle_is_refused(tmp_path, capsys, content):
+    """An empty folder, a folder of something else or an archive's folder not yet unpacked: each would
+    otherwise be audited as a machine where nothing could be read ('no NVIDIA GPU seen', exit 0)."""
+    for rel, text in content.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert main(["doctor", "--bundle", str(tmp_path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a bundle" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("entry,text", [("meta.json", "{}"), ("env.json", "{}"), ("proc/sys/vm/swappiness", "10\n"),
+                                        ("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")])
+def test_a_bundle_with_any_of_its_files_is_audited(tmp_path, entry, text):
+    (tmp_path / entry).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / entry).write_text(text)
+    assert main(["doctor", "--bundle", str(tmp_path), "-q", "--fail-on", "never"]) == 0
+
+
 def test_oversized_bundle_file_is_not_read_and_is_named(tmp_path):
     _sparse(tmp_path / "proc/cpuinfo", 64 << 20)
     (tmp_path / "proc/meminfo").write_bytes(b"x" * MAX_READ)  # exactly the cap: still read

@@ -44,7 +44,7 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
     checks = select_checks(_ids(args.select), _ids(args.ignore))
     if args.bench and args.bundle:
         raise UsageError("--bench measures this machine; it cannot be combined with --bundle")
-    host = BundleHost(args.bundle) if args.bundle else LiveHost()
+    host = BundleHost.given(args.bundle) if args.bundle else LiveHost()
     source = f"bundle {args.bundle}" if args.bundle else "live machine"
     if args.bench:
         return audit(host, checks, source, bench=bench_fn(args, err, args.bench, [], None))

@@ -28,6 +28,9 @@ from perfstack.errors import InputError
 from perfstack.host import MAX_READ, Unavailable, cmd_file
 
 RECAPTURE = "re-capture with 'perfstack capture DIR' on the GPU host, or fix the file by hand"
+# What a bundle is made of. 'perfstack capture' writes most of them, a hand-built bundle at least one.
+ENTRIES = ("meta.json", "proc", "sys", "etc", "cmd", "env.json", "nvml.json", "python.json", "listdir.json",
+           "unavailable.json")
 
 
 class BundleHost:
@@ -50,6 +53,18 @@ class BundleHost:
         self._shape("unavailable.json", self._failed, lambda v: isinstance(v, str), "a string (why the read failed)")
         self._shape("listdir.json", self._listings, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                     "a list of entry names")
+
+    @classmethod
+    def given(cls, root: str | Path) -> "BundleHost":
+        """The bundle a user named (doctor --bundle DIR). A directory that holds nothing a bundle has
+        (a wrong path, an archive not yet unpacked) is refused: audited, it would read as a machine
+        where nothing could be read, with exit 0. An empty bundle stays readable through the
+        constructor, for tests and hand-built bundles."""
+        host = cls(root)
+        if not any((host.root / name).exists() or (host.root / name).is_symlink() for name in ENTRIES):
+            raise InputError(f"{root} is not a bundle: it holds none of meta.json, env.json, proc/, sys/, cmd/",
+                             hint="give the directory 'perfstack capture DIR' wrote (unpack it first if archived)")
+        return host
 
     def origin(self, rel: str) -> str:
         return f"bundle file {rel.lstrip('/')}"
