@@ -71,3 +71,50 @@ def test_ctrl_c_after_the_trace_reports_it_and_exits_130(tmp_path):
     assert "interrupted" in err and "internal error" not in err
     for d in _profile_dirs(tmp):  # a folder that stays holds the traces
         assert any(d.iterdir())
+
+
+CLEANUP = """
+import time
+print('ready', flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:
+    time.sleep(1.5)  # what a training script does on Ctrl-C: save a checkpoint
+    print('saved', flush=True)
+    raise
+"""
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_script_once(tmp_path):
+    """At a terminal, Ctrl-C goes to every process of the foreground group: the script gets it from the
+    terminal. perfstack must not send it a second one, which would interrupt the script's own clean-up
+    (and print perfstack's frames in a traceback)."""
+    import pty
+    script = tmp_path / "train.py"
+    script.write_text(CLEANUP)
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    pid, fd = pty.fork()  # a new session whose controlling terminal is the pty
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "perfstack", "profile", "--", "python", str(script)], env)
+    out = b""
+    deadline = time.monotonic() + 120
+    sent = False
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: every process holding the terminal has exited
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not sent and b"ready" in out:
+            time.sleep(0.5)
+            os.write(fd, b"\x03")  # the terminal's Ctrl-C: SIGINT to the foreground process group
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert sent, text
+    assert os.waitstatus_to_exitcode(status) == 130, text
+    assert "saved" in text, text  # the clean-up ran to its end
+    assert "_bootstrap" not in text and "perfstack/profile" not in text, text

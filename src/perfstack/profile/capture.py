@@ -335,6 +335,18 @@ class _Tee(threading.Thread):
         return "".join(self.tail)[-self.keep:]
 
 
+def _terminal_sends_sigint() -> bool:
+    """Whether a Ctrl-C reaches the script without us: perfstack is in the foreground process group of
+    its terminal, and the script, started in perfstack's group, is in it too. Elsewhere (no terminal,
+    a background job, a SIGINT sent to perfstack alone by kill) the Ctrl-C is forwarded."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:  # not a terminal, or not ours
+            continue
+    return False
+
+
 def _stdout_target() -> Any:
     """The child's stdout goes to our stderr: perfstack's stdout carries only its report."""
     try:
@@ -396,12 +408,16 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     tee.start()
     sampler.start()
     interrupts = 0
+    terminal = _terminal_sends_sigint()
 
     def on_sigint(signum: int, frame: Any) -> None:
         nonlocal interrupts
         interrupts += 1
-        if proc.poll() is None:  # forward; a third Ctrl-C kills a script that ignores the first two
-            proc.send_signal(signal.SIGINT if interrupts < 3 else signal.SIGKILL)
+        if proc.poll() is None:  # a third Ctrl-C kills a script that ignores the first two
+            if interrupts >= 3:
+                proc.kill()
+            elif not terminal:  # the script got this one from the terminal already: a second would cut its clean-up
+                proc.send_signal(signal.SIGINT)
 
     old = None
     if threading.current_thread() is threading.main_thread():
