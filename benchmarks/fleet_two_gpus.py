@@ -10,11 +10,27 @@ process environment only; the machine's settings are never changed. Then, in one
 1. checks that each GPU node's tasks see their own GPU (its PCI bus id), so the fleet is one per GPU;
 2. ``fleet doctor`` on every node: the fleet must name the planted node, for NCCL_P2P_DISABLE
    (drift of env.NCCL_P2P_DISABLE and the nccl-p2p-disabled finding), and flag no other node;
-3. ``fleet bench``: one task per GPU (the single-GPU benchmarks), then the head's node part (GPU-to-GPU
-   copies and the NCCL collectives over all GPUs: the pairwise matrix);
-4. ``perfstack bench`` run alone on each GPU (CUDA_VISIBLE_DEVICES=i), and each per-GPU fleet figure
-   compared with it against both figures' raw samples (Mann-Whitney + bootstrap, as perfstack diff
-   does): agreement means the fan-out measures what a bench alone measures.
+3. ``fleet bench``. All Ray nodes here share one machine (one kernel, so one boot id: fleet finds
+   that itself), and fleet bench measures it as one: GEMM and HBM on both GPUs at once, then the
+   host-bound per-GPU benchmarks (pinned and pageable host copies, launch from Python) one GPU at a
+   time, then the machine's own (CPU memory and GEMM, GPU-to-GPU copies) once, on the head, the node
+   that sees both GPUs. Checks: no node other than the planted one is flagged (it may be, for the
+   drift of env.NCCL_P2P_DISABLE its bench Runs also record), and the report says the nodes share a
+   machine. The bench cannot name the planted node by a figure: p2p copies are CUDA peer copies, not
+   NCCL, and the NCCL collectives (full suite only) run in processes started by the one node that
+   runs the machine's benchmarks, with that node's environment. A per-node NCCL environment is the
+   doctor's to find, node by node (step 2);
+4. ``perfstack bench`` of the per-GPU benchmarks run alone on each GPU (CUDA_VISIBLE_DEVICES=i), and
+   each per-GPU fleet figure compared with it against both figures' raw samples (Mann-Whitney +
+   bootstrap, as perfstack diff does): a figure that differs beyond its noise and by more than 3%
+   fails. Every per-GPU figure is now measured under the conditions of a bench alone: GPU-only ones
+   share nothing between GPUs, host-bound ones have the machine to themselves. (Before, each GPU's
+   whole suite ran beside the other GPU's, so its host copies and launches shared the CPUs and memory
+   with the other task: pageable copies came out 8-19% slower than alone and launch.eager 8% off,
+   and the check failed on unlike conditions rather than on the fan-out.) The host
+   figures are not compared: a Ray task runs with Ray's OMP_NUM_THREADS (1 for a task that asks Ray
+   for no CPU), so host.gemm.fp32 is a one-thread figure in the fleet, the same on every node but not
+   the figure of a bench alone.
 
 Writes under --out (default $OUT, else ./fleet-two-gpus): the node Runs, the fleet Runs, the HTML
 reports, the standalone bench Runs, and summary.txt with the verdicts; exits 1 when a check fails.
@@ -121,7 +137,18 @@ def main() -> int:
         bench_json = out / "fleet-bench.json"
         rc = cli(["fleet", "bench", "-q", "--suite", args.suite, "--fail-on", "never", "--save-runs",
                   str(out / "runs-bench"), "-o", str(bench_json), "--html", str(out / "fleet-bench.html")])
-        say(f"fleet bench rc={rc}; " + json.dumps(json.loads(bench_json.read_text())["fleet"]["summary"]))
+        fb = json.loads(bench_json.read_text())
+        say(f"fleet bench rc={rc}; " + json.dumps(fb["fleet"]["summary"]))
+        say("fleet bench notes: " + json.dumps(fb["fleet"]["notes"]))
+        say("fleet bench tasks: " + json.dumps([(t["node"], t["gpu"], t["part"], round(t["job_s"] or 0, 1))
+                                                for t in fb["meta"]["fanout"]["per_task"]]))
+        flagged = {r["node"]: r["reasons"] for r in fb["fleet"]["ranking"]}
+        say("fleet bench flagged: " + json.dumps(flagged))
+        healthy_flagged = [k for k in flagged if k not in planted_nodes]
+        if healthy_flagged:
+            failures.append(f"fleet bench flags healthy nodes: {healthy_flagged}")
+        if not any("Ray nodes on one machine" in note for note in fb["fleet"]["notes"]):
+            failures.append("fleet bench does not say that its nodes share one machine")
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -129,15 +156,17 @@ def main() -> int:
     # 4. each GPU alone, then compared with its fleet figures
     from perfstack.compare.diff import measurement_delta
     from perfstack.model import Run
-    fleet_runs = {}
+    from perfstack.fleet.jobs import BenchJob
+    fleet_runs: dict[int, list] = {}  # GPU -> its fleet measurements (GPU-only and host-bound parts: two Runs)
     for f in sorted((out / "runs-bench").glob("*.gpu*.json")):
         r = Run.load(f)
         slot = slot_of.get(r.meta.get("fleet", {}).get("ray_node_id"))
         if slot is not None:
-            fleet_runs[int(slot)] = r
+            fleet_runs.setdefault(int(slot), []).extend(r.measurements)
+    per_gpu = [b.name for part in ("gpu", "gpu-host") for b in BenchJob(args.suite, (), part).chosen()]
     for i in range(n):
         alone = out / f"bench-alone-gpu{i}.json"
-        proc = perfstack("bench", "--suite", args.suite, "-q", "-o", str(alone),
+        proc = perfstack("bench", *per_gpu, "--suite", args.suite, "-q", "-o", str(alone),
                          env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
         if proc.returncode not in (0, 1):
             failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
@@ -147,7 +176,7 @@ def main() -> int:
             continue
         a = {m.name: m for m in Run.load(alone).measurements}
         verdicts = {}
-        for m in fleet_runs[i].measurements:
+        for m in fleet_runs[i]:
             if m.status != "ok" or m.params.get("sweep") or m.name not in a:
                 continue
             d = measurement_delta(a[m.name], m, set())

@@ -43,17 +43,24 @@ class Benchmark:
     run: Callable[[BenchContext], list[Measurement]]
     in_quick: bool = True  # part of the default quick suite
     min_gpus: int = 1
+    # Its figures depend on the host as well as the GPU: CPU time (launching from Python, staging a
+    # pageable copy), host memory bandwidth or the PCIe root (DMA from host memory). Two of these
+    # running at once on one machine slow each other, so fleet bench runs them with nothing else on
+    # the machine; GPU-only work (GEMM, HBM) on different GPUs does not interfere and runs in parallel.
+    host_bound: bool = False
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
 
 
-def benchmark(name: str, *, needs_cuda: bool, doc: str, in_quick: bool = True,
+def benchmark(name: str, *, needs_cuda: bool, doc: str, host_bound: bool, in_quick: bool = True,
               min_gpus: int = 1) -> Callable[[Callable[[BenchContext], list[Measurement]]], Any]:
+    """``host_bound`` has no default: each benchmark says whether the host's CPUs, memory or PCIe root
+    are part of what it measures (see ``Benchmark.host_bound``)."""
     def register(fn: Callable[[BenchContext], list[Measurement]]) -> Callable[[BenchContext], list[Measurement]]:
         if name in BENCHMARKS:
             raise ValueError(f"benchmark {name} registered twice")
-        BENCHMARKS[name] = Benchmark(name, needs_cuda, " ".join(doc.split()), fn, in_quick, min_gpus)
+        BENCHMARKS[name] = Benchmark(name, needs_cuda, " ".join(doc.split()), fn, in_quick, min_gpus, host_bound)
         return fn
     return register
 

@@ -518,7 +518,7 @@ def judge_sweep(m: Measurement, peak: float | None, source: str, practical: floa
     return _gpu.judged(m, peak, source, practical)
 
 
-@benchmark("collectives", needs_cuda=True, in_quick=False, min_gpus=2, doc="""NCCL all_reduce, all_gather,
+@benchmark("collectives", needs_cuda=True, host_bound=True, in_quick=False, min_gpus=2, doc="""NCCL all_reduce, all_gather,
            reduce_scatter, all_to_all, broadcast and sendrecv across all GPUs of this host (one process per GPU),
            swept over message sizes (--sizes to choose them), timed in batches of back-to-back calls as nccl-tests
            does; time per call and bus bandwidth (nccl-tests definitions), small sizes judged by latency and large

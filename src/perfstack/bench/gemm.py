@@ -185,7 +185,7 @@ def figure(name: str, dtype: str, shape: Shape, samples: list[float], **extra: A
     return _gpu.measurement("gemm", name, samples, lambda s: tflops(shape, s), "TFLOP/s", params(dtype, shape, **extra))
 
 
-@benchmark("gemm", needs_cuda=True, doc="""Dense matrix-multiply throughput (TFLOP/s) per dtype — FP32, TF32,
+@benchmark("gemm", needs_cuda=True, host_bound=False, doc="""Dense matrix-multiply throughput (TFLOP/s) per dtype — FP32, TF32,
            BF16, FP16, FP8 — at 8192³, the best of a shape search, and 8192³ vs 8191³ in BF16, against the
            SKU's dense tensor-core peak.""")
 def run(ctx: BenchContext) -> list[Measurement]:

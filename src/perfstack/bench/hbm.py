@@ -44,7 +44,7 @@ def _kernel(torch: Any, kind: str, src: Any, dst: Any) -> Callable[[], Any]:
     return lambda: dst.fill_(1.5)
 
 
-@benchmark("hbm", needs_cuda=True, doc="""GPU memory bandwidth (GB/s): device-to-device copy counting read +
+@benchmark("hbm", needs_cuda=True, host_bound=False, doc="""GPU memory bandwidth (GB/s): device-to-device copy counting read +
            write, a read-only reduction and a write-only fill, on buffers ≫ L2, against the SKU's HBM peak.""")
 def run(ctx: BenchContext) -> list[Measurement]:
     import torch

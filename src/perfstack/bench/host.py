@@ -81,7 +81,7 @@ def _bandwidth(name: str, seconds: list[float], nbytes: int, params: dict[str, A
     return judge(m, None, "", None)
 
 
-@benchmark("host", needs_cuda=False, doc="""CPU memory bandwidth (copy and triad over arrays far larger than
+@benchmark("host", needs_cuda=False, host_bound=True, doc="""CPU memory bandwidth (copy and triad over arrays far larger than
            the caches, one pinned thread per CPU, per NUMA node and local vs remote) and CPU fp32 GEMM GFLOP/s.""")
 def host(ctx: BenchContext) -> list[Measurement]:
     try:

@@ -55,7 +55,7 @@ def _figure(name: str, gpu: list[float], host: list[float], how: str) -> Measure
     return m
 
 
-@benchmark("launch", needs_cuda=True, doc="""Kernel launch overhead (µs per kernel): N tiny kernels launched
+@benchmark("launch", needs_cuda=True, host_bound=True, doc="""Kernel launch overhead (µs per kernel): N tiny kernels launched
            eagerly from Python vs the same N replayed from one CUDA graph.""")
 def run(ctx: BenchContext) -> list[Measurement]:
     import torch

@@ -68,7 +68,7 @@ def peer_peak(facts: Facts, spec: Any, src: dict[str, Any], dst: dict[str, Any])
     return p, f"PCIe Gen{lk['gen_max']} x{lk['width_max']} per direction" + (f" (topo {cell})" if cell else ""), "pcie"
 
 
-@benchmark("p2p", needs_cuda=True, min_gpus=2, doc="""GPU-to-GPU copy bandwidth (GB/s) for every ordered pair,
+@benchmark("p2p", needs_cuda=True, host_bound=True, min_gpus=2, doc="""GPU-to-GPU copy bandwidth (GB/s) for every ordered pair,
            on PyTorch's default path (peer access where available), against NVLink or PCIe per-direction peak.""")
 def run(ctx: BenchContext) -> list[Measurement]:
     import torch

@@ -75,7 +75,7 @@ def _read_file(f: Path, buf: mmap.mmap, limit: int, deadline: float) -> tuple[in
     return total, direct, times
 
 
-@benchmark("storage", needs_cuda=False, in_quick=False, doc="""Sequential read throughput of --path (a file,
+@benchmark("storage", needs_cuda=False, host_bound=True, in_quick=False, doc="""Sequential read throughput of --path (a file,
            or every file under a directory), with O_DIRECT where supported; up to 2 GiB (quick) or 16 GiB
            (full) within 10 s / 60 s.""")
 def storage(ctx: BenchContext) -> list[Measurement]:

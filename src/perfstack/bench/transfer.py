@@ -137,14 +137,14 @@ def _run(ctx: BenchContext, direction: str) -> list[Measurement]:
     return out
 
 
-@benchmark("h2d", needs_cuda=True, doc="""Host-to-device copy bandwidth (GB/s), pinned vs pageable host memory,
+@benchmark("h2d", needs_cuda=True, host_bound=True, doc="""Host-to-device copy bandwidth (GB/s), pinned vs pageable host memory,
            over a size sweep, against the PCIe link's per-direction peak; in the full suite also from the GPU's
            own NUMA node vs a remote one.""")
 def run_h2d(ctx: BenchContext) -> list[Measurement]:
     return _run(ctx, "h2d")
 
 
-@benchmark("d2h", needs_cuda=True, doc="""Device-to-host copy bandwidth (GB/s), pinned vs pageable host memory,
+@benchmark("d2h", needs_cuda=True, host_bound=True, doc="""Device-to-host copy bandwidth (GB/s), pinned vs pageable host memory,
            over a size sweep, against the PCIe link's per-direction peak.""")
 def run_d2h(ctx: BenchContext) -> list[Measurement]:
     return _run(ctx, "d2h")

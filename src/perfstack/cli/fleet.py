@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from rich.console import Console
@@ -123,7 +124,7 @@ def _saved_fleet_run(paths: list[str]) -> Run | None:
     return run if run.meta.get("command") == "fleet" else None
 
 
-def _null():
+def _null() -> AbstractContextManager[None]:
     from contextlib import nullcontext
     return nullcontext()
 
@@ -143,7 +144,7 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     def progress(res: NodeResult) -> None:
         if args.quiet:
             return
-        where = res.node + (f" gpu{res.gpu}" if res.gpu is not None else "")
+        where = res.node + (f" gpu{res.gpu}" if res.gpu is not None else "") + (f" ({res.part})" if res.part else "")
         if res.error:
             err.print(f"[red]✗[/red] {where}: {res.error}", markup=True, highlight=False, soft_wrap=True)
         elif args.verbose or not err.is_terminal:
@@ -162,7 +163,8 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     fanout = {"tasks": len(results), "failed": sum(1 for r in results if r.error),
               "overhead_s_median": round(statistics.median(overheads), 4) if overheads else None,
               "overhead_s_max": round(max(overheads), 4) if overheads else None,
-              "per_task": [{"node": r.node, "gpu": r.gpu, "job_s": r.job_s, "overhead_s": r.overhead_s}
+              "per_task": [{"node": r.node, "gpu": r.gpu, "part": r.part, "machine": r.machine, "job_s": r.job_s,
+                            "overhead_s": r.overhead_s}
                            for r in results]}
     result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
                        {"fanout": fanout})

@@ -30,6 +30,7 @@ class Member:
     status: str  # "ok", "failed", "other version"
     reason: str = ""
     source: str = ""
+    machine: str = ""  # where fleet ran it (Ray nodes of one machine share one); "" for gathered Runs
     sku: str = ""
     gpus: str = ""
     tool_version: str = ""
@@ -118,6 +119,19 @@ def _heatmap(sku: str, stats: list[FigureStats]) -> HeatMap:
                                       "spread_pct": s.spread_pct, "points": s.points} for s in stats], rows=rows)
 
 
+def shared_machine_notes(members: list[Member]) -> list[str]:
+    """One note per machine that hosts several of the fleet's Ray nodes: they share its CPUs, memory
+    and GPUs, so its host figures are one machine's, not one per node."""
+    on: dict[str, list[str]] = defaultdict(list)
+    for m in members:
+        if m.machine:
+            on[m.machine].append(m.name)
+    return [f"{', '.join(names)}: {len(names)} Ray nodes on one machine ({machine}); they share its CPUs, memory "
+            "and GPUs, so fleet bench measures the machine's own figures (host, GPU-to-GPU, NCCL) once, on "
+            "one of them, and its GPUs' host-bound figures (host copies, launch) one GPU at a time"
+            for machine, names in sorted(on.items()) if len(names) > 1]
+
+
 def analyze(nodes: Iterable[NodeSummary]) -> FleetAnalysis:
     nodes = list(nodes)
     ok = [n for n in nodes if n.ok]
@@ -126,8 +140,9 @@ def analyze(nodes: Iterable[NodeSummary]) -> FleetAnalysis:
     fleet_version = versions.most_common(1)[0][0] if versions else ""
     compared: list[NodeSummary] = []
     for n in nodes:
-        m = Member(name=n.name, status=n.status, reason=n.reason, source=n.source, sku=n.sku, gpus=n.gpus,
-                   tool_version=n.tool_version, command=n.command, figures=len(n.figures), findings=len(n.findings))
+        m = Member(name=n.name, status=n.status, reason=n.reason, source=n.source, machine=n.machine, sku=n.sku,
+                   gpus=n.gpus, tool_version=n.tool_version, command=n.command, figures=len(n.figures),
+                   findings=len(n.findings))
         if n.ok and _minor(n.tool_version) != fleet_version:
             m.status = "other version"
             m.reason = (f"perfstack {n.tool_version or '(unknown)'} while the fleet runs {fleet_version}.x: "
@@ -138,6 +153,7 @@ def analyze(nodes: Iterable[NodeSummary]) -> FleetAnalysis:
     if len(versions) > 1:
         result.notes.append(f"{sum(1 for m in result.members if m.status == 'other version')} node(s) run another "
                             f"perfstack version than the fleet's {fleet_version}.x; they are listed, not compared")
+    result.notes += shared_machine_notes(result.members)
     by_sku: dict[str, list[NodeSummary]] = defaultdict(list)
     for n in compared:
         by_sku[n.sku].append(n)

@@ -16,6 +16,7 @@ from perfstack.model import Run
 class Target:
     node: str  # the name the fleet report uses
     gpu: int | None = None  # the GPU a per-GPU task was given (Ray sets CUDA_VISIBLE_DEVICES to it)
+    machine: str = ""  # the machine the node runs on (ray_engine.machine_key); Ray nodes may share one
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,26 @@ class DoctorJob:
         return [audit(LiveHost(), select_checks(self.select, self.ignore), "live machine")]
 
 
+# The parts of a suite, by what each benchmark declares (``Benchmark.host_bound``, ``min_gpus``):
+#   "gpu"       single-GPU benchmarks that only use the GPU (GEMM, HBM): every GPU of a machine at once;
+#   "gpu-host"  single-GPU benchmarks whose figures depend on the host too (host copies, launches from
+#               Python): one GPU of a machine at a time, so that no other work shares its CPUs and memory;
+#   "node"      the machine's own (CPU memory and GEMM, GPU-to-GPU copies, NCCL over its GPUs): once
+#               per machine, however many Ray nodes it hosts;
+#   "all"       every benchmark, once per machine, where no Ray node of the machine offers Ray a GPU.
+PARTS = ("gpu", "gpu-host", "node", "all")
+
+
+def part_of(b) -> str:
+    if b.needs_cuda and b.min_gpus <= 1:
+        return "gpu-host" if b.host_bound else "gpu"
+    return "node"
+
+
 @dataclass(frozen=True)
 class BenchJob:
-    """The benchmarks of one GPU (part "gpu": every single-GPU benchmark of the suite, on the one device
-    the task sees), of the node ("node": the host benchmarks and those needing several GPUs), or all of
-    them ("all": a node that offers Ray no GPU)."""
+    """The benchmarks of one part of the suite (``PARTS``): of one GPU, on the one device the task sees,
+    or of the machine."""
 
     suite: str = "quick"
     names: tuple[str, ...] = ()
@@ -43,10 +59,7 @@ class BenchJob:
     def chosen(self) -> list:
         from perfstack import bench as benches
         chosen = benches.select(list(self.names), self.suite, None)
-        single = [b for b in chosen if b.needs_cuda and b.min_gpus <= 1]
-        if self.part == "gpu":
-            return single
-        return chosen if self.part == "all" else [b for b in chosen if b not in single]
+        return chosen if self.part == "all" else [b for b in chosen if part_of(b) == self.part]
 
     def __call__(self, target: Target) -> list[Run]:
         from perfstack import bench as benches

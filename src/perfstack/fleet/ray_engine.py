@@ -6,13 +6,20 @@ rather than run its audit somewhere else. A task that fails, a node that dies, a
 perfstack, a task past its deadline: each becomes that node's ``NodeResult`` with the reason, and the
 other nodes go on. The time from submitting a task to holding its result, less the time the job
 itself took on the node, is the fan-out's own overhead, kept per node.
+
+Several Ray nodes can run on one machine (a local test cluster, one Ray node per GPU, containers side
+by side): ``locate`` asks each node which machine it is on, so that work whose figures depend on the
+host can run once per machine, or one task at a time on it (``fan_out(one_per_machine=True)``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from perfstack.errors import CannotRunHere
@@ -26,6 +33,8 @@ class NodeResult:
     node: str  # the fleet's name for it
     ray_node_id: str
     gpu: int | None = None
+    machine: str = ""
+    part: str = ""  # the job's part (jobs.PARTS), for bench
     runs: list[dict[str, Any]] = field(default_factory=list)  # Run dicts, with meta.fleet set
     error: str = ""
     job_s: float | None = None  # the job's own time on the node
@@ -36,7 +45,54 @@ class NodeResult:
 class RayNode:
     node_id: str
     name: str
-    gpus: int
+    gpus: int  # GPUs the node offers Ray
+    machine: str = ""  # machine_key() on the node, once located
+    gpus_seen: int = 0  # GPUs a task there sees when it asks Ray for none (all of the machine's, unless the
+    # node's environment sets CUDA_VISIBLE_DEVICES): the node that sees most runs the machine's benchmarks
+
+
+MACHINE_ENV = "PERFSTACK_FLEET_MACHINE"
+
+
+def machine_key() -> str:
+    """The machine this process runs on, as a short digest. Ray nodes and containers started side by
+    side on one machine share its kernel, so its boot id (/proc/sys/kernel/random/boot_id, new at each
+    boot); a container may have a host name and machine-id of its own, so they are only fallbacks.
+    PERFSTACK_FLEET_MACHINE in a node's environment overrides: virtual machines on one physical host
+    each boot their own kernel, and only their operator knows they share CPUs and memory."""
+    given = os.environ.get(MACHINE_ENV, "").strip()
+    if given:
+        return given
+    for path in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id", "/proc/sys/kernel/hostname"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            return hashlib.sha256(f"{path}:{text}".encode()).hexdigest()[:12]
+    return socket.gethostname()
+
+
+def gpus_seen() -> int:
+    """CUDA devices this process would see: CUDA_VISIBLE_DEVICES where set (CUDA stops at the first
+    entry that is not a device), else every NVIDIA GPU the driver lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = 0
+        for entry in visible.split(","):
+            if not entry.strip() or entry.strip().startswith("-"):
+                break
+            n += 1
+        return n
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def _where() -> dict[str, Any]:
+    return {"machine": machine_key(), "gpus_seen": gpus_seen()}
 
 
 def _ray() -> Any:
@@ -93,6 +149,34 @@ def nodes(ray: Any) -> list[RayNode]:
     return sorted(out, key=lambda r: r.name)
 
 
+def _pinned(node_id: str) -> dict[str, Any]:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    # num_cpus=0: a task never waits for CPUs that the node's other work holds
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False), "num_cpus": 0}
+
+
+def locate(ray: Any, members: list[RayNode], timeout_s: float = 60.0) -> list[RayNode]:
+    """Each node with its machine and the GPUs a task there sees, asked of the node itself (Ray's node
+    table has its address, which several nodes of one machine may share and one machine with several
+    interfaces may not). A node that does not answer is a machine of its own: its tasks will fail with
+    the reason."""
+    remote = ray.remote(max_retries=0)(_where)
+    refs = [remote.options(**_pinned(n.node_id)).remote() for n in members]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    out = []
+    for n, ref in zip(members, refs):
+        try:
+            where = ray.get(ref, timeout=0)
+        except Exception:  # no answer in time, or the node is gone
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # finished meanwhile, or the node is gone
+                pass
+            where = {"machine": f"ray-node-{n.node_id[:12]}", "gpus_seen": 0}
+        out.append(replace(n, machine=str(where["machine"]), gpus_seen=int(where["gpus_seen"])))
+    return out
+
+
 def _reason(e: BaseException) -> str:
     """One line a person can act on, from whatever Ray raised."""
     text = str(e)
@@ -111,49 +195,63 @@ def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[s
     runs = job(target)
     out = []
     for r in runs:
-        r.meta["fleet"] = {"node": target.node, "gpu": target.gpu, "ray_node_id": node_id}
+        r.meta["fleet"] = {"node": target.node, "gpu": target.gpu, "ray_node_id": node_id, "machine": target.machine,
+                           "part": getattr(job, "part", None)}
         out.append(r.to_dict())
     return {"runs": out, "job_s": time.perf_counter() - t0}
 
 
 def fan_out(ray: Any, job: Callable[[Target], list], targets: list[tuple[RayNode, int | None]], timeout_s: float,
-            progress: Callable[[NodeResult], None] = lambda _r: None) -> list[NodeResult]:
-    """Run ``job`` once per (node, GPU or None), all at once; wait at most ``timeout_s`` for each."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+            progress: Callable[[NodeResult], None] = lambda _r: None, one_per_machine: bool = False) -> list[NodeResult]:
+    """Run ``job`` once per (node, GPU or None): all at once, or with ``one_per_machine`` one task at a
+    time on each machine (in the order given; machines in parallel). Each task gets ``timeout_s`` from
+    its submission, and a task waiting for its turn on its machine is not submitted yet."""
+    lanes: dict[str, deque[tuple[RayNode, int | None]]] = {}
+    for i, (node, gpu) in enumerate(targets):
+        lanes.setdefault(node.machine if one_per_machine else str(i), deque()).append((node, gpu))
     remote = ray.remote(max_retries=0)(_task)
-    pending: dict[Any, tuple[NodeResult, float]] = {}
-    for node, gpu in targets:
-        opts: dict[str, Any] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-                                "num_cpus": 0}
+    part = str(getattr(job, "part", "") or "")
+    pending: dict[Any, tuple[NodeResult, float, str]] = {}
+    done: list[NodeResult] = []
+
+    def submit(lane: str) -> None:
+        if not lanes[lane]:
+            return
+        node, gpu = lanes[lane].popleft()
+        opts = _pinned(node.node_id)
         if gpu is not None:
             opts["num_gpus"] = 1
-        res = NodeResult(node=node.name, ray_node_id=node.node_id, gpu=gpu)
-        ref = remote.options(**opts).remote(job, Target(node.name, gpu), node.node_id)
-        pending[ref] = (res, time.perf_counter())
-    done: list[NodeResult] = []
-    deadline = time.perf_counter() + timeout_s
-    while pending:
-        left = deadline - time.perf_counter()
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(left, 0))
-        if not ready:
-            break
-        for ref in ready:
-            res, t_submit = pending.pop(ref)
+        res = NodeResult(node=node.name, ray_node_id=node.node_id, gpu=gpu, machine=node.machine, part=part)
+        ref = remote.options(**opts).remote(job, Target(node.name, gpu, node.machine), node.node_id)
+        pending[ref] = (res, time.perf_counter(), lane)
+
+    def finish(ref: Any, error: str = "") -> None:
+        res, t_submit, lane = pending.pop(ref)
+        if error:
+            res.error = error
+        else:
             try:
                 out = ray.get(ref)
                 res.runs, res.job_s = out["runs"], out["job_s"]
                 res.overhead_s = max(0.0, time.perf_counter() - t_submit - res.job_s)
             except Exception as e:  # a RayTaskError, a dead worker or node: this node's failure only
                 res.error = _reason(e)
-            done.append(res)
-            progress(res)
-    for ref, (res, _) in pending.items():
-        try:
-            ray.cancel(ref, force=True)
-        except Exception:  # already finishing, or its node gone: nothing left to stop
-            pass
-        res.error = f"no result within {timeout_s:g} s (hung, or the node is saturated); the task was cancelled"
         done.append(res)
         progress(res)
+        submit(lane)
+
+    for lane in list(lanes):
+        submit(lane)
+    while pending:
+        first_deadline = min(t + timeout_s for _, t, _ in pending.values())
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(first_deadline - time.perf_counter(), 0))
+        for ref in ready:
+            finish(ref)
+        now = time.perf_counter()
+        for ref in [r for r, (_, t, _) in pending.items() if now - t >= timeout_s]:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # already finishing, or its node gone: nothing left to stop
+                pass
+            finish(ref, f"no result within {timeout_s:g} s (hung, or the node is saturated); the task was cancelled")
     return done

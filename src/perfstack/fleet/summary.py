@@ -77,6 +77,7 @@ class NodeSummary:
     status: str = "ok"
     reason: str = ""
     source: str = ""  # the Run file, bundle or Ray node it came from
+    machine: str = ""  # the machine fleet found it on (meta.fleet.machine): several Ray nodes may share one
     tool_version: str = ""
     command: str = ""
     sku: str = ""
@@ -109,6 +110,12 @@ def sku_of(run: Run) -> str:
     return " + ".join(names)
 
 
+def _machine(run: Run) -> str:
+    fleet = run.meta.get("fleet")
+    machine = fleet.get("machine") if isinstance(fleet, dict) else None
+    return machine if isinstance(machine, str) else ""
+
+
 def _figure_subject(run: Run) -> str:
     """The GPU a per-GPU bench Run measured, from the fleet's own meta ("gpu0"), else the node."""
     fleet = run.meta.get("fleet")
@@ -133,9 +140,9 @@ def summarize(run: Run, name: str, source: str = "") -> NodeSummary:
     config = {k: _canon(v) for k, v in leaves(run.facts).items() if is_drift_key(k)}
     findings = [FindingRef(f.id, f.subject, f.severity.value, f.layer, f.title, f.evidence)
                 for f in run.findings if f.recoverable_ms is None]
-    return NodeSummary(name=name, source=source, tool_version=str(run.meta.get("tool_version", "")),
-                       command=str(run.meta.get("command", "")), sku=sku_of(run),
-                       gpus=str(run.facts.value("gpu.summary") or ""), config=config, findings=findings,
+    return NodeSummary(name=name, source=source, machine=_machine(run),
+                       tool_version=str(run.meta.get("tool_version", "")), command=str(run.meta.get("command", "")),
+                       sku=sku_of(run), gpus=str(run.facts.value("gpu.summary") or ""), config=config, findings=findings,
                        figures=figures_of(run),
                        checked=frozenset(c.id for c in run.checks if c.status in ("passed", "found")))
 
@@ -150,7 +157,7 @@ def merge(a: NodeSummary, b: NodeSummary) -> NodeSummary:
     seen = {(f.id, f.subject) for f in a.findings}
     findings = a.findings + [f for f in b.findings if (f.id, f.subject) not in seen]
     return NodeSummary(name=a.name, source=a.source if a.source == b.source else f"{a.source}; {b.source}",
-                       tool_version=a.tool_version or b.tool_version,
+                       machine=a.machine or b.machine, tool_version=a.tool_version or b.tool_version,
                        command="+".join(sorted(set(a.command.split("+")) | set(b.command.split("+")))),
                        sku=a.sku if a.sku != "no GPU" else b.sku, gpus=a.gpus or b.gpus, config=config,
                        findings=findings, figures={**a.figures, **b.figures}, checked=a.checked | b.checked)
