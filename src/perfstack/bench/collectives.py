@@ -37,6 +37,7 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ SIZES_QUICK = (4 * KIB, MIB, 64 * MIB, GIB)
 # 1 KiB, 4 KiB, ... 1 GiB as nccl-tests -b 1K -e 1G -f 4, then 8 GiB (skipped where it does not fit)
 SIZES_FULL = tuple(KIB * 4**i for i in range(11)) + (8 * GIB,)
 ELEM = 4  # float32, as nccl-tests' default
-TIMING = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
+TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
 MIN_REPS, MAX_REPS = 20, 500  # batches
 WARMUP_CALLS = 5  # eager calls before the estimate (NCCL connects lazily; the first calls set up channels)
 PROBE_OPS = 8  # calls in the batches that estimate one call's time
@@ -445,7 +446,7 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
         params.update(algbw_gbps=round(algbw_gbps(nbytes, med), 3), busbw_gbps=round(busbw_gbps(op, n, nbytes, med), 3),
                       time_us=round(med * 1e6, 2), ops_per_batch=row.get("ops_per_batch", 1),
                       timing=row.get("mode", "eager"))
-        m = _gpu.measurement("collective", name, row["samples"], lambda s, o=op, b=nbytes: busbw_gbps(o, n, b, s),
+        m = _gpu.measurement("collective", name, row["samples"], partial(busbw_gbps, op, n, nbytes),
                              "GB/s", params, notes=[batch_note(row)])
         if row.get("why_eager"):
             m.notes.append(f"timed eagerly: {row['why_eager']}")
@@ -461,9 +462,9 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
         if not pts:
             out.append(_gpu.skip("collective", f"collective.{op}.best", "no size was measured", "GB/s"))
             continue
-        best = max(pts, key=lambda m: (m.value, -m.params["bytes"]))  # type: ignore[arg-type, return-value]
+        best = max(pts, key=lambda m: (m.value, -m.params["bytes"]))
         h = _gpu.measurement("collective", f"collective.{op}.best", best.samples,
-                             lambda s, o=op, b=best.params["bytes"]: busbw_gbps(o, n, b, s), "GB/s",
+                             partial(busbw_gbps, op, n, best.params["bytes"]), "GB/s",
                              {**best.params, "sweep": False})
         h.notes.insert(0, f"best bus bandwidth of the sweep, at {_gpu.size_label(best.params['bytes'])}; "
                           f"algbw {best.params['algbw_gbps']:.1f} GB/s")
@@ -544,7 +545,7 @@ def run(ctx: BenchContext) -> list[Measurement]:
            "notes": sorted({note for (_, b), (_, a) in zip(tels, after) for note in _gpu.telemetry_notes(b, a)})}
     _gpu.finish(out, tel)
     pairs = [peer_peak(ctx.facts, spec, entries[i], entries[j]) for i in range(n) for j in range(n) if i != j]
-    known = [p for p in pairs if p[0]]
+    known = [(bw, source, link) for bw, source, link in pairs if bw]
     peak, source, link = min(known, key=lambda p: p[0]) if known else (None, "", "unknown")
     for m in out:
         judge_sweep(m, peak, source, _gpu.practical("nccl_busbw"), link)

@@ -37,7 +37,7 @@ SEARCH_FULL: tuple[Shape, ...] = SEARCH_QUICK + ((16384, 16384, 16384), (16384, 
                                                  (4096, 8192, 8192), (8192, 4096, 16384))
 SEARCH_BUDGET_S = {"quick": 4.0, "full": 10.0}  # per dtype
 # The same window per shape in both suites, so quick and full give the same figure for a shape.
-PER_SHAPE = {"quick": {"budget_s": 0.25, "warmup_s": 0.1}, "full": {"budget_s": 0.25, "warmup_s": 0.1}}
+PER_SHAPE: dict[str, timing.Budget] = {"quick": {"budget_s": 0.25, "warmup_s": 0.1}, "full": {"budget_s": 0.25, "warmup_s": 0.1}}
 ELEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 OUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # fp8 GEMMs write bf16
 MISALIGNED: Shape = (8191, 8191, 8191)

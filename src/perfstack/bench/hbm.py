@@ -10,6 +10,7 @@ runs between repetitions (outside the timed region).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 from perfstack.bench import BenchContext, _gpu, benchmark, timing
@@ -17,7 +18,7 @@ from perfstack.model import Measurement
 
 GIB, MIB = _gpu.GIB, _gpu.MIB
 BUFFER_SIZES = (4 * GIB, 2 * GIB, GIB, 512 * MIB, 256 * MIB, 128 * MIB)
-TIMING = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 0.8, "warmup_s": 0.2}}
+TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 0.8, "warmup_s": 0.2}}
 # (figure, buffers it needs, bytes moved per repetition as a multiple of the buffer size)
 KERNELS = (("copy", 2, 2), ("read", 1, 1), ("write", 1, 1))
 
@@ -69,7 +70,7 @@ def run(ctx: BenchContext) -> list[Measurement]:
             samples = timing.measure(_kernel(torch, kind, src, dst), timing.CudaTimer(torch), min_reps=20,
                                      max_reps=5000, between=flush, **TIMING[ctx.suite])
             moved = bytes_moved(kind, n)
-            out.append(_gpu.measurement("hbm", f"hbm.{kind}", samples, lambda s, b=moved: _gpu.gbps(b, s), "GB/s",
+            out.append(_gpu.measurement("hbm", f"hbm.{kind}", samples, partial(_gpu.gbps, moved), "GB/s",
                                         {"buffer_bytes": n, "bytes_per_rep": moved, "l2_flush": flush is not None,
                                          "counts": {"copy": "read + write", "read": "read", "write": "write"}[kind]}))
         del src, dst, flush

@@ -65,7 +65,12 @@ class _Pool:
     def pin(self, cpus: list[int]) -> None:
         # The barrier makes every worker take exactly one task, so every thread gets pinned.
         gate = threading.Barrier(len(self.slices))
-        list(self.pool.map(lambda _: (gate.wait(), os.sched_setaffinity(0, cpus)), self.slices))
+
+        def pin_this_thread(_: slice) -> None:
+            gate.wait()
+            os.sched_setaffinity(0, cpus)
+
+        list(self.pool.map(pin_this_thread, self.slices))
 
     def each(self, fn: Callable[[slice], Any]) -> None:
         list(self.pool.map(fn, self.slices))

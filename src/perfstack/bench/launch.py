@@ -19,7 +19,7 @@ from perfstack.model import Measurement
 from perfstack.sources import BOOK
 
 KERNELS = 1000
-TIMING = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 1.0, "warmup_s": 0.2}}
+TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 1.0, "warmup_s": 0.2}}
 EAGER_REF_US, EAGER_REF = 20.0, f"≈20 µs per eager launch from Python (the book {BOOK})"
 GRAPH_REF_US, GRAPH_REF = 2.0, "≈2 µs per kernel replayed from a CUDA graph"
 
@@ -85,7 +85,9 @@ def run(ctx: BenchContext) -> list[Measurement]:
                 lower_is_better(m, EAGER_REF_US, EAGER_REF)
             else:
                 lower_is_better(m, GRAPH_REF_US, GRAPH_REF)
-    if len(out) == 2 and all(m.status == "ok" and m.value for m in out):
-        out[1].notes.insert(0, f"a graph replay costs {out[1].value / out[0].value:.0%} of eager per kernel "
+    per_kernel = [m.value for m in out if m.status == "ok" and m.value]
+    if len(out) == 2 and len(per_kernel) == 2:
+        eager_us, graph_us = per_kernel
+        out[1].notes.insert(0, f"a graph replay costs {graph_us / eager_us:.0%} of eager per kernel "
                                "(capture steady-state loops of small kernels: torch.compile mode='reduce-overhead')")
     return out

@@ -21,7 +21,7 @@ from perfstack.model import Facts, Measurement
 
 MIB, GIB = _gpu.MIB, _gpu.GIB
 BYTES = {"quick": 256 * MIB, "full": GIB}
-TIMING = {"quick": {"budget_s": 0.2, "warmup_s": 0.05}, "full": {"budget_s": 0.5, "warmup_s": 0.1}}
+TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.2, "warmup_s": 0.05}, "full": {"budget_s": 0.5, "warmup_s": 0.1}}
 
 
 def pair_link(facts: Facts, a: int, b: int) -> str | None:

@@ -82,7 +82,8 @@ def storage(ctx: BenchContext) -> list[Measurement]:
     files = files_to_read(ctx.storage_path or "")
     buf = mmap.mmap(-1, BLOCK)
     limit, deadline = BUDGET_BYTES[ctx.suite], time.perf_counter() + BUDGET_S[ctx.suite]
-    total, all_direct, samples = 0, True, []
+    total, all_direct = 0, True
+    samples: list[float] = []
     t0 = time.perf_counter()
     for f in files:
         if total >= limit or time.perf_counter() >= deadline:

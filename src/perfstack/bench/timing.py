@@ -14,9 +14,18 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypedDict
 
 Fn = Callable[[], Any]
+
+
+
+class Budget(TypedDict):
+    """A benchmark's time budget per suite, passed to ``measure`` as keywords."""
+
+    budget_s: float
+    warmup_s: float
+
 
 # Spread above this coefficient of variation makes a figure "noisy" in its notes.
 NOISY_CV = 0.05

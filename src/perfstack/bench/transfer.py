@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ SIZES_QUICK = (64 * KIB, MIB, 16 * MIB, 256 * MIB)
 SIZES_FULL = tuple(4 * KIB * 4**i for i in range(10))  # 4 KiB, 16 KiB, ... 1 GiB
 HEADLINE_MIN = 16 * MIB
 MEMORY = ("pinned", "pageable")
-TIMING = {"quick": {"budget_s": 0.12, "warmup_s": 0.04}, "full": {"budget_s": 0.3, "warmup_s": 0.08}}
+TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.12, "warmup_s": 0.04}, "full": {"budget_s": 0.3, "warmup_s": 0.08}}
 NUMA_BYTES = 256 * MIB
 NUMA_TIMEOUT_S = 120.0
 RESULT = "PERFSTACK_RESULT "
@@ -85,12 +86,12 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
             h, d = host[:n], device_buf[:n]
             nb = memory == "pinned"  # a pageable copy is synchronous whatever it is told
             if direction == "h2d":
-                fn = lambda d=d, h=h, nb=nb: d.copy_(h, non_blocking=nb)  # noqa: E731
+                fn = partial(d.copy_, h, non_blocking=nb)
             else:
-                fn = lambda d=d, h=h, nb=nb: h.copy_(d, non_blocking=nb)  # noqa: E731
+                fn = partial(h.copy_, d, non_blocking=nb)
             samples = timing.measure(fn, timing.CudaTimer(torch), min_reps=10, max_reps=500, **TIMING[suite])
             out.append(_gpu.measurement(direction, point_name(direction, memory, n), samples,
-                                        lambda s, n=n: _gpu.gbps(n, s), "GB/s",
+                                        partial(_gpu.gbps, n), "GB/s",
                                         {"sweep": True, "bytes": n, "memory": memory, "direction": direction}))
         del host
     del device_buf
@@ -101,8 +102,8 @@ def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement
                 out.append(_gpu.skip(direction, f"{direction}.{memory}.best",
                                      f"no copy of {_gpu.size_label(HEADLINE_MIN)} or more fit", "GB/s"))
             continue
-        m = _gpu.measurement(direction, f"{direction}.{memory}.best", best.samples, lambda s, n=best.params["bytes"]:
-                             _gpu.gbps(n, s), "GB/s", {**best.params, "sweep": False,
+        m = _gpu.measurement(direction, f"{direction}.{memory}.best", best.samples,
+                             partial(_gpu.gbps, best.params["bytes"]), "GB/s", {**best.params, "sweep": False,
                                                    "sizes": [x.params["bytes"] for x in out
                                                              if x.params.get("memory") == memory]})
         at = _gpu.size_label(best.params["bytes"])

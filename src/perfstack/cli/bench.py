@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import (
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
-def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str], storage_path: str | None):
+def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str],
+             storage_path: str | None) -> Callable[[Facts], list[Measurement]]:
     """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
     chosen = benches.select(names, suite, storage_path)
     options = {"graph": getattr(args, "graph", True)}
@@ -57,6 +59,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
     def run_benches(facts: Facts) -> list[Measurement]:
         show = err.is_terminal and not args.quiet
+        verbose: int = getattr(args, "verbose", 0)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err,
                       transient=True, disable=not show) as progress:
@@ -64,7 +67,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
 
             def step(name: str) -> None:
                 progress.update(task, description=f"bench {name}", advance=1)
-                if not show and getattr(args, "verbose", 0):
+                if not show and verbose:
                     err.print(f"bench {name}…")
 
             ctx = benches.BenchContext(suite=suite, facts=facts, device=getattr(args, "device", 0),

@@ -108,10 +108,7 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
             spec = load_config(path)
         else:
             spec = catalog.get(args.model)
-        if shape:
-            cfg = _spec_overrides(spec, shape)
-            return cfg
-        return spec
+        return _spec_overrides(spec, shape) if shape else spec
     missing = [f"--{k.replace('_', '-')}" for k in ("layers", "hidden", "heads", "ffn", "vocab")
                if getattr(args, k, None) is None]
     if missing:
@@ -152,16 +149,17 @@ def build_run(args: argparse.Namespace) -> Run:
     if args.estimate_command == "infer":
         compute = "fp8" if args.weights == "fp8" else args.dtype
         hw = hardware.resolve(args.gpu, compute, args.calibrate)
-        s = infer.InferSettings(batch=args.batch, prompt=args.prompt, gen=args.gen, dtype=args.dtype,
-                                weights=args.weights, kv_dtype=args.kv_dtype, tp=args.tp,
-                                prefill_chunk=args.prefill_chunk, mfu=args.mfu, mbu=args.mbu)
-        est = infer.estimate(spec, hw, s)
+        serving = infer.InferSettings(batch=args.batch, prompt=args.prompt, gen=args.gen, dtype=args.dtype,
+                                      weights=args.weights, kv_dtype=args.kv_dtype, tp=args.tp,
+                                      prefill_chunk=args.prefill_chunk, mfu=args.mfu, mbu=args.mbu)
+        est = infer.estimate(spec, hw, serving)
     else:
         hw = hardware.resolve(args.gpu, "fp32" if args.precision == "fp32" else "bf16", args.calibrate)
-        s = train.TrainSettings(batch=args.batch, seq=args.seq, precision=args.precision, optimizer=args.optimizer,
-                                grad_ckpt=args.grad_ckpt, zero=3 if args.fsdp else args.zero, dp=args.dp, tp=args.tp,
-                                pp=args.pp, micro_batches=args.micro_batches, mfu=args.mfu)
-        est = train.estimate(spec, hw, s)
+        training = train.TrainSettings(batch=args.batch, seq=args.seq, precision=args.precision,
+                                       optimizer=args.optimizer, grad_ckpt=args.grad_ckpt,
+                                       zero=3 if args.fsdp else args.zero, dp=args.dp, tp=args.tp, pp=args.pp,
+                                       micro_batches=args.micro_batches, mfu=args.mfu)
+        est = train.estimate(spec, hw, training)
     meta = {"tool": "perfstack", "tool_version": __version__, "command": "estimate",
             "subcommand": args.estimate_command, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source": spec.source, "python": platform.python_version(),

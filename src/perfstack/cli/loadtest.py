@@ -13,7 +13,7 @@ import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 
@@ -22,6 +22,10 @@ from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
 from perfstack.model import Run
+
+if TYPE_CHECKING:
+    from perfstack.loadtest.findings import Bound
+    from perfstack.loadtest.run import Plan
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -122,7 +126,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--model-config and --gpu go together (the decode bound needs both)")
 
 
-def _bound(args: argparse.Namespace):
+def _bound(args: argparse.Namespace) -> Bound | None:
     if not args.model_config:
         return None
     from perfstack.estimate import catalog, hardware, infer
@@ -142,7 +146,7 @@ def _bound(args: argparse.Namespace):
                                      + (f", TP {args.tp}" if args.tp > 1 else "") + ")")
 
 
-def build_plan(args: argparse.Namespace):
+def build_plan(args: argparse.Namespace) -> Plan:
     from perfstack.loadtest.metrics import parse_slo
     from perfstack.loadtest.run import Plan
 

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
 
@@ -35,7 +35,7 @@ EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usag
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """The flags every command takes, before or after its name. The subcommands' copies default
     to SUPPRESS so that 'perfstack --debug report' is not undone by the subcommand's defaults."""
-    d = {"default": argparse.SUPPRESS} if suppress else {}
+    d: dict[str, Any] = {"default": argparse.SUPPRESS} if suppress else {}
     p.add_argument("-q", "--quiet", action="store_true", help="findings and errors only, no progress", **d)
     p.add_argument("-v", "--verbose", action="count", help="more detail (-vv: every read)",
                    **(d or {"default": 0}))

@@ -7,6 +7,7 @@ import argparse
 import math
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -14,6 +15,9 @@ from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
 from perfstack.report.profile_text import render_profile
+
+if TYPE_CHECKING:
+    from perfstack.profile.capture import CaptureResult
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -51,7 +55,7 @@ def _command(args: argparse.Namespace) -> list[str]:
     return cmd[1:] if cmd[:1] == ["--"] else cmd
 
 
-def _capture(args: argparse.Namespace, err: Console):
+def _capture(args: argparse.Namespace, err: Console) -> CaptureResult:
     cmd = _command(args)
     made = None
     try:

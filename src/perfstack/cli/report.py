@@ -125,8 +125,8 @@ def _report_loadtest(r: Run, fmt: str, args: argparse.Namespace, out: Console, e
     from perfstack.report.loadtest_view import loadtest_view
     if fmt == "html":
         emit(html.render_report(r), args.output, out, err, "the HTML report")
-    elif fmt == "md":
-        emit(render_loadtest_md(loadtest_view(r)), args.output, out, err, "the Markdown report")
+    elif fmt == "md" and (view := loadtest_view(r)) is not None:
+        emit(render_loadtest_md(view), args.output, out, err, "the Markdown report")
     elif args.output:
         emit(text_file(lambda c: render_loadtest(r, c, args.verbose > 0), 140), args.output, out, err, "the report")
     else:

@@ -308,8 +308,8 @@ def step_time(profile: Mapping[str, Any] | None, breakdown: dict[str, float] | N
         for key in ("step_ms", "mean_step_ms"):
             if isinstance(profile.get(key), (int, float)):
                 return float(profile[key])
-        steps = [s.get("total_ms") for s in profile.get("steps") or [] if isinstance(s, Mapping)]
-        steps = [float(s) for s in steps if isinstance(s, (int, float))]
+        totals = [s.get("total_ms") for s in profile.get("steps") or [] if isinstance(s, Mapping)]
+        steps = [float(t) for t in totals if isinstance(t, (int, float))]
         if steps:
             return statistics.fmean(steps)
     return sum(breakdown.values()) if breakdown else None
@@ -332,6 +332,8 @@ def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dic
     rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
              "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
     ub, ua = _unprofiled(before.profile), _unprofiled(after.profile)
+    sb: float | None
+    sa: float | None
     if ub is not None and ua is not None:
         # both steps were timed without the profiler: compare those, as the predictions are of them
         sb, sa, basis = ub, ua, "without the profiler"

@@ -50,9 +50,9 @@ def check(m: ModelSpec, s: InferSettings) -> None:
                          hint="lower --prompt/--gen, or pass --max-seq-len if the model was extended")
     if m.n_heads % s.tp:
         raise UsageError(f"--tp {s.tp} does not divide the {m.n_heads} attention heads of {m.name}")
-    for name, v in (("--mfu", s.mfu), ("--mbu", s.mbu)):
-        if not 0 < v <= 1:
-            raise UsageError(f"{name} must be in (0, 1], got {v}")
+    for name, fraction in (("--mfu", s.mfu), ("--mbu", s.mbu)):
+        if not 0 < fraction <= 1:
+            raise UsageError(f"{name} must be in (0, 1], got {fraction}")
 
 
 def _memory(m: ModelSpec, s: InferSettings, tp: int) -> mem.InferenceMemory:

@@ -120,7 +120,7 @@ def count(m: ModelSpec) -> Counts:
 
 def quantities(m: ModelSpec) -> list[Quantity]:
     c = count(m)
-    sym = {"L": m.n_layers, "d": m.d_model, "H_q": m.n_heads, "H_kv": m.n_kv_heads, "d_h": m.head_dim,
+    sym: dict[str, int | None] = {"L": m.n_layers, "d": m.d_model, "H_q": m.n_heads, "H_kv": m.n_kv_heads, "d_h": m.head_dim,
            "F": m.d_ff, "V": m.vocab_size}
     mlp = "3·d·F" if m.gated_mlp else "2·d·F"
     attn = "d·H_q·d_h + 2·d·H_kv·d_h + H_q·d_h·d"

@@ -8,6 +8,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 from perfstack.host import MAX_READ, Unavailable
@@ -74,7 +75,7 @@ class LiveHost:
         every one of them hung the audit waits about the longest timeout rather than their sum.
         ``run`` of the same argv then takes the answer, waiting for it if needed."""
         for argv, timeout in commands:
-            self._spawn(tuple(argv), lambda a=tuple(argv), t=timeout: self._run_now(a, t))
+            self._spawn(tuple(argv), partial(self._run_now, tuple(argv), timeout))
         self._spawn(PYINFO_ARGV, lambda: self._run_now(PYINFO_ARGV, PYTHON_INFO_TIMEOUT))
         if self._nvml is None:
             self._spawn(("nvml",), nvml_mod.query)

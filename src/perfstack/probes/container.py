@@ -254,16 +254,16 @@ def _cgroup_v2(c: Collector, path: str) -> None:
 
 def _cgroup_v1(c: Collector, groups: dict[str, str]) -> None:
     mem = _dirs(f"{CGROUP}/memory", groups.get("memory", "/"))
-    at = _tightest(c, "cgroup.memory_limit_bytes", mem, "memory.limit_in_bytes",
-                   _file_limit(c, "memory.limit_in_bytes", parse_limit)) or mem[0]
-    _usage(c, f"{at}/memory.usage_in_bytes", f"{at}/memory.stat", "total_inactive_file")
-    _oom_kills(c, f"{at}/memory.oom_control")
+    mem_at = _tightest(c, "cgroup.memory_limit_bytes", mem, "memory.limit_in_bytes",
+                       _file_limit(c, "memory.limit_in_bytes", parse_limit)) or mem[0]
+    _usage(c, f"{mem_at}/memory.usage_in_bytes", f"{mem_at}/memory.stat", "total_inactive_file")
+    _oom_kills(c, f"{mem_at}/memory.oom_control")
     cpu = _dirs(f"{CGROUP}/cpu", groups.get("cpu", "/"))
-    at = _tightest(c, "cgroup.cpu_quota_cpus", cpu, "cpu.cfs_quota_us", _v1_quota(c))
-    _cpu_stat(c, f"{at or cpu[0]}/cpu.stat", "throttled_time", 1000)  # v1 counts nanoseconds
+    cpu_at = _tightest(c, "cgroup.cpu_quota_cpus", cpu, "cpu.cfs_quota_us", _v1_quota(c))
+    _cpu_stat(c, f"{cpu_at or cpu[0]}/cpu.stat", "throttled_time", 1000)  # v1 counts nanoseconds
     pids = _dirs(f"{CGROUP}/pids", groups.get("pids", "/"))
-    at = _tightest(c, "cgroup.pids_max", pids, "pids.max", _file_limit(c, "pids.max", parse_limit))
-    c.file("cgroup.pids_current", f"{at or pids[0]}/pids.current", parse_int)
+    pids_at = _tightest(c, "cgroup.pids_max", pids, "pids.max", _file_limit(c, "pids.max", parse_limit))
+    c.file("cgroup.pids_current", f"{pids_at or pids[0]}/pids.current", parse_int)
     cpuset = _dirs(f"{CGROUP}/cpuset", groups.get("cpuset", "/"))
     _first(c, "cgroup.cpuset_cpus", [f"{d}/cpuset.effective_cpus" for d in cpuset], parse_cpu_list)
     _first(c, "cgroup.cpuset_mems", [f"{d}/cpuset.effective_mems" for d in cpuset], parse_cpu_list)

@@ -4,7 +4,7 @@ NUMA layout, and how long tasks stall waiting for CPU, memory or I/O (pressure s
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
@@ -35,7 +35,7 @@ def parse_cpulist(text: str) -> list[int]:
     return sorted(set(out))
 
 
-def format_cpulist(cpus: list[int]) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """The inverse of parse_cpulist, for evidence: [0, 1, 2, 5] -> '0-2,5'."""
     runs: list[list[int]] = []
     for n in sorted(set(cpus)):

@@ -224,7 +224,7 @@ def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
         "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
         "memory_total_bytes": i("memory_total"),
         "persistence_mode": None if persistence is None else bool(persistence),
-        "compute_mode": COMPUTE_MODES.get(i("compute_mode")),  # type: ignore[arg-type]
+        "compute_mode": COMPUTE_MODES.get(i("compute_mode")),
         "mig_current": bool(mig[0]) if mig else None, "mig_pending": bool(mig[1]) if mig else None,
         "ecc_current": bool(ecc[0]) if ecc else None, "ecc_pending": bool(ecc[1]) if ecc else None,
         **{f"ecc_{k}_{e}": i(f"ecc_{k}_{e}") for k in ("volatile", "aggregate") for e in ("corrected", "uncorrected")},

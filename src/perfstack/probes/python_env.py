@@ -71,9 +71,9 @@ def parse_pyinfo(data: Any) -> dict[str, Any]:
     Raises Malformed when the object is not what pyinfo writes (a hand-edited python.json)."""
     if not isinstance(data, dict):
         raise Malformed(f"not a pyinfo object (a JSON {type(data).__name__})")
-    for field in ("python", "torch"):
-        if field not in data:
-            raise Malformed(f"not a pyinfo object: it has no '{field}' field")
+    for required in ("python", "torch"):
+        if required not in data:
+            raise Malformed(f"not a pyinfo object: it has no '{required}' field")
     errors = _typed(data, "errors", DICT) if "errors" in data else {}
     packages = _typed(data, "packages", DICT) if "packages" in data else {}
     out: dict[str, Any] = {

@@ -282,8 +282,8 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
     for gi, (group, ps) in enumerate(groups.items()):
         token = group.split()[-1] if group.split() else group
         measured = group.lower().startswith("gemm")
-        color = token_color.get(token) if measured else None
-        color = color or ("currentColor" if not measured else PALETTE[(gi + 5) % len(PALETTE)])
+        color = ((token_color.get(token) if measured else None)
+                 or ("currentColor" if not measured else PALETTE[(gi + 5) % len(PALETTE)]))
         shape = "circle" if measured else "diamond"
         marks = "".join(_marker(shape, xs(x), ys(y), color, f"{label}: {num(y)} TFLOP/s at {num(x)} FLOP/B")
                         for label, x, y in ps)

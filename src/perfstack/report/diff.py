@@ -36,7 +36,23 @@ def _row(m: MeasurementDelta, verbose: bool) -> list[Text]:
 
 
 def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
-    b, a, s = diff.before, diff.after, diff.summary()
+    _header(diff, console)
+    _facts(diff, console)
+    _findings(diff, console, verbose)
+    _measurements(diff, console, verbose)
+    if diff.loadtest is not None:
+        from perfstack.report.loadtest_diff import render_text
+        render_text(diff.loadtest, console, verbose)
+    _profile(diff, console)
+    _totals(diff, console)
+
+
+def _section(console: Console, title: str) -> None:
+    console.print(Rule(Text(title, style="bold"), align="left", style="dim"))
+
+
+def _header(diff: Diff, console: Console) -> None:
+    b, a = diff.before, diff.after
     console.print(Text("perfstack diff", style="bold"))
     console.print(Text(f"  before: {b.get('file') or b.get('created', '')} · {b.get('gpus') or 'no GPU'}"))
     console.print(Text(f"  after:  {a.get('file') or a.get('created', '')} · {a.get('gpus') or 'no GPU'}"))
@@ -47,68 +63,85 @@ def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
                           for k in diff.hardware.get("differs", []))
         console.print(Panel(Text(lines), title="The hardware differs", border_style="yellow",
                             subtitle="figures marked 'hardware differs' compare the machines, not the change"))
+
+
+def _facts(diff: Diff, console: Console) -> None:
     if diff.facts:
-        console.print(Rule(Text(f"Facts that drifted ({len(diff.facts)})", style="bold"), align="left", style="dim"))
+        _section(console, f"Facts that drifted ({len(diff.facts)})")
         t = Table(box=None, pad_edge=False, header_style="bold")
         t.add_column("category", no_wrap=True)
         for col in ("fact", "before", "after"):
             t.add_column(col, overflow="fold")
-        for f in diff.facts:
-            t.add_row(Text(f["category"]), Text(f["key"]), Text(_short(f["before"])), Text(_short(f["after"])))
+        for fact in diff.facts:
+            t.add_row(Text(fact["category"]), Text(fact["key"]), Text(_short(fact["before"])),
+                      Text(_short(fact["after"])))
         console.print(t)
     if diff.volatile_facts:
         console.print(Text(f"{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed "
                            "and are not listed", style="dim"))
-    if diff.findings:
-        console.print(Rule(Text("Findings", style="bold"), align="left", style="dim"))
-        t = Table("status", "severity", "finding", "evidence", box=None, pad_edge=False, header_style="bold")
-        for f in diff.findings:
-            if f.status == "unchanged" and not verbose:
-                continue
-            t.add_row(Text(f.status, style=STATUS[f.status]), Text(f.severity, style=SEVERITY.get(f.severity, "")),
-                      Text(f.id + (f" [{f.subject}]" if f.subject else "")),
-                      Text(_short(f.reason or f.evidence_after or f.evidence_before, 70)))
-        unchanged = s["findings"]["unchanged"]
-        if t.row_count:
-            console.print(t)
-        if unchanged and not verbose:
-            console.print(Text(f"{unchanged} unchanged (-v lists them)", style="dim"))
-    if diff.measurements:
-        console.print(Rule(Text("Benchmarks", style="bold"), align="left", style="dim"))
-        t = Table(box=None, pad_edge=False, header_style="bold")
-        t.add_column("figure", no_wrap=True)
-        for col in ("before", "after", "change", "95% interval"):
-            t.add_column(col, justify="right", no_wrap=True)
-        t.add_column("verdict", no_wrap=True)
-        if verbose:
-            t.add_column("p", justify="right")
-        t.add_column("note")
-        hidden: dict[str, int] = {}
-        for m in diff.measurements:
-            if m.sweep and not verbose:
-                hidden[m.verdict] = hidden.get(m.verdict, 0) + 1
-                continue
-            t.add_row(*_row(m, verbose))
+
+
+def _findings(diff: Diff, console: Console, verbose: bool) -> None:
+    if not diff.findings:
+        return
+    _section(console, "Findings")
+    t = Table("status", "severity", "finding", "evidence", box=None, pad_edge=False, header_style="bold")
+    for f in diff.findings:
+        if f.status == "unchanged" and not verbose:
+            continue
+        t.add_row(Text(f.status, style=STATUS[f.status]), Text(f.severity, style=SEVERITY.get(f.severity, "")),
+                  Text(f.id + (f" [{f.subject}]" if f.subject else "")),
+                  Text(_short(f.reason or f.evidence_after or f.evidence_before, 70)))
+    unchanged = diff.summary()["findings"]["unchanged"]
+    if t.row_count:
         console.print(t)
-        if hidden:
-            counts = ", ".join(f"{n} {v}" for v, n in sorted(hidden.items()))
-            console.print(Text(f"{sum(hidden.values())} sweep points not shown ({counts}); -v shows them",
-                               style="dim"))
-    if diff.loadtest is not None:
-        from perfstack.report.loadtest_diff import render_text
-        render_text(diff.loadtest, console, verbose)
-    if diff.profile:
-        p = diff.profile
-        console.print(Rule(Text("Profile: time per step", style="bold"), align="left", style="dim"))
-        t = Table("category", "before (ms)", "after (ms)", "Δ (ms)", box=None, pad_edge=False, header_style="bold")
-        for r in p["categories"]:
-            t.add_row(Text(r["category"]), num(r["before_ms"]), num(r["after_ms"]),
-                      f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")
-        console.print(t)
-        console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step ({p.get('step_basis', 'profiled')}); "
-                           f"fixed findings "
-                           f"predicted {num(p['predicted_recovered_ms'], 'ms')}"
-                           + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "")))
+    if unchanged and not verbose:
+        console.print(Text(f"{unchanged} unchanged (-v lists them)", style="dim"))
+
+
+def _measurements(diff: Diff, console: Console, verbose: bool) -> None:
+    if not diff.measurements:
+        return
+    _section(console, "Benchmarks")
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    t.add_column("figure", no_wrap=True)
+    for col in ("before", "after", "change", "95% interval"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    if verbose:
+        t.add_column("p", justify="right")
+    t.add_column("note")
+    hidden: dict[str, int] = {}
+    for m in diff.measurements:
+        if m.sweep and not verbose:
+            hidden[m.verdict] = hidden.get(m.verdict, 0) + 1
+            continue
+        t.add_row(*_row(m, verbose))
+    console.print(t)
+    if hidden:
+        counts = ", ".join(f"{n} {v}" for v, n in sorted(hidden.items()))
+        console.print(Text(f"{sum(hidden.values())} sweep points not shown ({counts}); -v shows them",
+                           style="dim"))
+
+
+def _profile(diff: Diff, console: Console) -> None:
+    p = diff.profile
+    if not p:
+        return
+    _section(console, "Profile: time per step")
+    t = Table("category", "before (ms)", "after (ms)", "Δ (ms)", box=None, pad_edge=False, header_style="bold")
+    for r in p["categories"]:
+        t.add_row(Text(r["category"]), num(r["before_ms"]), num(r["after_ms"]),
+                  f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")
+    console.print(t)
+    console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step ({p.get('step_basis', 'profiled')}); "
+                       f"fixed findings "
+                       f"predicted {num(p['predicted_recovered_ms'], 'ms')}"
+                       + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "")))
+
+
+def _totals(diff: Diff, console: Console) -> None:
+    s = diff.summary()
     m, f = s["measurements"], s["findings"]
     console.print()
     console.print(Text.assemble(

@@ -76,7 +76,7 @@ def estimate_rows(node: Any, path: str = "") -> list[EstimateRow]:
 
 def _memory_stacks(node: Any, path: str = "") -> list[tuple[str, list[tuple[str, float]], dict[str, float]]]:
     """Every dict under a key naming memory whose leaves are sizes: (path, components in GB, totals in GB)."""
-    found = []
+    found: list[tuple[str, list[tuple[str, float]], dict[str, float]]] = []
     if not isinstance(node, Mapping) or _is_leaf(node):
         return found
     segs: list[tuple[str, float]] = []
@@ -179,8 +179,8 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     else:  # any nested dict of {value, unit, formula} leaves
         stacks = _memory_stacks(e)
         memory = [(p, segs) for p, segs, _ in stacks]
-        for _, _, totals in stacks:
-            for k, v in totals.items():
+        for _, _, stack_totals in stacks:
+            for k, v in stack_totals.items():
                 if re.search(r"capacity|available|limit", k, re.I):
                     capacity = (k.replace("_", " "), v)
         rows, lat = estimate_rows(e), _latencies(e)
@@ -191,7 +191,7 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
             capacity = (f"{name or 'GPU'} memory", mem)
         elif spec is not None and getattr(spec, "hbm_gb", None):
             capacity = (f"{spec.name} memory (spec)", float(spec.hbm_gb))
-    totals = []
+    totals: list[tuple[str, float, float | None]] = []
     for p, segs in memory:
         t = total_gb if total_gb is not None else sum(v for _, v in segs)
         totals.append((p, t, t / capacity[1] if capacity else None))

@@ -7,7 +7,7 @@ from typing import Any
 
 from perfstack.fleet.analysis import FleetAnalysis, HeatMap
 from perfstack.report.charts import num
-from perfstack.report.html import _page, _table, e
+from perfstack.report.html import Section, _page, _table, e
 
 MAX_ROWS = 400  # heat map rows drawn; the flagged nodes come first, the JSON has every row
 Z_FULL = 10.0  # a cell this many robust standard deviations below the median is drawn fully red
@@ -56,7 +56,16 @@ def render_fleet_html(a: FleetAnalysis, meta: dict[str, Any]) -> str:
     sub = (f"{e(meta.get('source', ''))} · {s['nodes']} nodes, {s['ok']} reported"
            + (f", {s['failed']} failed" if s["failed"] else "") + " · "
            + e("; ".join(f"{k} ×{len(v)}" for k, v in a.skus.items())))
-    sections: list[tuple[str, str, str]] = [("", "", STYLE)]
+    sections: list[Section] = [("", "", STYLE), _nodes(a, s)]
+    for part in (_heatmaps, _drift, _outliers, _uneven, _failed):
+        section = part(a)
+        if section is not None:
+            sections.append(section)
+    sections.append(_members(a))
+    return _page("perfstack fleet", sub, sections)
+
+
+def _nodes(a: FleetAnalysis, s: dict[str, Any]) -> Section:
     chips = "".join(f'<span class="chip"><span class="sev {k}">{k}</span> {s["by_severity"].get(k, 0)} nodes</span>'
                     for k in ("critical", "warning", "info"))
     chips += (f'<span class="chip">{s["drifted_keys"]} drifted settings</span>'
@@ -64,52 +73,74 @@ def render_fleet_html(a: FleetAnalysis, meta: dict[str, Any]) -> str:
               f'<span class="chip">{s["uneven_findings"]} findings on a minority of nodes</span>')
     rank_rows = [(f'<span class="sev {e(r.severity)}">{e(r.severity)}</span>', f"<b>{e(r.node)}</b>",
                   "<br>".join(e(_short(x, 140)) for x in r.reasons)) for r in a.ranking]
-    sections.append(("nodes", "Nodes", "<h2>Fix these nodes first</h2>" + f'<div class="chips">{chips}</div>'
-                     + (_table(("severity", "node", "why"), rank_rows) if rank_rows else
-                        '<p class="muted">No node stands out from its SKU.</p>')))
-    if a.heatmaps:
-        flagged = [r.node for r in a.ranking]
-        sections.append(("heatmap", "Heat map", "<h2>Nodes × figures</h2>"
-                         '<p class="muted">Each cell is the robust z-score of that node\'s (or GPU\'s) figure against '
-                         "its SKU's median: the distance over the fleet's spread and the figure's own noise together. "
-                         "Red is worse, blue better; cells within ±2 are blank.</p>"
-                         + "".join(_heatmap(h, flagged) for h in a.heatmaps)))
-    if a.drift:
-        rows = [(e(d.sku), e(d.category), f"<code>{e(d.key)}</code>",
-                 "<br>".join(f"{e(_short(g.value))}: {e(', '.join(g.nodes[:8]))}"
-                             + (f" (+{len(g.nodes) - 8})" if len(g.nodes) > 8 else "") for g in d.odd),
-                 "no majority" if d.split else f"{e(_short(d.baseline))} ({d.baseline_count} nodes)") for d in a.drift]
-        sections.append(("drift", "Drift", "<h2>Configuration drift</h2>"
-                         + _table(("SKU", "category", "setting", "odd value: nodes", "majority"), rows)
-                         + (f'<p class="muted">{a.identity_keys} settings differ on every node (identities, not '
-                            "drift) and are not listed.</p>" if a.identity_keys else "")))
-    if a.outliers:
-        rows = [(e(o.figure), e(o.node) + (f" {e(o.subject)}" if o.subject else ""), e(num(o.value, o.unit)),
-                 e(num(o.median, o.unit)), f'<span class="{"regressed" if o.slow else "improved"}">'
-                 f"{o.deviation_pct:+.1f}%</span>", f"{o.z:+.1f}", f"{o.noise_pct:.2f}%", f"{o.fleet_spread_pct:.2f}%")
-                for o in a.outliers]
-        sections.append(("outliers", "Outliers", "<h2>Figures that stand out</h2>"
-                         + _table(("figure", "node", "value", "SKU median", "vs median", "z", "own noise",
-                                   "fleet spread"), rows, num_cols=(2, 3, 4, 5, 6, 7))))
-    if a.uneven or a.shared:
-        rows = [(f'<span class="sev {e(u.severity)}">{e(u.severity)}</span>', f"<code>{e(u.id)}</code>", e(u.title),
-                 f"{len(u.nodes)} of {u.of}", e(", ".join(u.nodes[:12]) + (" …" if len(u.nodes) > 12 else "")),
-                 e(_short(u.evidence.get(u.nodes[0], ""), 160))) for u in a.uneven]
-        html = "<h2>Findings on some nodes only</h2>" + _table(("severity", "finding", "title", "nodes", "which",
-                                                                 "evidence (first node)"), rows)
-        if a.shared:
-            html += ('<p class="muted">On every node (fix once, in the image or the node setup): '
-                     + e(", ".join(sorted({x.id for x in a.shared}))) + "</p>")
-        sections.append(("findings", "Findings", html))
+    return ("nodes", "Nodes", "<h2>Fix these nodes first</h2>" + f'<div class="chips">{chips}</div>'
+            + (_table(("severity", "node", "why"), rank_rows) if rank_rows else
+               '<p class="muted">No node stands out from its SKU.</p>'))
+
+
+def _heatmaps(a: FleetAnalysis) -> Section | None:
+    if not a.heatmaps:
+        return None
+    flagged = [r.node for r in a.ranking]
+    return ("heatmap", "Heat map", "<h2>Nodes × figures</h2>"
+            '<p class="muted">Each cell is the robust z-score of that node\'s (or GPU\'s) figure against '
+            "its SKU's median: the distance over the fleet's spread and the figure's own noise together. "
+            "Red is worse, blue better; cells within ±2 are blank.</p>"
+            + "".join(_heatmap(h, flagged) for h in a.heatmaps))
+
+
+def _drift(a: FleetAnalysis) -> Section | None:
+    if not a.drift:
+        return None
+    rows = [(e(d.sku), e(d.category), f"<code>{e(d.key)}</code>",
+             "<br>".join(f"{e(_short(g.value))}: {e(', '.join(g.nodes[:8]))}"
+                         + (f" (+{len(g.nodes) - 8})" if len(g.nodes) > 8 else "") for g in d.odd),
+             "no majority" if d.split else f"{e(_short(d.baseline))} ({d.baseline_count} nodes)") for d in a.drift]
+    return ("drift", "Drift", "<h2>Configuration drift</h2>"
+            + _table(("SKU", "category", "setting", "odd value: nodes", "majority"), rows)
+            + (f'<p class="muted">{a.identity_keys} settings differ on every node (identities, not '
+               "drift) and are not listed.</p>" if a.identity_keys else ""))
+
+
+def _outliers(a: FleetAnalysis) -> Section | None:
+    if not a.outliers:
+        return None
+    rows = [(e(o.figure), e(o.node) + (f" {e(o.subject)}" if o.subject else ""), e(num(o.value, o.unit)),
+             e(num(o.median, o.unit)), f'<span class="{"regressed" if o.slow else "improved"}">'
+             f"{o.deviation_pct:+.1f}%</span>", f"{o.z:+.1f}", f"{o.noise_pct:.2f}%", f"{o.fleet_spread_pct:.2f}%")
+            for o in a.outliers]
+    return ("outliers", "Outliers", "<h2>Figures that stand out</h2>"
+            + _table(("figure", "node", "value", "SKU median", "vs median", "z", "own noise",
+                      "fleet spread"), rows, num_cols=(2, 3, 4, 5, 6, 7)))
+
+
+def _uneven(a: FleetAnalysis) -> Section | None:
+    if not (a.uneven or a.shared):
+        return None
+    rows = [(f'<span class="sev {e(u.severity)}">{e(u.severity)}</span>', f"<code>{e(u.id)}</code>", e(u.title),
+             f"{len(u.nodes)} of {u.of}", e(", ".join(u.nodes[:12]) + (" …" if len(u.nodes) > 12 else "")),
+             e(_short(u.evidence.get(u.nodes[0], ""), 160))) for u in a.uneven]
+    html = "<h2>Findings on some nodes only</h2>" + _table(("severity", "finding", "title", "nodes", "which",
+                                                             "evidence (first node)"), rows)
+    if a.shared:
+        html += ('<p class="muted">On every node (fix once, in the image or the node setup): '
+                 + e(", ".join(sorted({x.id for x in a.shared}))) + "</p>")
+    return ("findings", "Findings", html)
+
+
+def _failed(a: FleetAnalysis) -> Section | None:
     failed = [m for m in a.members if m.status != "ok"]
-    if failed:
-        sections.append(("failed", "Not compared", "<h2>Did not report, or not compared</h2>"
-                         + _table(("node", "status", "reason", "source"),
-                                  ((e(m.name), e(m.status), e(m.reason), e(m.source)) for m in failed))))
+    if not failed:
+        return None
+    return ("failed", "Not compared", "<h2>Did not report, or not compared</h2>"
+            + _table(("node", "status", "reason", "source"),
+                     ((e(m.name), e(m.status), e(m.reason), e(m.source)) for m in failed)))
+
+
+def _members(a: FleetAnalysis) -> Section:
     notes = "".join(f"<li>{e(n)}</li>" for n in a.notes)
     members = _table(("node", "SKU", "GPUs", "perfstack", "Runs", "figures", "findings"),
                      ((e(m.name), e(m.sku), e(m.gpus), e(m.tool_version), e(m.command), str(m.figures),
                        str(m.findings)) for m in a.members), num_cols=(5, 6))
-    sections.append(("members", "Members", (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
-                     + f"<details><summary>All {len(a.members)} nodes</summary>{members}</details>"))
-    return _page("perfstack fleet", sub, sections)
+    return ("members", "Members", (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+            + f"<details><summary>All {len(a.members)} nodes</summary>{members}</details>")

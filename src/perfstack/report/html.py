@@ -50,7 +50,10 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], num_cols: Iterabl
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _page(title: str, subtitle: str, sections: list[tuple[str, str, str]]) -> str:
+Section = tuple[str, str, str]  # (anchor, title in the page's navigation, HTML); "" anchors are not listed
+
+
+def _page(title: str, subtitle: str, sections: list[Section]) -> str:
     toc = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name, _ in sections if name)
     body = "\n".join(f'<section id="{sid}">{html}</section>' if sid else html for sid, _, html in sections)
     return _template().substitute(title=e(title), subtitle=subtitle, toc=toc, body=body, version=e(__version__))
@@ -172,31 +175,44 @@ def _profile(p: ProfileView) -> str:
         parts.append("<h3>Time per step by category</h3>")
         parts.append(charts.stacked_bars(p.steps, "Per-step time breakdown", "ms", kind="profile-steps"))
     if p.ranked:
-        parts.append("<h3>Findings ranked by recoverable time</h3>")
-        rows = [(f"{f.id}{f' [{f.subject}]' if f.subject else ''}", f.recoverable_ms or 0.0,
-                 f"{num(f.recoverable_ms)} ms" + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else ""))
-                for f in p.ranked]
-        parts.append(charts.value_bars(rows, "Recoverable time per step", "ms per step", kind="recoverable"))
-        parts.append("".join(_finding(f) for f in p.ranked))
+        parts.append(_profile_ranked(p))
     if p.gaps:
-        parts.append("<h3>Idle gaps</h3>")
-        keys = ["step", "start_ms", "duration_ms", "before", "after", "reason"]
-        keys = [k for k in keys if any(k in g for g in p.gaps)]
-        rows = [[e(num(g[k]) if isinstance(g.get(k), float) else g.get(k, "")) for k in keys] for g in p.gaps]
-        parts.append(_table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")]))
+        parts.append(_profile_gaps(p))
     if p.ops:
-        parts.append("<h3>Operators by GPU time</h3>")
-        rows = [(f'<code>{e(o.get("op"))}</code>', e(o.get("category")), e(o.get("dtype") or ""),
-                 e(num(o.get("time_ms_per_step"))), e(num(o.get("tflops"))), e(num(o.get("gbps"))),
-                 e(_pct_of(o))) for o in p.ops]
-        parts.append(_table(("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows,
-                            num_cols=(3, 4, 5, 6)))
+        parts.append(_profile_ops(p))
     if p.kernels:
-        parts.append("<h3>Kernel classes</h3>")
-        rows = [(e(k.get("name")), e(num(k.get("time_ms"))), e(num(k.get("intensity"))), e(num(k.get("tflops"))))
-                for k in p.kernels]
-        parts.append(_table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows, num_cols=(1, 2, 3)))
+        parts.append(_profile_kernels(p))
     return "".join(parts)
+
+
+def _profile_ranked(p: ProfileView) -> str:
+    bars = [(f"{f.id}{f' [{f.subject}]' if f.subject else ''}", f.recoverable_ms or 0.0,
+             f"{num(f.recoverable_ms)} ms" + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else ""))
+            for f in p.ranked]
+    return ("<h3>Findings ranked by recoverable time</h3>"
+            + charts.value_bars(bars, "Recoverable time per step", "ms per step", kind="recoverable")
+            + "".join(_finding(f) for f in p.ranked))
+
+
+def _profile_gaps(p: ProfileView) -> str:
+    keys = [k for k in ("step", "start_ms", "duration_ms", "before", "after", "reason") if any(k in g for g in p.gaps)]
+    rows = [[e(num(g[k]) if isinstance(g.get(k), float) else g.get(k, "")) for k in keys] for g in p.gaps]
+    return "<h3>Idle gaps</h3>" + _table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")])
+
+
+def _profile_ops(p: ProfileView) -> str:
+    rows = [(f'<code>{e(o.get("op"))}</code>', e(o.get("category")), e(o.get("dtype") or ""),
+             e(num(o.get("time_ms_per_step"))), e(num(o.get("tflops"))), e(num(o.get("gbps"))),
+             e(_pct_of(o))) for o in p.ops]
+    return "<h3>Operators by GPU time</h3>" + _table(
+        ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows, num_cols=(3, 4, 5, 6))
+
+
+def _profile_kernels(p: ProfileView) -> str:
+    rows = [(e(k.get("name")), e(num(k.get("time_ms"))), e(num(k.get("intensity"))), e(num(k.get("tflops"))))
+            for k in p.kernels]
+    return "<h3>Kernel classes</h3>" + _table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows,
+                                              num_cols=(1, 2, 3))
 
 
 def _estimates(est: EstimateView) -> str:
@@ -243,10 +259,10 @@ def render_run(view: RunView) -> str:
 
 def render_report(run: Run) -> str:
     """``run`` as a self-contained HTML page: what ``--html FILE`` writes."""
-    if run.loadtest is not None:  # a load test has its own page
+    from perfstack.report.loadtest_view import loadtest_view
+    if (lt := loadtest_view(run)) is not None:  # a load test has its own page
         from perfstack.report.loadtest_html import render_loadtest_html
-        from perfstack.report.loadtest_view import loadtest_view
-        return render_loadtest_html(loadtest_view(run))
+        return render_loadtest_html(lt)
     return render_run(build(run))
 
 
@@ -276,62 +292,94 @@ def render_diff(diff: Diff) -> str:
     b, a = diff.before, diff.after
     sub = (f"before: {e(b.get('file') or b.get('created'))} · {e(b.get('gpus'))}<br>"
            f"after: {e(a.get('file') or a.get('created'))} · {e(a.get('gpus'))}")
-    s = diff.summary()
-    sections: list[tuple[str, str, str]] = []
+    sections = [*_diff_banners(diff), _diff_summary(diff)]
+    for part in (_diff_facts, _diff_findings, _diff_bench, _diff_loadtest, _diff_profile):
+        section = part(diff)
+        if section is not None:
+            sections.append(section)
+    return _page("perfstack diff", sub, sections)
+
+
+def _diff_banners(diff: Diff) -> list[Section]:
+    out: list[Section] = []
     if diff.kinds_differ():
-        sections.append(("", "", f'<div class="banner notice">Note: {e(diff.kinds_differ())}.</div>'))
+        out.append(("", "", f'<div class="banner notice">Note: {e(diff.kinds_differ())}.</div>'))
     if not diff.hardware.get("same", True):
         rows = [(e(k), e(_short(diff.hardware["before"].get(k))), e(_short(diff.hardware["after"].get(k))))
                 for k in diff.hardware.get("differs", [])]
-        sections.append(("", "", '<div class="banner notice"><h2>The hardware differs</h2>'
-                                 "Figures bound to the parts that differ are marked: their change measures the "
-                                 "machines, not your change." + _table(("", "before", "after"), rows) + "</div>"))
+        out.append(("", "", '<div class="banner notice"><h2>The hardware differs</h2>'
+                            "Figures bound to the parts that differ are marked: their change measures the "
+                            "machines, not your change." + _table(("", "before", "after"), rows) + "</div>"))
+    return out
+
+
+def _diff_summary(diff: Diff) -> Section:
+    s = diff.summary()
     chips = (f'<span class="chip">{s["facts_drifted"]} facts drifted</span>'
              + "".join(f'<span class="chip">{n} findings {k}</span>' for k, n in s["findings"].items() if n)
              + "".join(f'<span class="chip">{n} figures {k}</span>' for k, n in s["measurements"].items() if n))
-    sections.append(("summary", "Summary", f'<h2>Summary</h2><div class="chips">{chips}</div>'))
-    if diff.facts:
-        rows = [(e(f["category"]), f"<code>{e(f['key'])}</code>", e(_short(f["before"])), e(_short(f["after"])))
-                for f in diff.facts]
-        sections.append(("facts", "Facts", "<h2>Facts that drifted</h2>"
-                         + _table(("category", "fact", "before", "after"), rows)
-                         + f'<p class="muted">{diff.volatile_facts} volatile readings (temperatures, free memory, '
-                           "pressure) changed and are not listed.</p>"))
-    if diff.findings:
-        rows = [(e(f.status), f'<span class="sev {e(f.severity)}">{e(f.severity)}</span>',
-                 f"<code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
-                 e(f.evidence_after or f.evidence_before), e(f.reason)) for f in diff.findings]
-        sections.append(("findings", "Findings", "<h2>Findings</h2>"
-                         + _table(("status", "severity", "finding", "title", "evidence", "note"), rows)))
-    if diff.measurements:
-        head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
-        main = [m for m in diff.measurements if not m.sweep]
-        sweep = [m for m in diff.measurements if m.sweep]
-        points = [(m.name, m.delta_pct, m.ci_low_pct, m.ci_high_pct, m.verdict) for m in main if m.delta_pct is not None]
-        html = ("<h2>Benchmarks</h2>" + charts.delta_chart(points, "Change of each figure against its noise")
-                + _table(head, (_delta_row(m) for m in main), num_cols=(1, 2, 3, 4, 5)))
-        if sweep:
-            html += (f"<details><summary>{len(sweep)} sweep points</summary>"
-                     + _table(head, (_delta_row(m) for m in sweep), num_cols=(1, 2, 3, 4, 5)) + "</details>")
-        html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
-                 "95% bootstrap interval of the median's change excludes zero.</p>")
-        sections.append(("bench", "Benchmarks", html))
-    if diff.loadtest is not None:
-        from perfstack.report.loadtest_diff import render_html
-        sections.append(("loadtest", "Load test", render_html(diff.loadtest)))
-    if diff.profile:
-        p = diff.profile
-        rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),
-                 e(f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")) for r in p["categories"]]
-        html = "<h2>Profile: time per step</h2>" + _table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
-                                                          num_cols=(1, 2, 3))
-        bars = [("before", [(r["category"], r["before_ms"]) for r in p["categories"] if r["before_ms"]]),
-                ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]
-        html += charts.stacked_bars([x for x in bars if x[1]], "Per-step time, before and after", "ms",
-                                    kind="profile-diff")
-        html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step "
-                 f"({e(p.get('step_basis', 'profiled'))}); the fixed "
-                 f"findings predicted <b>{e(num(p['predicted_recovered_ms'], 'ms'))}</b>"
-                 + (f" ({e(', '.join(p['predicted_by']))})" if p.get("predicted_by") else "") + ".</p>")
-        sections.append(("profile", "Profile", html))
-    return _page("perfstack diff", sub, sections)
+    return ("summary", "Summary", f'<h2>Summary</h2><div class="chips">{chips}</div>')
+
+
+def _diff_facts(diff: Diff) -> Section | None:
+    if not diff.facts:
+        return None
+    rows = [(e(f["category"]), f"<code>{e(f['key'])}</code>", e(_short(f["before"])), e(_short(f["after"])))
+            for f in diff.facts]
+    return ("facts", "Facts", "<h2>Facts that drifted</h2>"
+            + _table(("category", "fact", "before", "after"), rows)
+            + f'<p class="muted">{diff.volatile_facts} volatile readings (temperatures, free memory, '
+              "pressure) changed and are not listed.</p>")
+
+
+def _diff_findings(diff: Diff) -> Section | None:
+    if not diff.findings:
+        return None
+    rows = [(e(f.status), f'<span class="sev {e(f.severity)}">{e(f.severity)}</span>',
+             f"<code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
+             e(f.evidence_after or f.evidence_before), e(f.reason)) for f in diff.findings]
+    return ("findings", "Findings", "<h2>Findings</h2>"
+            + _table(("status", "severity", "finding", "title", "evidence", "note"), rows))
+
+
+def _diff_bench(diff: Diff) -> Section | None:
+    if not diff.measurements:
+        return None
+    head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
+    main = [m for m in diff.measurements if not m.sweep]
+    sweep = [m for m in diff.measurements if m.sweep]
+    points = [(m.name, m.delta_pct, m.ci_low_pct, m.ci_high_pct, m.verdict) for m in main if m.delta_pct is not None]
+    html = ("<h2>Benchmarks</h2>" + charts.delta_chart(points, "Change of each figure against its noise")
+            + _table(head, (_delta_row(m) for m in main), num_cols=(1, 2, 3, 4, 5)))
+    if sweep:
+        html += (f"<details><summary>{len(sweep)} sweep points</summary>"
+                 + _table(head, (_delta_row(m) for m in sweep), num_cols=(1, 2, 3, 4, 5)) + "</details>")
+    html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
+             "95% bootstrap interval of the median's change excludes zero.</p>")
+    return ("bench", "Benchmarks", html)
+
+
+def _diff_loadtest(diff: Diff) -> Section | None:
+    if diff.loadtest is None:
+        return None
+    from perfstack.report.loadtest_diff import render_html
+    return ("loadtest", "Load test", render_html(diff.loadtest))
+
+
+def _diff_profile(diff: Diff) -> Section | None:
+    p = diff.profile
+    if not p:
+        return None
+    rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),
+             e(f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")) for r in p["categories"]]
+    html = "<h2>Profile: time per step</h2>" + _table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
+                                                      num_cols=(1, 2, 3))
+    bars = [("before", [(r["category"], r["before_ms"]) for r in p["categories"] if r["before_ms"]]),
+            ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]
+    html += charts.stacked_bars([x for x in bars if x[1]], "Per-step time, before and after", "ms",
+                                kind="profile-diff")
+    html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step "
+             f"({e(p.get('step_basis', 'profiled'))}); the fixed "
+             f"findings predicted <b>{e(num(p['predicted_recovered_ms'], 'ms'))}</b>"
+             + (f" ({e(', '.join(p['predicted_by']))})" if p.get("predicted_by") else "") + ".</p>")
+    return ("profile", "Profile", html)

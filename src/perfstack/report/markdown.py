@@ -122,10 +122,10 @@ def profile_md(p: ProfileView) -> str:
         out.append(f"Mean step: **{num(p.step_ms, 'ms')}**")
     if p.steps:
         per = [dict(segs) for _, segs in p.steps]
-        rows = [[label] + [num(d.get(c)) for c in p.categories] + [num(sum(d.values()))]
-                for (label, _), d in zip(p.steps, per)]
+        step_rows = [[label] + [num(d.get(c)) for c in p.categories] + [num(sum(d.values()))]
+                     for (label, _), d in zip(p.steps, per)]
         out.append("### Time per step by category (ms)\n\n"
-                   + table(["step", *p.categories, "total"], rows, right=range(1, len(p.categories) + 2)))
+                   + table(["step", *p.categories, "total"], step_rows, right=range(1, len(p.categories) + 2)))
     if p.ranked:
         rows = [(_fid(f), f.severity.value, num(f.recoverable_ms),
                  f"{f.recoverable_pct:.0f}%" if f.recoverable_pct is not None else "—", f.evidence, f.fix)
@@ -205,10 +205,21 @@ def _short(v: Any, n: int = 70) -> str:
 
 
 def render_diff(diff: Diff) -> str:
-    b, a, s = diff.before, diff.after, diff.summary()
+    b, a = diff.before, diff.after
     out = ["# perfstack diff",
            f"**before**: {t(b.get('file') or b.get('created', ''))} · {t(b.get('gpus') or '')}  \n"
            f"**after**: {t(a.get('file') or a.get('created', ''))} · {t(a.get('gpus') or '')}"]
+    out += _diff_banners(diff)
+    out.append(_diff_summary(diff))
+    for part in (_diff_facts, _diff_findings, _diff_bench, _diff_loadtest, _diff_profile):
+        section = part(diff)
+        if section is not None:
+            out.append(section)
+    return "\n\n".join(out) + "\n"
+
+
+def _diff_banners(diff: Diff) -> list[str]:
+    out = []
     if diff.kinds_differ():
         out.append(f"> [!NOTE]\n> {t(diff.kinds_differ()[0].upper() + diff.kinds_differ()[1:])}.")
     if not diff.hardware.get("same", True):
@@ -216,45 +227,69 @@ def render_diff(diff: Diff) -> str:
                 for k in diff.hardware.get("differs", [])]
         out.append("> [!WARNING]\n> **The hardware differs.** Figures marked ⚠ compare the machines, not the change.\n\n"
                    + table(("", "before", "after"), rows))
+    return out
+
+
+def _diff_summary(diff: Diff) -> str:
+    s = diff.summary()
     f, m = s["findings"], s["measurements"]
-    out.append(f"**{s['facts_drifted']}** facts drifted · findings: {f['fixed']} fixed, {f['introduced']} introduced, "
-               f"{f['unchanged']} unchanged, {f['not checked after']} not checked after, "
-               f"{f['not checked before']} not checked before · figures: {m['improved']} "
-               f"improved, {m['regressed']} regressed, {m['within noise']} within noise, {m['not compared']} not "
-               "compared")
-    if diff.facts:
-        out.append("## Facts that drifted\n\n" + table(
-            ("category", "fact", "before", "after"),
-            ((x["category"], md_code(x["key"]), _short(x["before"]), _short(x["after"])) for x in diff.facts))
-            + f"\n\n_{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed and are "
-              "not listed._")
-    if diff.findings:
-        out.append("## Findings\n\n" + table(
-            ("status", "severity", "finding", "title", "evidence", "note"),
-            ((x.status, x.severity, Md(md_code(x.id) + (f" \\[{md_text(x.subject)}\\]" if x.subject else "")), x.title,
-              x.evidence_after or x.evidence_before, x.reason) for x in diff.findings)))
-    if diff.measurements:
-        head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
-        main = [x for x in diff.measurements if not x.sweep]
-        sweep = [x for x in diff.measurements if x.sweep]
-        text = "## Benchmarks\n\n" + table(head, (delta_row(x) for x in main), right=(1, 2, 3, 4, 5))
-        if sweep:
-            text += (f"\n\n<details><summary>{len(sweep)} sweep points</summary>\n\n"
-                     + table(head, (delta_row(x) for x in sweep), right=(1, 2, 3, 4, 5)) + "\n\n</details>")
-        text += (f"\n\n_Significant when a Mann–Whitney U test rejects at p < {diff.alpha:g} and the 95% bootstrap "
-                 "interval of the median's change excludes zero._")
-        out.append(text)
-    if diff.loadtest is not None:
-        from perfstack.report.loadtest_diff import render_md
-        out.append(render_md(diff.loadtest))
-    if diff.profile:
-        p = diff.profile
-        rows = [(r["category"], num(r["before_ms"]), num(r["after_ms"]),
-                 f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—") for r in p["categories"]]
-        out.append("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
-                                                           right=(1, 2, 3))
-                   + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step "
-                     f"({t(p.get('step_basis', 'profiled'))}); the fixed findings "
-                     f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
-                   + (f" ({t(', '.join(map(str, p['predicted_by'])))})" if p.get("predicted_by") else "") + ".")
-    return "\n\n".join(out) + "\n"
+    return (f"**{s['facts_drifted']}** facts drifted · findings: {f['fixed']} fixed, {f['introduced']} introduced, "
+            f"{f['unchanged']} unchanged, {f['not checked after']} not checked after, "
+            f"{f['not checked before']} not checked before · figures: {m['improved']} "
+            f"improved, {m['regressed']} regressed, {m['within noise']} within noise, {m['not compared']} not "
+            "compared")
+
+
+def _diff_facts(diff: Diff) -> str | None:
+    if not diff.facts:
+        return None
+    return ("## Facts that drifted\n\n" + table(
+        ("category", "fact", "before", "after"),
+        ((x["category"], md_code(x["key"]), _short(x["before"]), _short(x["after"])) for x in diff.facts))
+        + f"\n\n_{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed and are "
+          "not listed._")
+
+
+def _diff_findings(diff: Diff) -> str | None:
+    if not diff.findings:
+        return None
+    return "## Findings\n\n" + table(
+        ("status", "severity", "finding", "title", "evidence", "note"),
+        ((x.status, x.severity, Md(md_code(x.id) + (f" \\[{md_text(x.subject)}\\]" if x.subject else "")), x.title,
+          x.evidence_after or x.evidence_before, x.reason) for x in diff.findings))
+
+
+def _diff_bench(diff: Diff) -> str | None:
+    if not diff.measurements:
+        return None
+    head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
+    main = [x for x in diff.measurements if not x.sweep]
+    sweep = [x for x in diff.measurements if x.sweep]
+    text = "## Benchmarks\n\n" + table(head, (delta_row(x) for x in main), right=(1, 2, 3, 4, 5))
+    if sweep:
+        text += (f"\n\n<details><summary>{len(sweep)} sweep points</summary>\n\n"
+                 + table(head, (delta_row(x) for x in sweep), right=(1, 2, 3, 4, 5)) + "\n\n</details>")
+    text += (f"\n\n_Significant when a Mann–Whitney U test rejects at p < {diff.alpha:g} and the 95% bootstrap "
+             "interval of the median's change excludes zero._")
+    return text
+
+
+def _diff_loadtest(diff: Diff) -> str | None:
+    if diff.loadtest is None:
+        return None
+    from perfstack.report.loadtest_diff import render_md
+    return render_md(diff.loadtest)
+
+
+def _diff_profile(diff: Diff) -> str | None:
+    p = diff.profile
+    if not p:
+        return None
+    rows = [(r["category"], num(r["before_ms"]), num(r["after_ms"]),
+             f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—") for r in p["categories"]]
+    return ("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
+                                                      right=(1, 2, 3))
+            + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step "
+              f"({t(p.get('step_basis', 'profiled'))}); the fixed findings "
+              f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
+            + (f" ({t(', '.join(map(str, p['predicted_by'])))})" if p.get("predicted_by") else "") + ".")

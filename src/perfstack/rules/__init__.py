@@ -67,8 +67,7 @@ def _finding(c: Check, hit: Hit, sources: list[str]) -> Finding:
 def run_check(c: Check, facts: Facts) -> tuple[list[Finding], CheckResult]:
     view = facts.view()
     try:
-        out = c.fn(view)
-        hits = [out] if isinstance(out, Hit) else list(out or [])
+        hits = list(c.fn(view))
     except NotChecked as e:
         return [], CheckResult(c.id, "not-checked", e.reason)
     except NotApplicable as e:

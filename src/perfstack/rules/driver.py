@@ -55,7 +55,7 @@ def nvidia_modules(f: Facts) -> Hits:
     count_fact = f.get("gpu.count")
     reason = count_fact.reason if count_fact is not None and not count_fact.available else ""
     mismatch = [e for e in f.value("kernel_log.nvrm_errors") or [] if e.get("kind") == "api-mismatch"]
-    hits = []
+    hits: list[Hit] = []
     if "mismatch" in reason.lower() or mismatch:
         hits.append(Hit(f"the NVIDIA kernel module and user-space driver versions differ: "
                         f"{reason or mismatch[0].get('message', '')}", host_action=True,
@@ -71,7 +71,7 @@ def nvidia_modules(f: Facts) -> Hits:
         hits.append(Hit("nvidia is loaded but nvidia_uvm is not: CUDA loads it on first use on a bare host, "
                         "but a container cannot", severity="warning", host_action=True,
                         commands=["modprobe nvidia_uvm"]))
-    return hits
+    yield from hits
 
 
 @check("gpu-enumeration", "driver", "critical", "GPUs on the PCI bus that the driver does not see",

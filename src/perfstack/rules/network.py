@@ -83,7 +83,7 @@ def nvidia_peermem(f: Facts) -> Hits:
         return
     release = f.value("system.kernel_release") or ""
     m = re.match(r"(\d+)\.(\d+)", release)
-    old = bool(m) and (int(m.group(1)), int(m.group(2))) < (5, 12)
+    old = m is not None and (int(m.group(1)), int(m.group(2))) < (5, 12)
     yield Hit(f"nvidia_peermem not loaded (kernel {release or 'unknown'}"
               + (", too old for DMA-BUF)" if old else "; DMA-BUF may serve instead)"),
               severity="critical" if old else "warning", host_action=True,

@@ -14,7 +14,7 @@ layer, title and docs, and cites the sources of the facts the rule read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator
 
 from perfstack.model import LAYERS, Facts, Severity
 from perfstack.rules.shell import Commands
@@ -32,8 +32,11 @@ class Hit:
     why: str | None = None
 
 
-Hits = Union[Iterator[Hit], Iterable[Hit], Hit, None]
-Rule = Callable[[Facts], Hits]
+# What a rule returns: a rule is a generator that yields each Hit it finds (a bare `return` when it
+# finds none). A Union with Hit or None would read as "or return one", which no rule does, and a
+# generator cannot be typed as such a Union.
+Hits = Iterator[Hit]
+Rule = Callable[[Facts], Iterable[Hit]]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ The helpers at the top are shared by the other Python-stack layers (nccl, alloca
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import gpu_list
@@ -41,7 +42,8 @@ def is_true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-class Gpu(NamedTuple):
+@dataclass(frozen=True)
+class Gpu:
     index: int
     name: str
     cc: tuple[int, int]
