@@ -35,6 +35,20 @@ def _row(m: MeasurementDelta, verbose: bool) -> list[Text]:
     return row + [Text(m.note, style="dim")]
 
 
+def delta_table(verbose: bool, note: bool = True, collapse_padding: bool = False) -> Table:
+    """The empty table of before/after figures whose rows ``_row`` makes (benchmarks, load tests)."""
+    t = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=collapse_padding)
+    t.add_column("figure", no_wrap=True)
+    for col in ("before", "after", "change", "95% interval"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    if verbose:
+        t.add_column("p", justify="right")
+    if note:
+        t.add_column("note")
+    return t
+
+
 def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
     _header(diff, console)
     _facts(diff, console)
@@ -103,14 +117,7 @@ def _measurements(diff: Diff, console: Console, verbose: bool) -> None:
     if not diff.measurements:
         return
     _section(console, "Benchmarks")
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    t.add_column("figure", no_wrap=True)
-    for col in ("before", "after", "change", "95% interval"):
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("verdict", no_wrap=True)
-    if verbose:
-        t.add_column("p", justify="right")
-    t.add_column("note")
+    t = delta_table(verbose)
     hidden: dict[str, int] = {}
     for m in diff.measurements:
         if m.sweep and not verbose:

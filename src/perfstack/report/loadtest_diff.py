@@ -62,7 +62,7 @@ def _slo_line(ld: LoadtestDiff) -> str:
 
 # -- terminal ---------------------------------------------------------------------------------
 def render_text(ld: LoadtestDiff, console: Console, verbose: bool = False) -> None:
-    from perfstack.report.diff import _row  # the benchmark table's row, for the same columns
+    from perfstack.report.diff import _row, delta_table  # the benchmark table's columns and rows
 
     console.print(Rule(Text("Load test", style="bold"), align="left", style="dim"))
     for line in [_slo_line(ld), *ld.notes, _levels_line(ld)]:
@@ -70,14 +70,7 @@ def render_text(ld: LoadtestDiff, console: Console, verbose: bool = False) -> No
             console.print(Text(f"  {line}", style="dim"))
     figs, hidden = shown(ld, verbose)
     if figs:
-        t = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
-        t.add_column("figure", no_wrap=True)
-        for col in ("before", "after", "change", "95% interval"):
-            t.add_column(col, justify="right", no_wrap=True)
-        t.add_column("verdict", no_wrap=True)
-        if verbose:
-            t.add_column("p", justify="right")
-            t.add_column("note")
+        t = delta_table(verbose, note=verbose, collapse_padding=True)
         for f in figs:
             t.add_row(*_row(f, verbose)[: 7 if verbose else 6])
         console.print(t)
