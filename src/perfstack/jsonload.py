@@ -4,12 +4,17 @@ The standard parser accepts what later code cannot take: NaN and Infinity, 1e400
 5000-digit integers (Python refuses to convert them, and 10**300 overflows every float formula)
 and nesting deep enough to exhaust the stack. ``loads`` refuses all of them with an InputError
 that names the file and the field, so a bad file is exit 2, never an internal error later on.
+``read`` also bounds the file: only a regular file (a FIFO would block, /dev/zero never ends) of at
+most ``limit`` bytes, checked before reading and again while reading (a sparse file is small on disk,
+huge when read; parsing text takes several times its size in memory).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from perfstack.errors import InputError
 
 MAX_DEPTH = 64  # perfstack's own files nest fewer than 10 levels
 MAX_INT_DIGITS = 30  # beyond 10**30 no count, size or time means anything
+MAX_FILE_BYTES = 512 * 2**20  # larger than any Run perfstack writes by two orders of magnitude
 
 
 class _Refused:
@@ -52,11 +58,24 @@ def loads(text: str, what: str) -> Any:
     return data
 
 
-def read(path: str | Path, what: str) -> Any:
+def read(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> Any:
     """Read and parse the JSON file at ``path``; ``what`` names its kind in messages ("Run file")."""
     p = Path(path)
+    too_large = InputError(f"{what} {p} is larger than {limit / 2**20:g} MiB; not read")
     try:
-        text = p.read_text(encoding="utf-8")
+        st = os.stat(p)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} {p} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {p} is not a regular file (a pipe, socket or device)",
+                             hint="save it to a file first")
+        if st.st_size > limit:
+            raise too_large
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise too_large
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{what} {p} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -313,10 +313,8 @@ def load_config(path: str | Path) -> ModelSpec:
         raise InputError(f"model config {p} does not exist",
                          hint="give a config.json path, a directory holding one, or a built-in model name "
                               "('perfstack estimate models' lists them)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read model config {p}: {e}") from None
-    data = jsonload.loads(text, f"model config {p}")  # bounded: depth, digits, NaN, each named
+    # bounded: a regular file of at most 16 MiB (the largest configs are tens of kB); depth, digits,
+    # NaN, each named
+    data = jsonload.read(p, "model config", limit=16 * 2**20)
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     return parse_config(data, name=name, where=str(p))

@@ -21,9 +21,10 @@ from typing import Callable, Iterable, Iterator
 
 from perfstack.errors import InputError, PerfstackError
 from perfstack.fleet.summary import NodeSummary, failed, merge, summarize
+from perfstack.jsonload import MAX_FILE_BYTES
 from perfstack.model import Run
 
-MAX_RUN_BYTES = 512 * 1024 * 1024  # larger than any Run perfstack writes by two orders of magnitude
+MAX_RUN_BYTES = MAX_FILE_BYTES  # what Run.load reads at most; checked here first, to name the node
 BUNDLE_MARKERS = ("env.json", "proc", "cmd")
 PARALLEL_FROM = 64  # entries; below this, starting worker processes costs more than it saves
 
@@ -85,6 +86,9 @@ def entries(paths: Iterable[str | Path]) -> list[Path]:
         if p.is_file() or is_bundle(p):
             out.append(p)
             continue
+        if not p.is_dir():
+            raise InputError(f"{p} is neither a Run file nor a directory (a pipe, socket or device)",
+                             hint="give Run files or a directory of Runs or bundles")
         found = sorted(c for c in p.iterdir() if (c.is_file() and c.name.endswith(".json")) or is_bundle(c))
         if not found:
             raise InputError(f"{p} holds no Run (*.json) and no bundle directory",
