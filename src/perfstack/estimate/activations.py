@@ -99,29 +99,15 @@ def _norm(m: ModelSpec, precision: str, consumers: int) -> Terms:
 
 def saved_per_token_per_layer(m: ModelSpec, precision: str) -> Terms:
     """Bytes autograd keeps per token for one transformer layer (FlashAttention-style SDPA)."""
-    r, c = _bytes(precision)
-    d, F = m.d_model, m.d_ff
+    _, c = _bytes(precision)
+    d = m.d_model
     qd, kvd = m.q_dim, m.kv_dim
     terms: Terms = []
     n_qkv = 1 if m.fused_qkv else 3
     if m.mla:
         n_qkv = 2
     terms += [("attention " + t, v) for t, v in _norm(m, precision, n_qkv)]
-    if m.mla:
-        a = m.mla
-        lat = (a.q_lora_rank or 0) + a.kv_lora_rank
-        terms.append(("MLA latents and their norms: (r_q + r_kv)·(8 + c)", lat * (8 + c)))
-        terms.append(("q, k, v, output: c·H·(2·d_qk + 2·d_v)",
-                      c * m.n_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + 2 * a.v_head_dim)))
-    elif m.fused_qkv:
-        rope = m.model_type != "gpt2"
-        terms.append(("fused q,k,v output kept by SDPA: c·(H_q + 2·H_kv)·d_h", c * (qd + 2 * kvd)))
-        if rope:
-            terms.append(("rotated q and k: c·(H_q + H_kv)·d_h", c * (qd + kvd)))
-        terms.append(("attention output: c·H_q·d_h", c * qd))
-    else:
-        terms.append(("q, k (after RoPE), v kept by SDPA: c·(H_q + 2·H_kv)·d_h", c * (qd + 2 * kvd)))
-        terms.append(("attention output (kept by SDPA and o_proj): c·H_q·d_h", c * qd))
+    terms += _attention_terms(m, c)
     if m.qk_norm:
         terms.append(("q/k norms keep fp32 inputs and outputs: 8·(H_q + H_kv)·d_h", 8 * (qd + kvd)))
     terms.append(("softmax log-sum-exp: 4·H_q", 4 * m.n_heads))
@@ -133,31 +119,54 @@ def saved_per_token_per_layer(m: ModelSpec, precision: str) -> Terms:
         terms += [("MLP " + t, v) for t, v in _norm(m, precision, n_mlp_in if not m.moe else 1)]
     if m.norms_per_layer == 4:
         terms.append(("post-attention/post-MLP norms (Gemma-2/3): 2·8·d", 16 * d))
-    # feed-forward
+    terms += _feed_forward_terms(m, precision, c)
+    if not m.norms_per_layer >= 2:  # Falcon-7B: one norm feeds attention and MLP in parallel
+        terms.append(("parallel MLP input cast: 2·d", 2 * d if precision == "bf16-mixed" else 0))
+    return terms
+
+
+def _attention_terms(m: ModelSpec, c: int) -> Terms:
+    """What attention keeps per token beyond its input norm: q, k, v (or MLA's latents) and the output."""
+    qd, kvd = m.q_dim, m.kv_dim
+    if m.mla:
+        a = m.mla
+        lat = (a.q_lora_rank or 0) + a.kv_lora_rank
+        return [("MLA latents and their norms: (r_q + r_kv)·(8 + c)", lat * (8 + c)),
+                ("q, k, v, output: c·H·(2·d_qk + 2·d_v)",
+                 c * m.n_heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + 2 * a.v_head_dim))]
+    if m.fused_qkv:
+        terms: Terms = [("fused q,k,v output kept by SDPA: c·(H_q + 2·H_kv)·d_h", c * (qd + 2 * kvd))]
+        if m.model_type != "gpt2":  # rope
+            terms.append(("rotated q and k: c·(H_q + H_kv)·d_h", c * (qd + kvd)))
+        terms.append(("attention output: c·H_q·d_h", c * qd))
+        return terms
+    return [("q, k (after RoPE), v kept by SDPA: c·(H_q + 2·H_kv)·d_h", c * (qd + 2 * kvd)),
+            ("attention output (kept by SDPA and o_proj): c·H_q·d_h", c * qd)]
+
+
+def _feed_forward_terms(m: ModelSpec, precision: str, c: int) -> Terms:
+    """What the MLP (or the experts and their router) keeps per token."""
+    d, F = m.d_model, m.d_ff
     if m.moe:
         mo = m.moe
         # HF's grouped-GEMM experts are not autocast-enabled: they run in the parameter dtype
         ce = 4 if precision in ("fp32", "bf16-mixed") else 2
         per = mo.top_k * ce * (2 * d + 4 * mo.d_ff_expert)
-        terms.append((f"routed experts (run in the parameter dtype, {ce} B): k·{ce}·(2·d + 4·F_e)", per))
-        terms.append(("router logits and probabilities (fp32): 8·E", 8 * mo.n_routed))
+        terms: Terms = [(f"routed experts (run in the parameter dtype, {ce} B): k·{ce}·(2·d + 4·F_e)", per),
+                        ("router logits and probabilities (fp32): 8·E", 8 * mo.n_routed)]
         if mo.n_shared:
             terms.append(("shared experts: E_s·4·c·F_s", mo.n_shared * 4 * c * mo.d_ff_shared))
         if m.n_layers > mo.n_moe_layers:
             dense_frac = (m.n_layers - mo.n_moe_layers) / m.n_layers
             terms.append(("dense-layer MLPs, averaged over layers: (L−L_moe)/L·4·c·F", dense_frac * 4 * c * F))
-    elif m.gated_mlp:
-        terms.append(("gated MLP gate, act(gate), up, act·up: 4·c·F", 4 * c * F))
-    elif _python_gelu(m.activation):
+        return terms
+    if m.gated_mlp:
+        return [("gated MLP gate, act(gate), up, act·up: 4·c·F", 4 * c * F)]
+    if _python_gelu(m.activation):
         if precision == "bf16-mixed":  # pow runs in fp32 under autocast: its fp32 input, tanh, 1+tanh stay
-            terms.append(("MLP up + Python GELU (fp32 pow/tanh under autocast): 16·F", 16 * F))
-        else:
-            terms.append(("MLP up + Python GELU: 5·c·F", 5 * c * F))
-    else:
-        terms.append(("MLP up output and activation: 2·c·F", 2 * c * F))
-    if not m.norms_per_layer >= 2:  # Falcon-7B: one norm feeds attention and MLP in parallel
-        terms.append(("parallel MLP input cast: 2·d", 2 * d if precision == "bf16-mixed" else 0))
-    return terms
+            return [("MLP up + Python GELU (fp32 pow/tanh under autocast): 16·F", 16 * F)]
+        return [("MLP up + Python GELU: 5·c·F", 5 * c * F)]
+    return [("MLP up output and activation: 2·c·F", 2 * c * F)]
 
 
 def saved_outside_layers_per_token(m: ModelSpec, precision: str) -> Terms:

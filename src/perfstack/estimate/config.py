@@ -186,6 +186,20 @@ def _window(f: _Fields, n_layers: int, model_type: str) -> tuple[int | None, int
 
 def parse_config(cfg: Mapping[str, Any], name: str = "", where: str = "config.json") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config dict."""
+    cfg, mt = _text_config(cfg, where)
+    f = _Fields(cfg, where)
+    name = name or str(cfg.get("_name_or_path") or mt)
+    if mt == "gpt2":
+        return _gpt2(f, cfg, name, where)
+    if mt == "falcon":
+        return _falcon(f, name, where)
+    if mt == "gpt_neox":
+        return _gpt_neox(f, cfg, name, where)
+    return _decoder(f, cfg, mt, name, where)
+
+
+def _text_config(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str]:
+    """The language model's part of a config (a multimodal config nests it under text_config), and its type."""
     if not isinstance(cfg, Mapping):
         raise InputError(f"{where} must hold a JSON object, got {type(cfg).__name__}")
     if "model_type" not in cfg and isinstance(cfg.get("text_config"), Mapping):
@@ -199,52 +213,66 @@ def parse_config(cfg: Mapping[str, Any], name: str = "", where: str = "config.js
     if mt not in SUPPORTED:
         raise InputError(f"{where}: model_type {mt!r} is not supported",
                          hint=f"supported: {', '.join(SUPPORTED)}; or give the shape with --layers/--hidden/... flags")
-    f = _Fields(cfg, where)
-    name = name or str(cfg.get("_name_or_path") or mt)
-    if mt == "gpt2":
-        d = f.int("n_embd", "hidden_size")
-        L = f.int("n_layer", "num_hidden_layers")
-        H = f.int("n_head", "num_attention_heads")
-        return ModelSpec(
-            name=name, model_type=mt, n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, head_dim=d // H,
-            d_ff=f.int("n_inner", default=4 * d), vocab_size=f.int("vocab_size"),
-            max_seq_len=f.int("n_positions", "n_ctx", default=None),
-            tied_embeddings=f.bool("tie_word_embeddings", True),
-            gated_mlp=False, activation=str(cfg.get("activation_function", "gelu_new")), norm="layernorm",
-            qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True,
-            learned_positions=f.int("n_positions", "n_ctx", default=1024),
-            dropout={"embd": f.float("embd_pdrop", 0.1), "attn": f.float("attn_pdrop", 0.1),
-                     "resid": f.float("resid_pdrop", 0.1)},
-            source=where)
+    return cfg, mt
+
+
+def _gpt2(f: _Fields, cfg: Mapping[str, Any], name: str, where: str) -> ModelSpec:
+    d = f.int("n_embd", "hidden_size")
+    L = f.int("n_layer", "num_hidden_layers")
+    H = f.int("n_head", "num_attention_heads")
+    return ModelSpec(
+        name=name, model_type="gpt2", n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, head_dim=d // H,
+        d_ff=f.int("n_inner", default=4 * d), vocab_size=f.int("vocab_size"),
+        max_seq_len=f.int("n_positions", "n_ctx", default=None),
+        tied_embeddings=f.bool("tie_word_embeddings", True),
+        gated_mlp=False, activation=str(cfg.get("activation_function", "gelu_new")), norm="layernorm",
+        qkv_bias=True, o_bias=True, mlp_bias=True, fused_qkv=True,
+        learned_positions=f.int("n_positions", "n_ctx", default=1024),
+        dropout={"embd": f.float("embd_pdrop", 0.1), "attn": f.float("attn_pdrop", 0.1),
+                 "resid": f.float("resid_pdrop", 0.1)},
+        source=where)
+
+
+def _falcon(f: _Fields, name: str, where: str) -> ModelSpec:
     d = f.int("hidden_size")
     L = f.int("num_hidden_layers")
     H = f.int("num_attention_heads")
-    if mt == "falcon":
-        new_arch = f.bool("new_decoder_architecture", False)
-        if new_arch:
-            kv = f.int("num_kv_heads", default=H)
-        else:
-            kv = 1 if f.bool("multi_query", True) else H
-        bias = f.bool("bias", False)
-        return ModelSpec(
-            name=name, model_type=mt, n_layers=L, d_model=d, n_heads=H, n_kv_heads=kv, head_dim=d // H,
-            d_ff=f.int("ffn_hidden_size", default=4 * d), vocab_size=f.int("vocab_size"),
-            max_seq_len=f.int("max_position_embeddings", default=2048),
-            tied_embeddings=f.bool("tie_word_embeddings", True), gated_mlp=False, activation="gelu",
-            norm="layernorm", norms_per_layer=(f.int("num_ln_in_parallel_attn", default=2) if new_arch else 1),
-            qkv_bias=bias, o_bias=bias, mlp_bias=bias, fused_qkv=True,
-            dropout={"attn": f.float("attention_dropout"), "resid": f.float("hidden_dropout")}, source=where)
-    if mt == "gpt_neox":
-        return ModelSpec(
-            name=name, model_type=mt, n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, head_dim=d // H,
-            d_ff=f.int("intermediate_size", default=4 * d), vocab_size=f.int("vocab_size"),
-            max_seq_len=f.int("max_position_embeddings", default=None),
-            tied_embeddings=f.bool("tie_word_embeddings", False), gated_mlp=False,
-            activation=str(cfg.get("hidden_act", "gelu")), norm="layernorm",
-            qkv_bias=f.bool("attention_bias", True), o_bias=f.bool("attention_bias", True), mlp_bias=True,
-            fused_qkv=True, dropout={"attn": f.float("attention_dropout"), "resid": f.float("hidden_dropout")},
-            source=where)
+    new_arch = f.bool("new_decoder_architecture", False)
+    if new_arch:
+        kv = f.int("num_kv_heads", default=H)
+    else:
+        kv = 1 if f.bool("multi_query", True) else H
+    bias = f.bool("bias", False)
+    return ModelSpec(
+        name=name, model_type="falcon", n_layers=L, d_model=d, n_heads=H, n_kv_heads=kv, head_dim=d // H,
+        d_ff=f.int("ffn_hidden_size", default=4 * d), vocab_size=f.int("vocab_size"),
+        max_seq_len=f.int("max_position_embeddings", default=2048),
+        tied_embeddings=f.bool("tie_word_embeddings", True), gated_mlp=False, activation="gelu",
+        norm="layernorm", norms_per_layer=(f.int("num_ln_in_parallel_attn", default=2) if new_arch else 1),
+        qkv_bias=bias, o_bias=bias, mlp_bias=bias, fused_qkv=True,
+        dropout={"attn": f.float("attention_dropout"), "resid": f.float("hidden_dropout")}, source=where)
 
+
+def _gpt_neox(f: _Fields, cfg: Mapping[str, Any], name: str, where: str) -> ModelSpec:
+    d = f.int("hidden_size")
+    L = f.int("num_hidden_layers")
+    H = f.int("num_attention_heads")
+    return ModelSpec(
+        name=name, model_type="gpt_neox", n_layers=L, d_model=d, n_heads=H, n_kv_heads=H, head_dim=d // H,
+        d_ff=f.int("intermediate_size", default=4 * d), vocab_size=f.int("vocab_size"),
+        max_seq_len=f.int("max_position_embeddings", default=None),
+        tied_embeddings=f.bool("tie_word_embeddings", False), gated_mlp=False,
+        activation=str(cfg.get("hidden_act", "gelu")), norm="layernorm",
+        qkv_bias=f.bool("attention_bias", True), o_bias=f.bool("attention_bias", True), mlp_bias=True,
+        fused_qkv=True, dropout={"attn": f.float("attention_dropout"), "resid": f.float("hidden_dropout")},
+        source=where)
+
+
+def _decoder(f: _Fields, cfg: Mapping[str, Any], mt: str, name: str, where: str) -> ModelSpec:
+    """The Llama-shaped families: gated MLP, RMSNorm, grouped-query attention; MoE and MLA where they have them."""
+    d = f.int("hidden_size")
+    L = f.int("num_hidden_layers")
+    H = f.int("num_attention_heads")
     kv = f.int("num_key_value_heads", default=H)
     head_dim = f.int("head_dim", default=None) or d // H
     W, n_win = _window(f, L, mt)
@@ -269,7 +297,11 @@ def parse_config(cfg: Mapping[str, Any], name: str = "", where: str = "config.js
                       o_bias=f.bool("attention_bias", False))
     elif mt in ("deepseek_v2", "deepseek_v3"):
         common.update(tied_embeddings=f.bool("tie_word_embeddings", False))
+    return _experts(f, cfg, mt, L, H, common)
 
+
+def _experts(f: _Fields, cfg: Mapping[str, Any], mt: str, L: int, H: int, common: dict[str, Any]) -> ModelSpec:
+    """The MLP of a decoder: dense, or mixture of experts (Mixtral, Qwen MoE, DeepSeek with MLA)."""
     if mt == "mixtral":
         E = f.int("num_local_experts")
         return ModelSpec(d_ff=f.int("intermediate_size"), moe=MoE(

@@ -8,7 +8,7 @@ Values are kept in base units: bytes, FLOP, seconds, bytes/s, FLOP/s, tokens/s, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from perfstack.units import GB, GiB, MiB
 
@@ -46,44 +46,51 @@ def fmt_value(value: float | None, unit: str) -> str:
     """A human form of a value: bytes as GB (and GiB), seconds as ms/s, FLOP as TFLOP/PFLOP."""
     if value is None:
         return "—"
-    if unit == "B":
-        if abs(value) >= 1e8:
-            return f"{value / GB:,.2f} GB ({value / GiB:,.2f} GiB)"
-        if abs(value) >= 1e6:
-            return f"{value / 1e6:,.1f} MB ({value / MiB:,.1f} MiB)"
-        if abs(value) >= 1e4:
-            return f"{value / 1e3:,.1f} kB ({value / 1024:,.1f} KiB)"
-        return f"{value:,.0f} B"
-    if unit == "s":
-        if value < 1e-3:
-            return f"{value * 1e6:,.1f} µs"
-        if value < 1:
-            return f"{value * 1e3:,.2f} ms"
-        return f"{value:,.2f} s"
-    if unit == "FLOP":
-        for scale, name in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
-            if abs(value) >= scale:
-                return f"{value / scale:,.2f} {name}"
-        return f"{value:,.0f} FLOP"
-    if unit == "FLOP/s":
-        return f"{value / 1e12:,.1f} TFLOP/s"
-    if unit == "B/s":
-        return f"{value / 1e9:,.0f} GB/s"
-    if unit == "params":
-        if abs(value) >= 1e9:
-            return f"{value / 1e9:,.3f} B"
-        return f"{value / 1e6:,.2f} M"
-    if unit == "tok/s":
-        return f"{value:,.0f} tok/s"
-    if unit == "fraction":
-        return f"{value:.1%}"
-    if unit == "FLOP/B":
-        return f"{value:,.1f} FLOP/B"
-    if unit == "count":
-        return f"{value:,}"
+    if unit in _FORMATS:
+        return _FORMATS[unit](value)
     if isinstance(value, float) and not value.is_integer():
         return f"{value:,.2f} {unit}".strip()
     return f"{value:,.0f} {unit}".strip()
+
+
+def _bytes(value: float) -> str:
+    if abs(value) >= 1e8:
+        return f"{value / GB:,.2f} GB ({value / GiB:,.2f} GiB)"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:,.1f} MB ({value / MiB:,.1f} MiB)"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:,.1f} kB ({value / 1024:,.1f} KiB)"
+    return f"{value:,.0f} B"
+
+
+def _seconds(value: float) -> str:
+    if value < 1e-3:
+        return f"{value * 1e6:,.1f} µs"
+    if value < 1:
+        return f"{value * 1e3:,.2f} ms"
+    return f"{value:,.2f} s"
+
+
+def _flop(value: float) -> str:
+    for scale, name in ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {name}"
+    return f"{value:,.0f} FLOP"
+
+
+def _params(value: float) -> str:
+    return f"{value / 1e9:,.3f} B" if abs(value) >= 1e9 else f"{value / 1e6:,.2f} M"
+
+
+_FORMATS: dict[str, Callable[[float], str]] = {
+    "B": _bytes, "s": _seconds, "FLOP": _flop, "params": _params,
+    "FLOP/s": lambda v: f"{v / 1e12:,.1f} TFLOP/s",
+    "B/s": lambda v: f"{v / 1e9:,.0f} GB/s",
+    "tok/s": lambda v: f"{v:,.0f} tok/s",
+    "fraction": lambda v: f"{v:.1%}",
+    "FLOP/B": lambda v: f"{v:,.1f} FLOP/B",
+    "count": lambda v: f"{v:,}",
+}
 
 
 class Sheet:

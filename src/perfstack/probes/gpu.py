@@ -208,6 +208,11 @@ def _ints(v: Any, n: int) -> list[int] | None:
     return v if isinstance(v, list) and len(v) == n and all(_typed(x, int) is not None for x in v) else None
 
 
+def _bit(flags: list[int] | None, k: int) -> bool | None:
+    """Flag ``k`` of an NVML (current, pending, ...) answer, None where NVML gave none."""
+    return bool(flags[k]) if flags else None
+
+
 def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
     i = lambda k: _typed(g.get(k), int)  # noqa: E731
     watts = lambda k: (x / 1000 if (x := _typed(g.get(k), float)) is not None else None)  # noqa: E731
@@ -225,11 +230,11 @@ def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
         "memory_total_bytes": i("memory_total"),
         "persistence_mode": None if persistence is None else bool(persistence),
         "compute_mode": COMPUTE_MODES.get(i("compute_mode")),
-        "mig_current": bool(mig[0]) if mig else None, "mig_pending": bool(mig[1]) if mig else None,
-        "ecc_current": bool(ecc[0]) if ecc else None, "ecc_pending": bool(ecc[1]) if ecc else None,
+        "mig_current": _bit(mig, 0), "mig_pending": _bit(mig, 1),
+        "ecc_current": _bit(ecc, 0), "ecc_pending": _bit(ecc, 1),
         **{f"ecc_{k}_{e}": i(f"ecc_{k}_{e}") for k in ("volatile", "aggregate") for e in ("corrected", "uncorrected")},
         "remapped_corrected": rows[0] if rows else None, "remapped_uncorrected": rows[1] if rows else None,
-        "remap_pending": bool(rows[2]) if rows else None, "remap_failure": bool(rows[3]) if rows else None,
+        "remap_pending": _bit(rows, 2), "remap_failure": _bit(rows, 3),
         "clocks_event_reasons": None if mask is None else sorted(n for b, n in enumerate(EVENT_BITS) if mask & (1 << b)),
         "utilization_gpu": i("utilization_gpu"),
         "power_limit_w": watts("power_limit_mw"), "power_default_w": watts("power_default_mw"),
@@ -325,17 +330,7 @@ def gpu(c: Collector) -> None:
         return
     gpus = merge(smi, nv)
     for i, g in enumerate(gpus):
-        g["index"] = g.get("index") if isinstance(g.get("index"), int) else i
-        bus = g.get("pci_bus_id")
-        node = _sysfs(c, bus, "numa_node", int) if bus else None
-        # -1: the firmware did not tell the kernel which node the slot hangs off.
-        nvml_node = g.pop("nvml_numa_node", None)
-        g["numa_node"] = node if isinstance(node, int) and node >= 0 else nvml_node
-        for key, name, parse in (("sysfs_pcie_gen", "current_link_speed", parse_sysfs_speed),
-                                 ("sysfs_pcie_gen_max", "max_link_speed", parse_sysfs_speed),
-                                 ("sysfs_pcie_width", "current_link_width", _int_or_none),
-                                 ("sysfs_pcie_width_max", "max_link_width", _int_or_none)):
-            g[key] = _sysfs(c, bus, name, parse) if bus else None
+        _from_sysfs(c, g, i)
     driver = _first((nv or {}).get("driver_version"), (smi or {}).get("driver_version"))
     cuda = _first((nv or {}).get("cuda_version"), (smi or {}).get("cuda_version"))
     count = _first((nv or {}).get("attached_gpus"), (smi or {}).get("attached_gpus"))
@@ -352,6 +347,21 @@ def gpu(c: Collector) -> None:
         c.missing("gpu.count", f"the driver did not say how many GPUs it sees; {smi_reason or nv_reason}", sources)
     c.put("gpu.list", gpus, sources)
     c.put("gpu.summary", summary(gpus, driver, cuda), sources)
+
+
+def _from_sysfs(c: Collector, g: dict[str, Any], position: int) -> None:
+    """The GPU's NUMA node and PCIe link as the kernel sees them, into ``g`` (its index too, if none)."""
+    g["index"] = g.get("index") if isinstance(g.get("index"), int) else position
+    bus = g.get("pci_bus_id")
+    node = _sysfs(c, bus, "numa_node", int) if bus else None
+    # -1: the firmware did not tell the kernel which node the slot hangs off.
+    nvml_node = g.pop("nvml_numa_node", None)
+    g["numa_node"] = node if isinstance(node, int) and node >= 0 else nvml_node
+    for key, name, parse in (("sysfs_pcie_gen", "current_link_speed", parse_sysfs_speed),
+                             ("sysfs_pcie_gen_max", "max_link_speed", parse_sysfs_speed),
+                             ("sysfs_pcie_width", "current_link_width", _int_or_none),
+                             ("sysfs_pcie_width_max", "max_link_width", _int_or_none)):
+        g[key] = _sysfs(c, bus, name, parse) if bus else None
 
 
 DRIVER_PROC = "/proc/driver/nvidia/version"

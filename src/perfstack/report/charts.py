@@ -235,14 +235,7 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
     bws = [b for _, b, _ in slopes]
     if not points and not (peaks and bws):
         return ""
-    ridges = [p / b for p in peaks for b in bws if b > 0]
-    xs_all = [p[1] for p in points if p[1] > 0] + ridges
-    ys_all = [p[2] for p in points if p[2] > 0] + peaks
-    x_lo = min([1.0] + [x / 3 for x in xs_all])
-    x_hi = max([x * 3 for x in xs_all] + [10.0])
-    y_hi = max(ys_all) * 2.5
-    y_lo = min([y / 3 for y in ys_all] + [x_lo * min(bws) if bws else y_hi / 1e3])
-    y_lo = max(y_lo, y_hi / 1e5)
+    x_lo, x_hi, y_lo, y_hi = _roofline_bounds(peaks, bws, points)
     xs = Scale(x_lo, x_hi, PAD_L, W - PAD_R, True)
     ys = Scale(y_lo, y_hi, H - PAD_B, PAD_T, True)
     body = _axes(xs, ys, [t for t in log10_ticks(x_lo, x_hi) if x_lo <= t <= x_hi],
@@ -251,8 +244,29 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
     clip = f"roof{zlib.crc32(title.encode()):08x}"
     body.append(f'<clipPath id="{clip}"><rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" '
                 f'height="{H - PAD_T - PAD_B}"/></clipPath>')
-    legend = []
-    top_bw = max(bws) if bws else None
+    legend: list[tuple[str, str, str]] = []
+    token_color = _roofline_ceilings(ceilings, max(bws) if bws else None, x_lo, xs, ys, clip, body, legend)
+    _roofline_slopes(slopes, peaks, (x_lo, x_hi, y_lo), xs, ys, clip, body, legend)
+    _roofline_points(points, token_color, xs, ys, body, legend)
+    return _svg("roofline", body, title, H, legend)
+
+
+def _roofline_bounds(peaks: list[float], bws: list[float],
+                     points: Sequence[tuple[str, float, float, str]]) -> tuple[float, float, float, float]:
+    """(x_lo, x_hi, y_lo, y_hi) of log axes that hold every point, ceiling and ridge, with room around them."""
+    ridges = [p / b for p in peaks for b in bws if b > 0]
+    xs_all = [p[1] for p in points if p[1] > 0] + ridges
+    ys_all = [p[2] for p in points if p[2] > 0] + peaks
+    x_lo = min([1.0] + [x / 3 for x in xs_all])
+    x_hi = max([x * 3 for x in xs_all] + [10.0])
+    y_hi = max(ys_all) * 2.5
+    y_lo = min([y / 3 for y in ys_all] + [x_lo * min(bws) if bws else y_hi / 1e3])
+    return x_lo, x_hi, max(y_lo, y_hi / 1e5), y_hi
+
+
+def _roofline_ceilings(ceilings: Sequence[tuple[str, float]], top_bw: float | None, x_lo: float, xs: Scale,
+                       ys: Scale, clip: str, body: list[str], legend: list[tuple[str, str, str]]) -> dict[str, str]:
+    """The compute roofs, lowest first; returns the colour of each dtype token ('bf16') for the points."""
     token_color: dict[str, str] = {}
     for i, (label, peak) in enumerate(sorted(ceilings, key=lambda c: c[1])):
         color = PALETTE[i % len(PALETTE)]
@@ -266,6 +280,13 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
                     f'<text class="reflabel" x="{PAD_L + 6}" y="{y - 4:.1f}" style="fill:{color}">'
                     f"{escape(label)} {num(peak)}</text></g>")
         legend.append((f"{label} peak", color, "dash solid"))
+    return token_color
+
+
+def _roofline_slopes(slopes: Sequence[tuple[str, float, bool]], peaks: list[float],
+                     bounds: tuple[float, float, float], xs: Scale, ys: Scale, clip: str,
+                     body: list[str], legend: list[tuple[str, str, str]]) -> None:
+    x_lo, x_hi, y_lo = bounds
     for label, bw, measured in slopes:
         # the bandwidth roof: y = x * bw, drawn up to where it meets the highest ceiling
         x_end = min((max(peaks) / bw) if peaks else x_hi, x_hi)
@@ -275,6 +296,11 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
                     f'x1="{xs(x_start):.1f}" y1="{ys(x_start * bw):.1f}" x2="{xs(x_end):.1f}" '
                     f'y2="{ys(x_end * bw):.1f}"/></g>')
         legend.append((label, "currentColor", "dash" if measured else "dash solid"))
+
+
+def _roofline_points(points: Sequence[tuple[str, float, float, str]], token_color: dict[str, str], xs: Scale,
+                     ys: Scale, body: list[str], legend: list[tuple[str, str, str]]) -> None:
+    """Measured GEMMs as circles in their dtype's colour; the workload's kernels as diamonds."""
     groups: dict[str, list[tuple[str, float, float]]] = {}
     for label, x, y, group in points:
         if x > 0 and y > 0:
@@ -289,7 +315,6 @@ def roofline_chart(ceilings: Sequence[tuple[str, float]], slopes: Sequence[tuple
                         for label, x, y in ps)
         body.append(f'<g data-series="{escape(group)}">{marks}</g>')
         legend.append((group, color, "" if measured else "diamond"))
-    return _svg("roofline", body, title, H, legend)
 
 
 def _marker(shape: str, x: float, y: float, color: str, tip: str) -> str:

@@ -51,7 +51,6 @@ def _settings(est: dict[str, Any]) -> str:
 
 def render_estimate(run: Run, console: Console, verbose: bool = False) -> None:
     est = run.estimates or {}
-    working = est.get("working", {})
     gpu = est.get("gpu", {})
     console.print(Text.assemble((f"perfstack estimate {est.get('kind', '')}", "bold"), "  ·  ",
                                 est.get("model", {}).get("name", "?"), "  ·  ", gpu.get("name", "?")))
@@ -59,24 +58,37 @@ def render_estimate(run: Run, console: Console, verbose: bool = False) -> None:
     console.print(Text(_settings(est), style="dim"))
     for section, title in SECTION_TITLES.items():
         keys = est.get(section)
-        if not isinstance(keys, dict) or not keys:
-            continue
-        t = Table("component", "value", "formula", title=title, title_justify="left", title_style="bold",
-                  box=None, pad_edge=False, header_style="bold")
-        for key in keys:
-            w = working.get(key)
-            if not w:
-                continue
-            style = "bold" if key in ("total_bytes", "ttft_s", "itl_s", "step_time_s", "max_batch") else ""
-            t.add_row(Text(w["label"], style=style), Text(fmt_value(w["value"], w["unit"]), style=style),
-                      Text(w["formula"]))
-            if verbose and (w["inputs"] or w["assumptions"]):
-                extra = "; ".join(filter(None, [_inputs(w["inputs"]), *w["assumptions"]]))
-                t.add_row("", "", Text(extra, style="dim"))
-        console.print(t)
+        if isinstance(keys, dict) and keys:
+            console.print(_section_table(title, keys, est.get("working", {}), verbose))
     regime = est.get("regime") or {}
     if regime:
         console.print(Text("regime: " + ", ".join(f"{k} {v}" for k, v in regime.items())))
+    _fit(est, console, verbose)
+    for a in est.get("assumptions", []):
+        console.print(Text(f"· {a}", style="dim"))
+    if not verbose:
+        console.print(Text("-v shows every figure's inputs and assumptions; --json has them all", style="dim"))
+
+
+def _section_table(title: str, keys: dict[str, Any], working: dict[str, Any], verbose: bool) -> Table:
+    """One section of the sheet (memory, time, ...): each figure's value and formula, -v its inputs too."""
+    t = Table("component", "value", "formula", title=title, title_justify="left", title_style="bold",
+              box=None, pad_edge=False, header_style="bold")
+    for key in keys:
+        w = working.get(key)
+        if not w:
+            continue
+        style = "bold" if key in ("total_bytes", "ttft_s", "itl_s", "step_time_s", "max_batch") else ""
+        t.add_row(Text(w["label"], style=style), Text(fmt_value(w["value"], w["unit"]), style=style),
+                  Text(w["formula"]))
+        if verbose and (w["inputs"] or w["assumptions"]):
+            extra = "; ".join(filter(None, [_inputs(w["inputs"]), *w["assumptions"]]))
+            t.add_row("", "", Text(extra, style="dim"))
+    return t
+
+
+def _fit(est: dict[str, Any], console: Console, verbose: bool) -> None:
+    """Which GPUs of the table the model fits on: one, with tensor parallelism, or (-v) not at all."""
     fit = est.get("fit") or []
     if est.get("kind") == "infer" and fit:
         ones = [r["gpu"] for r in fit if r["gpus_needed"] == 1]
@@ -90,10 +102,6 @@ def render_estimate(run: Run, console: Console, verbose: bool = False) -> None:
     elif fit:
         ok = [r["gpu"] for r in fit if r["fits"]]
         console.print(Text.assemble(("per-GPU memory fits: ", "bold"), ", ".join(ok) or "none of the table's GPUs"))
-    for a in est.get("assumptions", []):
-        console.print(Text(f"· {a}", style="dim"))
-    if not verbose:
-        console.print(Text("-v shows every figure's inputs and assumptions; --json has them all", style="dim"))
 
 
 def render_models(console: Console) -> None:

@@ -164,35 +164,50 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     e = run.estimates
     if not isinstance(e, Mapping) or not e:
         return None
-    capacity: tuple[str, float] | None = None
-    total = None
     if isinstance(e.get("working"), Mapping):  # the estimate sheet perfstack estimate writes
-        segs, total_gb = _sheet_memory(e)
-        memory = [("per GPU", segs)] if segs else []
-        cap = (e.get("capacity") or {}).get("gpu_capacity_bytes")
-        if isinstance(cap, (int, float)) and cap:
-            name = (e.get("gpu") or {}).get("name") if isinstance(e.get("gpu"), Mapping) else None
-            capacity = (f"{name or 'GPU'} capacity", float(cap) / 1e9)
-        if total_gb is not None and segs and abs(sum(v for _, v in segs) - total_gb) > 0.01 * total_gb:
-            total = ("estimated peak total", total_gb)  # the parts overlap in time: the peak is not their sum
-        rows, lat = _sheet_view(e)
+        view, total_gb = _sheet_estimate(e)
     else:  # any nested dict of {value, unit, formula} leaves
-        stacks = _memory_stacks(e)
-        memory = [(p, segs) for p, segs, _ in stacks]
-        for _, _, stack_totals in stacks:
-            for k, v in stack_totals.items():
-                if re.search(r"capacity|available|limit", k, re.I):
-                    capacity = (k.replace("_", " "), v)
-        rows, lat = estimate_rows(e), _latencies(e)
-        total_gb = None
-    if capacity is None:
-        name, mem = _gpu(run)
-        if mem:
-            capacity = (f"{name or 'GPU'} memory", mem)
-        elif spec is not None and getattr(spec, "hbm_gb", None):
-            capacity = (f"{spec.name} memory (spec)", float(spec.hbm_gb))
-    totals: list[tuple[str, float, float | None]] = []
-    for p, segs in memory:
+        view, total_gb = _any_estimate(e), None
+    if view.capacity is None:
+        view.capacity = _gpu_capacity(run, spec)
+    for p, segs in view.memory:
         t = total_gb if total_gb is not None else sum(v for _, v in segs)
-        totals.append((p, t, t / capacity[1] if capacity else None))
-    return EstimateView(memory=memory, memory_totals=totals, capacity=capacity, latency=lat, rows=rows, total=total)
+        view.memory_totals.append((p, t, t / view.capacity[1] if view.capacity else None))
+    return view
+
+
+def _sheet_estimate(e: Mapping[str, Any]) -> tuple[EstimateView, float | None]:
+    """The view of an estimate sheet, and the sheet's own memory total (GB) when it states one."""
+    segs, total_gb = _sheet_memory(e)
+    capacity: tuple[str, float] | None = None
+    cap = (e.get("capacity") or {}).get("gpu_capacity_bytes")
+    if isinstance(cap, (int, float)) and cap:
+        name = (e.get("gpu") or {}).get("name") if isinstance(e.get("gpu"), Mapping) else None
+        capacity = (f"{name or 'GPU'} capacity", float(cap) / 1e9)
+    total = None
+    if total_gb is not None and segs and abs(sum(v for _, v in segs) - total_gb) > 0.01 * total_gb:
+        total = ("estimated peak total", total_gb)  # the parts overlap in time: the peak is not their sum
+    rows, lat = _sheet_view(e)
+    return EstimateView(memory=[("per GPU", segs)] if segs else [], memory_totals=[], capacity=capacity,
+                        latency=lat, rows=rows, total=total), total_gb
+
+
+def _any_estimate(e: Mapping[str, Any]) -> EstimateView:
+    stacks = _memory_stacks(e)
+    capacity: tuple[str, float] | None = None
+    for _, _, stack_totals in stacks:
+        for k, v in stack_totals.items():
+            if re.search(r"capacity|available|limit", k, re.I):
+                capacity = (k.replace("_", " "), v)
+    return EstimateView(memory=[(p, segs) for p, segs, _ in stacks], memory_totals=[], capacity=capacity,
+                        latency=_latencies(e), rows=estimate_rows(e))
+
+
+def _gpu_capacity(run: Run, spec: Any) -> tuple[str, float] | None:
+    """The GPU's memory as the Run recorded it, else the spec table's."""
+    name, mem = _gpu(run)
+    if mem:
+        return (f"{name or 'GPU'} memory", mem)
+    if spec is not None and getattr(spec, "hbm_gb", None):
+        return (f"{spec.name} memory (spec)", float(spec.hbm_gb))
+    return None

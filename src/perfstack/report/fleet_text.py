@@ -48,53 +48,10 @@ def render_fleet(a: FleetAnalysis, meta: dict[str, Any], console: Console, verbo
     head += f", {s['failed']} failed" if s["failed"] else ""
     head += f", {s['other_version']} on another perfstack version" if s["other_version"] else ""
     console.print(Text.assemble(("perfstack fleet", "bold"), f"  {inert(meta.get('source', ''))}  ·  {head})  ·  {skus}"))
-    if a.ranking:
-        _section(console, "Fix these nodes first")
-        t = _grid(None, 28, None)
-        for r in a.ranking if verbose else a.ranking[:20]:
-            reasons = "; ".join(inert(x, 90) for x in (r.reasons if verbose else r.reasons[:4]))
-            if not verbose and len(r.reasons) > 4:
-                reasons += f"; +{len(r.reasons) - 4} more"
-            t.add_row(Text(f" {r.severity.upper():<8}", style=STYLE[r.severity]), Text(inert(r.node), style="bold"),
-                      Text(reasons))
-        console.print(t)
-        if not verbose and len(a.ranking) > 20:
-            console.print(Text(f"  … {len(a.ranking) - 20} more nodes (-v lists them)", style="dim"))
-    if a.drift:
-        _section(console, "Configuration drift")
-        t = _grid(None, None, None)
-        for d in a.drift if verbose else a.drift[:30]:
-            odd = "; ".join(f"{nodes_list(g.nodes, 4)}: {inert(g.value, 40)}" for g in d.odd[:3])
-            base = "no majority" if d.split else f"{d.baseline_count} nodes: {inert(d.baseline, 40)}"
-            t.add_row(Text(inert(d.key), style="bold"), Text(odd), Text(base, style="dim"))
-        console.print(t)
-        if not verbose and len(a.drift) > 30:
-            console.print(Text(f"  … {len(a.drift) - 30} more keys (-v lists them)", style="dim"))
-    slow = [o for o in a.outliers if o.slow or verbose]
-    if slow:
-        _section(console, "Figures that stand out")
-        t = _grid(None, None, None, None, None)
-        for o in slow[:40] if not verbose else slow:
-            where = inert(o.node) + (f" {o.subject}" if o.subject else "")
-            t.add_row(Text(inert(o.figure)), Text(where, style="bold"),
-                      Text(f"{num(o.value, o.unit)}", justify="right"),
-                      Text(f"{o.deviation_pct:+.1f}% vs median {num(o.median, o.unit)}",
-                           style="red" if o.slow else "green"),
-                      Text(f"z {o.z:+.1f} · own noise {o.noise_pct:.1f}% · fleet spread {o.fleet_spread_pct:.1f}% "
-                           f"· {o.points} points", style="dim"))
-        console.print(t)
-    uneven = [u for u in a.uneven if u.minority or verbose]
-    if uneven:
-        _section(console, "Findings on some nodes only")
-        for u in uneven:
-            console.print(Text.assemble(Text(f" {u.severity.upper():<8}", style=STYLE[u.severity]), " ",
-                                        (inert(u.id), "bold"), f"  {inert(u.title)}  ",
-                                        (f"on {len(u.nodes)} of {u.of}: {nodes_list(u.nodes)}", "dim")))
-            first = u.nodes[0]
-            console.print(Text(f"           {inert(first)}: {inert(u.evidence.get(first, ''), 160)}", style="dim"))
-    if a.shared:
-        ids = ", ".join(inert(x.id) for x in a.shared)
-        console.print(Text(f"On every node (fix once, in the image or the node setup): {ids}", style="dim"))
+    _ranking(a, console, verbose)
+    _drift(a, console, verbose)
+    _outliers(a, console, verbose)
+    _uneven(a, console, verbose)
     failed = [m for m in a.members if m.status != "ok"]
     if failed:
         _section(console, "Did not report")
@@ -107,6 +64,72 @@ def render_fleet(a: FleetAnalysis, meta: dict[str, Any], console: Console, verbo
         console.print(Text(f"fan-out: {fan.get('tasks')} tasks, overhead per task median "
                            f"{fan['overhead_s_median'] * 1000:.0f} ms, max {fan['overhead_s_max'] * 1000:.0f} ms",
                            style="dim"))
+    _totals(a, s, console)
+
+
+def _ranking(a: FleetAnalysis, console: Console, verbose: bool) -> None:
+    if not a.ranking:
+        return
+    _section(console, "Fix these nodes first")
+    t = _grid(None, 28, None)
+    for r in a.ranking if verbose else a.ranking[:20]:
+        reasons = "; ".join(inert(x, 90) for x in (r.reasons if verbose else r.reasons[:4]))
+        if not verbose and len(r.reasons) > 4:
+            reasons += f"; +{len(r.reasons) - 4} more"
+        t.add_row(Text(f" {r.severity.upper():<8}", style=STYLE[r.severity]), Text(inert(r.node), style="bold"),
+                  Text(reasons))
+    console.print(t)
+    if not verbose and len(a.ranking) > 20:
+        console.print(Text(f"  … {len(a.ranking) - 20} more nodes (-v lists them)", style="dim"))
+
+
+def _drift(a: FleetAnalysis, console: Console, verbose: bool) -> None:
+    if not a.drift:
+        return
+    _section(console, "Configuration drift")
+    t = _grid(None, None, None)
+    for d in a.drift if verbose else a.drift[:30]:
+        odd = "; ".join(f"{nodes_list(g.nodes, 4)}: {inert(g.value, 40)}" for g in d.odd[:3])
+        base = "no majority" if d.split else f"{d.baseline_count} nodes: {inert(d.baseline, 40)}"
+        t.add_row(Text(inert(d.key), style="bold"), Text(odd), Text(base, style="dim"))
+    console.print(t)
+    if not verbose and len(a.drift) > 30:
+        console.print(Text(f"  … {len(a.drift) - 30} more keys (-v lists them)", style="dim"))
+
+
+def _outliers(a: FleetAnalysis, console: Console, verbose: bool) -> None:
+    slow = [o for o in a.outliers if o.slow or verbose]
+    if not slow:
+        return
+    _section(console, "Figures that stand out")
+    t = _grid(None, None, None, None, None)
+    for o in slow[:40] if not verbose else slow:
+        where = inert(o.node) + (f" {o.subject}" if o.subject else "")
+        t.add_row(Text(inert(o.figure)), Text(where, style="bold"),
+                  Text(f"{num(o.value, o.unit)}", justify="right"),
+                  Text(f"{o.deviation_pct:+.1f}% vs median {num(o.median, o.unit)}",
+                       style="red" if o.slow else "green"),
+                  Text(f"z {o.z:+.1f} · own noise {o.noise_pct:.1f}% · fleet spread {o.fleet_spread_pct:.1f}% "
+                       f"· {o.points} points", style="dim"))
+    console.print(t)
+
+
+def _uneven(a: FleetAnalysis, console: Console, verbose: bool) -> None:
+    uneven = [u for u in a.uneven if u.minority or verbose]
+    if uneven:
+        _section(console, "Findings on some nodes only")
+        for u in uneven:
+            console.print(Text.assemble(Text(f" {u.severity.upper():<8}", style=STYLE[u.severity]), " ",
+                                        (inert(u.id), "bold"), f"  {inert(u.title)}  ",
+                                        (f"on {len(u.nodes)} of {u.of}: {nodes_list(u.nodes)}", "dim")))
+            first = u.nodes[0]
+            console.print(Text(f"           {inert(first)}: {inert(u.evidence.get(first, ''), 160)}", style="dim"))
+    if a.shared:
+        ids = ", ".join(inert(x.id) for x in a.shared)
+        console.print(Text(f"On every node (fix once, in the image or the node setup): {ids}", style="dim"))
+
+
+def _totals(a: FleetAnalysis, s: dict[str, Any], console: Console) -> None:
     console.print()
     sev = s["by_severity"]
     console.print(Text.assemble(

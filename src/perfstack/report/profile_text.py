@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -28,6 +30,20 @@ def _bar(cats: dict[str, float], total: float, width: int = 40) -> Text:
 
 def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     p = run.profile or {}
+    _header(run, p, console)
+    _steps(p, console)
+    _lines(p, console, verbose)
+    _ops(p, console, verbose)
+    if verbose:
+        _kernels(p, console)
+    if p.get("straggler"):
+        s = p["straggler"]
+        console.print(Text(f"slowest rank: {s['rank']} (+{s['excess_ms']:.2f} ms/step outside communication; {s['cause']})"))
+    console.print()
+    _findings(run, console)
+
+
+def _header(run: Run, p: dict[str, Any], console: Console) -> None:
     head = f"perfstack profile — {p.get('device_name') or 'no GPU'}"
     if p.get("ranks"):
         head += f", {len(p['ranks'])} ranks"
@@ -36,20 +52,28 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
         console.print(Text(f"warning: {w}", style="yellow"))
     for n in p.get("notes", []):
         console.print(Text(f"note: {n}", style="dim"))
+
+
+def _steps(p: dict[str, Any], console: Console) -> None:
     steps = p.get("steps") or []
+    if not steps:
+        return
     t = Table(box=None, pad_edge=False, title="per step (ms)", title_justify="left")
     for col in ("step", "wall", "GPU busy", "idle", "kernels", "syncs", "breakdown"):
         t.add_column(col, justify="right" if col not in ("breakdown",) else "left")
     for s in steps:
         t.add_row(Text(str(s["step"])), f"{s['total_ms']:.2f}", f"{s['busy_pct']:.0f}%", f"{s['idle_ms']:.2f}",
                   str(s["kernels"]), str(s["syncs"]), _bar(s["categories"], s["total_ms"]))
-    if steps:
-        console.print(t)
-        mean = p.get("breakdown_ms") or {}
-        legend = Text("mean: ")
-        for c, v in sorted(mean.items(), key=lambda kv: -kv[1]):
-            legend.append(f"{c} {v:.2f}  ", style=COLORS.get(c, "white"))
-        console.print(legend)
+    console.print(t)
+    mean = p.get("breakdown_ms") or {}
+    legend = Text("mean: ")
+    for c, v in sorted(mean.items(), key=lambda kv: -kv[1]):
+        legend.append(f"{c} {v:.2f}  ", style=COLORS.get(c, "white"))
+    console.print(legend)
+
+
+def _lines(p: dict[str, Any], console: Console, verbose: bool) -> None:
+    """One line each: timing, profiler overhead, phases, idle causes, launch, NCCL, MFU."""
     timing = profile_timing(p)
     if timing:
         console.print(Text(" · ".join(f"{k} {v}" for k, v in timing)))
@@ -74,23 +98,28 @@ def render_profile(run: Run, console: Console, verbose: bool = False) -> None:
     if p.get("mfu") and verbose:
         console.print(Text(f"MFU {100 * p['mfu']['value']:.1f}% of {p['mfu']['peak_tflops']:g} TFLOP/s "
                            f"{p['mfu']['dtype']} ({p['mfu']['source']})"))
+
+
+def _ops(p: dict[str, Any], console: Console, verbose: bool) -> None:
     ops = p.get("ops") or []
-    if ops:
-        ot = Table("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", box=None, pad_edge=False,
-                   title="operators by GPU time", title_justify="left")
-        for r in ops[:15 if verbose else 8]:
-            ot.add_row(Text(str(r["op"])[:50]), Text(str(r["category"])), Text(str(r.get("dtype") or "")), f"{r['time_ms_per_step']:.3f}",
-                       _n(r.get("tflops")), _n(r.get("gbps")))
-        console.print(ot)
-    if verbose:
-        k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
-        for r in p.get("top_kernels", [])[:10]:
-            k.add_row(Text(r["name"][:70]), Text(str(r["category"])), str(r["count"]), f"{r['time_ms_per_step']:.3f}")
-        console.print(k)
-    if p.get("straggler"):
-        s = p["straggler"]
-        console.print(Text(f"slowest rank: {s['rank']} (+{s['excess_ms']:.2f} ms/step outside communication; {s['cause']})"))
-    console.print()
+    if not ops:
+        return
+    ot = Table("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", box=None, pad_edge=False,
+               title="operators by GPU time", title_justify="left")
+    for r in ops[:15 if verbose else 8]:
+        ot.add_row(Text(str(r["op"])[:50]), Text(str(r["category"])), Text(str(r.get("dtype") or "")), f"{r['time_ms_per_step']:.3f}",
+                   _n(r.get("tflops")), _n(r.get("gbps")))
+    console.print(ot)
+
+
+def _kernels(p: dict[str, Any], console: Console) -> None:
+    k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
+    for r in p.get("top_kernels", [])[:10]:
+        k.add_row(Text(r["name"][:70]), Text(str(r["category"])), str(r["count"]), f"{r['time_ms_per_step']:.3f}")
+    console.print(k)
+
+
+def _findings(run: Run, console: Console) -> None:
     if not run.findings:
         console.print(Text("no findings: nothing in this trace costs a measurable share of the step", style="green"))
         return

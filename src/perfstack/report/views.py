@@ -237,6 +237,22 @@ def rate_tbps(value: float | None, unit: str) -> float | None:
 
 
 def roofline_view(run: Run, spec: Any) -> RooflineView | None:
+    points = _roofline_points(run)
+    ceilings, slopes = _spec_roofs(spec)
+    measured_bw = _measured_bandwidth(run)
+    if measured_bw is not None:
+        slopes.append(measured_bw)
+    if not points and not any(measured for _, _, measured in slopes):
+        return None  # nothing measured: a roofline of ceilings alone says nothing about this machine
+    source = getattr(spec, "source", "") if spec is not None else ""
+    peak_bw = next((bw for _, bw, measured in slopes if not measured), None)
+    ridges = {label: v / peak_bw for label, v in ceilings} if peak_bw else {}
+    return RooflineView(gpu=getattr(spec, "name", None) or gpu_name(run) or "this GPU", ceilings=ceilings,
+                        slopes=slopes, points=points, source=source, ridges=ridges)
+
+
+def _roofline_points(run: Run) -> list[tuple[str, float, float, str]]:
+    """The GEMM figures of bench and the kernel classes of a profile: (label, FLOP/byte, TFLOP/s, group)."""
     points: list[tuple[str, float, float, str]] = []
     for m in run.measurements:
         if m.bench == "gemm" and m.status == "ok" and m.value and m.unit == "TFLOP/s" and not m.params.get("sweep"):
@@ -246,35 +262,39 @@ def roofline_view(run: Run, spec: Any) -> RooflineView | None:
     for k in profile_kernels(run.profile):
         if k.get("intensity") and k.get("tflops"):
             points.append((k["name"], k["intensity"], k["tflops"], "profile kernel classes"))
+    return points
+
+
+def _spec_roofs(spec: Any) -> tuple[list[tuple[str, float]], list[tuple[str, float, bool]]]:
+    """The SKU's compute ceilings (dtypes of one peak share a line) and its HBM roof, from the spec table."""
     ceilings: list[tuple[str, float]] = []
     slopes: list[tuple[str, float, bool]] = []
-    if spec is not None:
-        by_peak: dict[float, list[str]] = {}
-        for d in ROOF_DTYPES:
-            try:
-                v = spec.peak_tflops(d)
-            except Exception:
-                v = None
-            if v:
-                by_peak.setdefault(float(v), []).append(d)
-        ceilings = [("/".join(ds), v) for v, ds in by_peak.items()]
-        if getattr(spec, "hbm_tbps", None):
-            slopes.append((f"HBM peak {spec.hbm_tbps:g} TB/s", float(spec.hbm_tbps), False))
-    # the measured bandwidth roof: the device-to-device copy (read + write), else the best HBM figure
+    if spec is None:
+        return ceilings, slopes
+    by_peak: dict[float, list[str]] = {}
+    for d in ROOF_DTYPES:
+        try:
+            v = spec.peak_tflops(d)
+        except Exception:
+            v = None
+        if v:
+            by_peak.setdefault(float(v), []).append(d)
+    ceilings = [("/".join(ds), v) for v, ds in by_peak.items()]
+    if getattr(spec, "hbm_tbps", None):
+        slopes.append((f"HBM peak {spec.hbm_tbps:g} TB/s", float(spec.hbm_tbps), False))
+    return ceilings, slopes
+
+
+def _measured_bandwidth(run: Run) -> tuple[str, float, bool] | None:
+    """The measured bandwidth roof: the device-to-device copy (read + write), else the best HBM figure."""
     hbm = [m for m in run.measurements if m.bench == "hbm" and m.status == "ok" and rate_tbps(m.value, m.unit)
            and not m.params.get("sweep")]
     best = next((m for m in hbm if m.name == "hbm.copy"), None) or max(
         hbm, key=lambda m: rate_tbps(m.value, m.unit) or 0.0, default=None)
-    if best is not None:
-        tb = rate_tbps(best.value, best.unit) or 0.0
-        slopes.append((f"HBM measured ({best.name}) {tb:.2f} TB/s", tb, True))
-    if not points and not any(measured for _, _, measured in slopes):
-        return None  # nothing measured: a roofline of ceilings alone says nothing about this machine
-    source = getattr(spec, "source", "") if spec is not None else ""
-    peak_bw = next((bw for _, bw, measured in slopes if not measured), None)
-    ridges = {label: v / peak_bw for label, v in ceilings} if peak_bw else {}
-    return RooflineView(gpu=getattr(spec, "name", None) or gpu_name(run) or "this GPU", ceilings=ceilings,
-                        slopes=slopes, points=points, source=source, ridges=ridges)
+    if best is None:
+        return None
+    tb = rate_tbps(best.value, best.unit) or 0.0
+    return (f"HBM measured ({best.name}) {tb:.2f} TB/s", tb, True)
 
 
 # -- profile ----------------------------------------------------------------------------------
@@ -303,16 +323,8 @@ def profile_view(run: Run) -> ProfileView | None:
     if not isinstance(p, Mapping) and not ranked:
         return None
     p = p if isinstance(p, Mapping) else {}
-    steps: list[tuple[str, list[tuple[str, float]]]] = []
-    for i, s in enumerate(p.get("steps") or []):
-        if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping):
-            segs = [(str(c), float(v)) for c, v in s["categories"].items() if isinstance(v, (int, float))]
-            steps.append((f"step {s.get('step', i)}", segs))
     mean = step_breakdown(p)
-    if mean and not steps:
-        steps = [("mean step", list(mean.items()))]
-    elif mean and len(steps) > 1:
-        steps.append(("mean", list(mean.items())))
+    steps = _step_bars(p, mean)
     cats: list[str] = []
     for _, segs in steps:
         cats += [c for c, _ in segs if c not in cats]
@@ -321,6 +333,20 @@ def profile_view(run: Run) -> ProfileView | None:
     return ProfileView(categories=cats, steps=steps, step_ms=step_time(p, mean), gaps=gaps, ranked=ranked,
                        kernels=profile_kernels(p), timing=profile_timing(p),
                        ops=[dict(o) for o in (p.get("ops") or [])[:15] if isinstance(o, Mapping)])
+
+
+def _step_bars(p: Mapping[str, Any], mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Each step's time by category, then the mean of them (alone when no step has categories)."""
+    steps: list[tuple[str, list[tuple[str, float]]]] = []
+    for i, s in enumerate(p.get("steps") or []):
+        if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping):
+            segs = [(str(c), float(v)) for c, v in s["categories"].items() if isinstance(v, (int, float))]
+            steps.append((f"step {s.get('step', i)}", segs))
+    if mean and not steps:
+        steps = [("mean step", list(mean.items()))]
+    elif mean and len(steps) > 1:
+        steps.append(("mean", list(mean.items())))
+    return steps
 
 
 def _fmt(v: Any, unit: str = "") -> str:

@@ -54,36 +54,39 @@ def _pow2(n: int) -> bool:
 
 def problems(pairs: list[tuple[str, str]]) -> list[str]:
     """What torch would reject (or silently ignore) in a parsed configuration."""
-    out = []
-    keys = [k for k, _ in pairs]
-    for key, value in pairs:
-        if key not in KEYS:
-            out.append(f"unknown option '{key}'")
-        elif key in BOOL_KEYS and value not in ("True", "False"):
-            out.append(f"{key}:{value} must be True or False (capitalised)")
-        elif key in SIZE_KEYS and not value.isdigit():
-            out.append(f"{key}:{value} is not a whole number")
-        elif key == "max_split_size_mb" and int(value) < LARGE_BUFFER_MB:
-            out.append(f"max_split_size_mb:{value} is below the {LARGE_BUFFER_MB} MB minimum")
-        elif key == "pinned_num_register_threads" and not (_pow2(int(value)) and int(value) <= 128):
-            out.append(f"pinned_num_register_threads:{value} must be a power of 2 up to 128")
-        elif key == "backend" and value not in ("native", "cudaMallocAsync"):
-            out.append(f"backend:{value} must be native or cudaMallocAsync")
-        elif key in ("garbage_collection_threshold", "per_process_memory_fraction"):
-            try:
-                ok = 0.0 < float(value) < 1.0 if key == "garbage_collection_threshold" else 0.0 < float(value) <= 1.0
-            except ValueError:
-                ok = False
-            if not ok:
-                out.append(f"{key}:{value} is out of range")
-        elif key == "roundup_power2_divisions" and not value.startswith("[") and not (value.isdigit()
-                                                                                     and _pow2(int(value))):
-            out.append(f"roundup_power2_divisions:{value} must be a power of 2")
+    out = [p for key, value in pairs if (p := _problem(key, value))]
     if ("backend", "cudaMallocAsync") in pairs:
+        keys = [k for k, _ in pairs]
         ignored = [k for k in NATIVE_ONLY if k in keys]
         if ignored:
             out.append(f"backend:cudaMallocAsync ignores {', '.join(ignored)}")
     return out
+
+
+def _problem(key: str, value: str) -> str | None:
+    """What is wrong with one option, or None."""
+    if key not in KEYS:
+        return f"unknown option '{key}'"
+    if key in BOOL_KEYS and value not in ("True", "False"):
+        return f"{key}:{value} must be True or False (capitalised)"
+    if key in SIZE_KEYS and not value.isdigit():
+        return f"{key}:{value} is not a whole number"
+    if key == "max_split_size_mb" and int(value) < LARGE_BUFFER_MB:
+        return f"max_split_size_mb:{value} is below the {LARGE_BUFFER_MB} MB minimum"
+    if key == "pinned_num_register_threads" and not (_pow2(int(value)) and int(value) <= 128):
+        return f"pinned_num_register_threads:{value} must be a power of 2 up to 128"
+    if key == "backend" and value not in ("native", "cudaMallocAsync"):
+        return f"backend:{value} must be native or cudaMallocAsync"
+    if key in ("garbage_collection_threshold", "per_process_memory_fraction"):
+        try:
+            ok = 0.0 < float(value) < 1.0 if key == "garbage_collection_threshold" else 0.0 < float(value) <= 1.0
+        except ValueError:
+            ok = False
+        return None if ok else f"{key}:{value} is out of range"
+    if key == "roundup_power2_divisions" and not value.startswith("[") and not (value.isdigit()
+                                                                               and _pow2(int(value))):
+        return f"roundup_power2_divisions:{value} must be a power of 2"
+    return None
 
 
 @check("alloc-conf", "allocator", "warning", "CUDA allocator configuration is wrong or missing expandable segments",

@@ -127,36 +127,7 @@ def _validated(row: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise SpecTableError(f"spec row {rid!r}: missing field(s) {', '.join(missing)}")
 
-    out: dict[str, Any] = {}
-    for key in _TABLE_FIELDS:
-        value = row[key]
-        if key in _REQUIRED_STR:
-            if not isinstance(value, str) or not value.strip():
-                raise SpecTableError(f"spec row {rid!r}: {key} must be a non-empty string")
-        elif key in ("notes", "memory_type"):
-            if value is not None and not isinstance(value, str):
-                raise SpecTableError(f"spec row {rid!r}: {key} must be a string or null")
-            if key == "notes":
-                value = value or ""
-        elif key == "match":
-            if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-                raise SpecTableError(f"spec row {rid!r}: match must be a non-empty list of regex strings")
-            for pattern in value:
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise SpecTableError(f"spec row {rid!r}: bad match regex {pattern!r}: {exc}") from None
-            value = tuple(value)
-        elif key in _FLOAT_FIELDS:
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                    raise SpecTableError(f"spec row {rid!r}: {key} must be a positive number or null")
-                value = float(value)
-        elif key in _INT_FIELDS:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise SpecTableError(f"spec row {rid!r}: {key} must be a positive integer or null")
-        out[key] = value
-
+    out = {key: _field(rid, key, row[key]) for key in _TABLE_FIELDS}
     if out["arch"] not in ARCHS:
         raise SpecTableError(f"spec row {rid!r}: arch {out['arch']!r} is not one of {', '.join(ARCHS)}")
     if not re.fullmatch(r"\d+\.\d+", out["compute_capability"]):
@@ -164,6 +135,41 @@ def _validated(row: Mapping[str, Any]) -> dict[str, Any]:
     if (out["nvlink_gen"] is None) != (out["nvlink_gbps_per_gpu"] is None):
         raise SpecTableError(f"spec row {rid!r}: nvlink_gen and nvlink_gbps_per_gpu must both be set or both null")
     return out
+
+
+def _field(rid: Any, key: str, value: Any) -> Any:
+    """One field of a spec row, checked against its kind and normalised (notes "" for null, match a tuple,
+    peaks float)."""
+    if key in _REQUIRED_STR:
+        if not isinstance(value, str) or not value.strip():
+            raise SpecTableError(f"spec row {rid!r}: {key} must be a non-empty string")
+    elif key in ("notes", "memory_type"):
+        if value is not None and not isinstance(value, str):
+            raise SpecTableError(f"spec row {rid!r}: {key} must be a string or null")
+        if key == "notes":
+            value = value or ""
+    elif key == "match":
+        value = _match_patterns(rid, value)
+    elif key in _FLOAT_FIELDS:
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise SpecTableError(f"spec row {rid!r}: {key} must be a positive number or null")
+            value = float(value)
+    elif key in _INT_FIELDS:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise SpecTableError(f"spec row {rid!r}: {key} must be a positive integer or null")
+    return value
+
+
+def _match_patterns(rid: Any, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
+        raise SpecTableError(f"spec row {rid!r}: match must be a non-empty list of regex strings")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SpecTableError(f"spec row {rid!r}: bad match regex {pattern!r}: {exc}") from None
+    return tuple(value)
 
 
 # --- loading and lookup -----------------------------------------------------------------------
