@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import perfstack.bench as benches
 from perfstack.cli.main import main
 from perfstack.model import Measurement
@@ -66,3 +68,11 @@ def test_diff_of_runs_of_different_kinds_says_so(capsys):
     assert "different kinds" in capsys.readouterr().out
     assert main(["diff", before, before]) == 0
     assert "different kinds" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/v1", "[fe80::1"])
+def test_loadtest_url_that_cannot_be_parsed_is_a_usage_error(url, capsys):
+    pytest.importorskip("aiohttp")
+    assert main(["loadtest", url, "--requests", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "not a valid URL" in err and "internal error" not in err

@@ -32,7 +32,10 @@ class Address:
 
 
 def address(url: str) -> Address:
-    u = urlsplit(url if "://" in url else "http://" + url)
+    try:
+        u = urlsplit(url if "://" in url else "http://" + url)
+    except ValueError:  # an unclosed IPv6 bracket, '[::1'
+        raise UsageError(f"not a valid URL: {url!r}", hint="e.g. perfstack loadtest http://[::1]:8000") from None
     if u.scheme not in ("http", "https") or not u.hostname:
         raise UsageError(f"not an http(s) URL: {url!r}", hint="e.g. perfstack loadtest http://127.0.0.1:8000")
     try:
