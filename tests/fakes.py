@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from perfstack.host import Unavailable
+from perfstack.errors import InputError
+from perfstack.host import HostKind, Unavailable
+from perfstack.host import bundle as bundle_host
 from perfstack.model import Fact, Facts
 
 
@@ -20,7 +22,14 @@ class FakeHost:
     env: dict[str, str] | None = field(default_factory=dict)
     nvml_data: dict[str, Any] | None = None
     pyinfo: dict[str, Any] | None = None
-    kind: str = "live"
+    kind: HostKind = "live"  # "bundle" answers as a recorded bundle does: a malformed file is bad input
+
+    @property
+    def python_source(self) -> str:
+        return bundle_host.BundleHost.python_source if self.kind == "bundle" else "python -m perfstack.host.pyinfo"
+
+    def bad_file(self, name: str, detail: str) -> InputError | None:
+        return bundle_host.bad_file(name, detail) if self.kind == "bundle" else None
 
     def _answer(self, value: Any, what: str) -> Any:
         if value is None:

@@ -8,7 +8,10 @@ Every call that cannot be answered raises ``Unavailable`` with a reason a user c
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from perfstack.errors import InputError
 
 
 # The most any single read takes in, live or from a bundle: /proc and /sys files are small, and a
@@ -25,8 +28,22 @@ class Unavailable(Exception):
         self.reason = reason
 
 
+HostKind = Literal["live", "bundle"]  # what answers: the machine itself, or a bundle recorded on one
+
+
 class Host(Protocol):
-    kind: str  # "live" or "bundle"
+    kind: HostKind  # for the record and for messages; probes ask the members below, never branch on it
+
+    @property
+    def python_source(self) -> str:
+        """Where python_info's answer comes from, as the facts' source names it."""
+        ...
+
+    def bad_file(self, name: str, detail: str) -> InputError | None:
+        """What an answer that is not what perfstack expects means on this host. From a recorded bundle
+        the file is bad input: the InputError to raise (exit 2, naming the bundle file, with the
+        re-capture hint). On a live machine None: the caller records the reading as not available."""
+        ...
 
     def read_text(self, path: str) -> str: ...
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from perfstack import jsonload
 from perfstack.errors import InputError
-from perfstack.host import MAX_READ, Unavailable, cmd_file
+from perfstack.host import MAX_READ, HostKind, Unavailable, cmd_file
 
 RECAPTURE = "re-capture with 'perfstack capture DIR' on the GPU host, or fix the file by hand"
 # What a bundle is made of. 'perfstack capture' writes most of them, a hand-built bundle at least one.
@@ -33,8 +33,17 @@ ENTRIES = ("meta.json", "proc", "sys", "etc", "cmd", "env.json", "nvml.json", "p
            "unavailable.json")
 
 
+def bad_file(name: str, detail: str) -> InputError:
+    """A bundle file that is not what 'perfstack capture' writes: bad input, named, with the way out."""
+    return InputError(f"bundle file {name} is {detail}", hint=RECAPTURE)
+
+
 class BundleHost:
-    kind = "bundle"
+    kind: HostKind = "bundle"
+    python_source = "python.json"
+
+    def bad_file(self, name: str, detail: str) -> InputError | None:
+        return bad_file(name, detail)
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)

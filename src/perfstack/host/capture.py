@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from perfstack import redact
-from perfstack.errors import UsageError
-from perfstack.host import Host, Unavailable, cmd_file
+from perfstack.errors import InputError, UsageError
+from perfstack.host import Host, HostKind, Unavailable, cmd_file
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 UUID = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
@@ -38,7 +38,14 @@ class RecordingHost:
     env: dict[str, str] | None = None
     nvml_answers: dict[str, Any] | None = None
     pyinfo: dict[str, Any] | None = None
-    kind: str = "live"
+    kind: HostKind = "live"
+
+    @property
+    def python_source(self) -> str:
+        return self.inner.python_source
+
+    def bad_file(self, name: str, detail: str) -> InputError | None:
+        return self.inner.bad_file(name, detail)
 
     def _keep(self, rel: str, fn: Any) -> Any:
         try:

@@ -11,7 +11,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
-from perfstack.host import MAX_READ, Unavailable
+from perfstack.errors import InputError
+from perfstack.host import MAX_READ, HostKind, Unavailable
 from perfstack.host import nvml as nvml_mod
 from perfstack.host.tools import run_tool
 
@@ -43,7 +44,11 @@ def start_python_probe_early() -> None:
 
 
 class LiveHost:
-    kind = "live"
+    kind: HostKind = "live"
+    python_source = "python -m perfstack.host.pyinfo"
+
+    def bad_file(self, name: str, detail: str) -> InputError | None:
+        return None  # the machine's own answer: not available, with the reason, not bad input
 
     def __init__(self, on_wait: Callable[[str], None] | None = None) -> None:
         self._nvml: dict[str, Any] | None = None

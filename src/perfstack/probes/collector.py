@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from perfstack.errors import InputError
 from perfstack.host import Host, Unavailable, cmd_file
-from perfstack.host.bundle import RECAPTURE
 from perfstack.model import Fact, Facts
 
 T = TypeVar("T")
@@ -108,8 +107,9 @@ class Collector:
             return parse(text)
         except Exception as e:  # parsers are pure functions of text: any exception means bad input
             detail = str(e) if isinstance(e, Malformed) else f"not in the expected format ({type(e).__name__}: {e})"
-            if self.host.kind == "bundle":
-                raise InputError(f"bundle file {rel.lstrip('/')} is {detail}", hint=RECAPTURE) from None
+            refused = self.host.bad_file(rel.lstrip("/"), detail)
+            if refused is not None:
+                raise refused from None
             raise Unavailable(f"{label or rel} is {detail}") from None
 
     def env(self) -> dict[str, str] | None:

@@ -11,9 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
-from perfstack.errors import InputError
 from perfstack.host import Unavailable
-from perfstack.host.bundle import RECAPTURE
 from perfstack.probes.collector import Collector, Malformed, probe
 
 KEYS = ("driver.version", "driver.cuda_version", "gpu.count", "gpu.list", "gpu.summary")
@@ -296,8 +294,9 @@ def _nvml(c: Collector) -> tuple[dict[str, Any] | None, str]:
         return parse_nvml(data), ""
     except Exception as e:
         detail = str(e) if isinstance(e, Malformed) else f"not in the expected format ({type(e).__name__}: {e})"
-        if c.host.kind == "bundle":
-            raise InputError(f"bundle file nvml.json is {detail}", hint=RECAPTURE) from None
+        refused = c.host.bad_file("nvml.json", detail)
+        if refused is not None:
+            raise refused from None
         return None, f"NVML answer is {detail}"
 
 

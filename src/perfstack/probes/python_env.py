@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.errors import InputError
 from perfstack.host import Unavailable
-from perfstack.host.bundle import RECAPTURE
 from perfstack.probes.collector import Collector, Malformed, probe
 
 PYINFO = "python -m perfstack.host.pyinfo"
@@ -125,15 +123,16 @@ def parse_pyinfo(data: Any) -> dict[str, Any]:
 def python_env(c: Collector) -> None:
     """Source: a child interpreter running perfstack.host.pyinfo (python.json in a bundle).
     Shell: python -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_arch_list())'"""
-    source = "python.json" if c.host.kind == "bundle" else PYINFO
+    source = c.host.python_source
     try:
         values = parse_pyinfo(c.host.python_info())
     except Unavailable as e:
         c.missing_all(KEYS, f"the Python stack could not be read: {e.reason}", source)
         return
     except Malformed as e:
-        if c.host.kind == "bundle":
-            raise InputError(f"bundle file python.json is {e}", hint=RECAPTURE) from None
+        refused = c.host.bad_file("python.json", str(e))
+        if refused is not None:
+            raise refused from None
         c.missing_all(KEYS, f"{PYINFO} printed something that is {e}", source)
         return
     for key, value in values.items():
