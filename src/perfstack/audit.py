@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import platform
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable
 
-from perfstack import __version__
 from perfstack.host import Host
-from perfstack.model import Fact, Facts, Measurement, Run, Severity
+from perfstack.model import Fact, Facts, Measurement, Run, Severity, run_meta
 from perfstack.probes import collect
 from perfstack.rules import Check, evaluate
 
@@ -25,16 +22,8 @@ def audit(host: Host, checks: list[Check], source: str, bench: BenchFn | None = 
     if measurements:
         facts.add(results_fact(measurements))
     findings, results = evaluate(facts, checks)
-    meta: dict[str, Any] = {
-        "tool": "perfstack",
-        "tool_version": __version__,
-        "command": command,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "source": source,
-        "host_id": facts.value("system.host_id"),
-        "python": platform.python_version(),
-        "elapsed_s": round(time.perf_counter() - t0, 3),
-    }
+    meta = run_meta(command, source=source, host_id=facts.value("system.host_id"),
+                    elapsed_s=round(time.perf_counter() - t0, 3))
     return Run(meta=meta, facts=facts, findings=findings, checks=results, measurements=measurements)
 
 

@@ -7,6 +7,7 @@ and loads back losslessly. Bump SCHEMA_VERSION whenever the shape of the JSON ch
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -203,6 +204,18 @@ class CheckResult:
     id: str
     status: str
     reason: str = ""
+
+
+def run_meta(command: str, **fields: Any) -> dict[str, Any]:
+    """A Run's ``meta``, the same for every command: what wrote it (``tool``, ``tool_version``), which
+    command, when (``created``, UTC to the second) and under which Python, then the command's own
+    ``fields`` (``source``, ``elapsed_s``, ``traces`` ...). Reports and diff read these names."""
+    from datetime import datetime, timezone
+
+    from perfstack import __version__
+    return {"tool": "perfstack", "tool_version": __version__, "command": command,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), **fields}
 
 
 @dataclass

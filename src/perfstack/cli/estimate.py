@@ -8,20 +8,17 @@
 from __future__ import annotations
 
 import argparse
-import platform
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from perfstack import __version__
 from perfstack.cli import output
 from perfstack.errors import UsageError
 from perfstack.estimate import catalog, hardware, infer, train
 from perfstack.estimate.config import ModelSpec, load_config, parse_config
-from perfstack.model import Run
+from perfstack.model import Run, run_meta
 from perfstack.report.estimate_text import render_estimate, render_models
 
 # explicit shape flags -> config.json field names (a llama-style decoder unless --model-type says otherwise)
@@ -160,11 +157,9 @@ def build_run(args: argparse.Namespace) -> Run:
                                        zero=3 if args.fsdp else args.zero, dp=args.dp, tp=args.tp, pp=args.pp,
                                        micro_batches=args.micro_batches, mfu=args.mfu)
         est = train.estimate(spec, hw, training)
-    meta = {"tool": "perfstack", "tool_version": __version__, "command": "estimate",
-            "subcommand": args.estimate_command, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "source": spec.source, "python": platform.python_version(),
-            "calibrated_from": str(args.calibrate) if args.calibrate else None,
-            "elapsed_s": round(time.perf_counter() - t0, 3)}
+    meta = run_meta("estimate", subcommand=args.estimate_command, source=spec.source,
+                    calibrated_from=str(args.calibrate) if args.calibrate else None,
+                    elapsed_s=round(time.perf_counter() - t0, 3))
     return Run(meta=meta, estimates=est)
 
 

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 
-from perfstack import __version__
 from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
-from perfstack.model import Run
+from perfstack.model import Run, run_meta
 
 if TYPE_CHECKING:
     from perfstack.loadtest.findings import Bound
@@ -183,10 +180,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     t0 = time.perf_counter()
     lt = lrun.run(plan, wl, lambda m: err.print(m, markup=False, highlight=False))
     lt.notes[:0] = notes
-    result = Run(meta={"tool": "perfstack", "tool_version": __version__, "command": "loadtest",
-                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "source": lt.url, "python": platform.python_version(),
-                       "elapsed_s": round(time.perf_counter() - t0, 3)},
+    result = Run(meta=run_meta("loadtest", source=lt.url, elapsed_s=round(time.perf_counter() - t0, 3)),
                  findings=findings.findings(lt, bound))
     result.loadtest = record.to_builtins(lt)
     from perfstack.report.loadtest_text import render_loadtest

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import platform
-from datetime import datetime, timezone
 from typing import Any
 
-from perfstack import __version__
 from perfstack.errors import InputError
 from perfstack.fleet.analysis import FleetAnalysis
-from perfstack.model import Run
+from perfstack.model import Run, run_meta
 
 
 def fleet_run(analysis: FleetAnalysis, subcommand: str, source: str, elapsed_s: float,
               extra: dict[str, Any] | None = None) -> Run:
-    meta: dict[str, Any] = {
-        "tool": "perfstack", "tool_version": __version__, "command": "fleet", "subcommand": subcommand,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": source,
-        "python": platform.python_version(), "elapsed_s": round(elapsed_s, 3), **(extra or {}),
-    }
+    meta = run_meta("fleet", subcommand=subcommand, source=source, elapsed_s=round(elapsed_s, 3), **(extra or {}))
     return Run(meta=meta, fleet=analysis.to_dict())
 
 

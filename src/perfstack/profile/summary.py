@@ -4,13 +4,11 @@ each candidate fix through the CPU/GPU model, combine ranks, and rank the findin
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from perfstack import __version__
 from perfstack.errors import InputError
-from perfstack.model import Run
+from perfstack.model import Run, run_meta
 from perfstack.profile import classify, comm, cpu, efficiency, rules, waste
 from perfstack.profile.analyze import analyze
 from perfstack.profile.simulate import Scenario, replay, solve_scale
@@ -247,9 +245,7 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
             if prev is None or (f.recoverable_ms or 0) > (prev.recoverable_ms or 0):
                 by_id[f.id] = f
     findings = rules.rank(list(by_id.values()))
-    meta = {"command": command, "tool": "perfstack", "tool_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "traces": [str(p) for p in paths], "gpu": summaries[0]["device_name"]}
+    meta = run_meta(command, traces=[str(p) for p in paths], gpu=summaries[0]["device_name"])
     warnings = [w for s in summaries for w in s["warnings"]]
     if warnings:
         meta["warnings"] = warnings
