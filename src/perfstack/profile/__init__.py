@@ -4,6 +4,7 @@ analyse them (trace.py → analyze.py) and rank findings by the time a fix would
 
 import sys
 import types
+from typing import Any
 
 from perfstack.profile.api import Profile, profile
 
@@ -15,7 +16,7 @@ class _CallableModule(types.ModuleType):
     package: importing any submodule rebinds the attribute to the package, so the package itself
     must be callable."""
 
-    def __call__(self, *args, **kwargs) -> Profile:
+    def __call__(self, *args: Any, **kwargs: Any) -> Profile:
         return profile(*args, **kwargs)
 
 

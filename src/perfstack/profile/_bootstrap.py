@@ -209,8 +209,8 @@ class StepClock:
         if not measured:
             return None
         return {"before_ms": before, "after_ms": after,
-                "before_steps": self._before.n if before is not None else 0,
-                "after_steps": self._after.n if after is not None else 0,
+                "before_steps": self._before.n if self._before and before is not None else 0,
+                "after_steps": self._after.n if self._after and after is not None else 0,
                 "step_ms": min(measured),
                 "profiled_ms": self._profiled.ms() if self._profiled else None}
 

@@ -83,6 +83,7 @@ class Analysis:
                               "after the last); they are not counted in any step but occupy the GPU timeline")
         self.cs = cpu.spans(trace)
         self.costs: dict[int, flops.Cost] = {}
+        self._op_time: dict[int, float] | None = None
 
     def cost(self, o: int) -> flops.Cost | None:
         if o < 0:
@@ -92,6 +93,22 @@ class Analysis:
             op = self.trace.ops[o]
             c = self.costs[o] = flops.cost(op.name, op.dims, op.types, getattr(op, "concrete", None))
         return c
+
+    def known_cost(self, o: int) -> flops.Cost:
+        """The cost of op ``o``, where the caller has already seen that there is one."""
+        c = self.cost(o)
+        if c is None:
+            raise ValueError(f"op {o} has no cost")
+        return c
+
+    def op_time(self, o: int) -> float:
+        """GPU time (µs) of op ``o``'s compute kernels: FLOPs belong to them, not to the op's helpers."""
+        if self._op_time is None:
+            self._op_time = defaultdict(float)
+            for i, g in enumerate(self.gpu):
+                if self.att.op[i] >= 0 and self.att.category[i] in classify.COMPUTE:
+                    self._op_time[self.att.op[i]] += g.dur
+        return self._op_time.get(o, 0.0)
 
 
 def analyze(trace: Trace) -> dict[str, Any]:

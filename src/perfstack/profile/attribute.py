@@ -100,8 +100,9 @@ def nest(trace: Trace) -> tuple[OpInfo, list[int]]:
     fam_cache: dict[str, str | None] = {}
     for i in order:
         name = ops[i].name
-        own = fam_cache.get(name, 0)
-        if own == 0:
+        if name in fam_cache:
+            own = fam_cache[name]
+        else:
             own = fam_cache[name] = classify.family(name)
         p = parent[i]
         if p >= 0:
@@ -126,9 +127,9 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
         if r.correlation is not None and r.correlation not in rt_by_corr:
             rt_by_corr[r.correlation] = j
     op_by_ext: dict[int, int] = {}
-    for i, o in enumerate(trace.ops):
-        if o.external_id is not None and o.cat == "op" and o.external_id not in op_by_ext:
-            op_by_ext[o.external_id] = i
+    for i, op in enumerate(trace.ops):
+        if op.external_id is not None and op.cat == "op" and op.external_id not in op_by_ext:
+            op_by_ext[op.external_id] = i
     starts = [a for _, a, _ in windows]
     ends = [b for _, _, b in windows]
 
@@ -140,8 +141,9 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
     step, launch, opi = [-1] * n, [-1] * n, [-1] * n
     linked = 0
     for i, g in enumerate(gpu):
-        j = rt_by_corr.get(g.correlation) if g.correlation is not None else None
-        if j is not None:
+        found = rt_by_corr.get(g.correlation) if g.correlation is not None else None
+        if found is not None:
+            j = found
             linked += 1
             launch[i] = j
             opi[i] = rparent[j]
@@ -177,7 +179,7 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
 
 
 def _by_timestamp(trace: Trace, gpu: list, windows: list, step: list[int], launch: list[int]) -> str:
-    spans = {}
+    spans: dict[int, tuple[float, float]] = {}
     for a in getattr(trace, "gpu_annotations", ()):
         if a.name.startswith("ProfilerStep#"):
             try:

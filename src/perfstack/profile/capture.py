@@ -446,7 +446,8 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
             proc.wait()
         telemetry = sampler.stop()
         tee.join(5)
-        proc.stderr.close()
+        if proc.stderr is not None:
+            proc.stderr.close()
     status = _read_status(status_path)
     try:
         os.unlink(status_path)

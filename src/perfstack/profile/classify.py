@@ -153,7 +153,7 @@ def memcpy_kind(name: str) -> tuple[str, str]:
     return direction, kind
 
 
-def dims(d) -> tuple[int, ...] | None:
+def dims(d: object) -> tuple[int, ...] | None:
     """A tensor's shape from one Input Dims entry, or None when that input is not a tensor."""
     if isinstance(d, (list, tuple)) and d and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**40
                                                   for x in d):

@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfstack.profile.timeline import Spans
+
+if TYPE_CHECKING:
+    from perfstack.profile.analyze import Analysis
 
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default (FSDP's default unit is a module, often larger)
 # Compute time lost per unit of overlapped NCCL time, when the trace cannot show it: the 2xH200 DDP
@@ -44,7 +47,7 @@ CONTENTION = 0.35
 MIN_PAIRS = 3  # overlapped/free pairs of the same kernel needed to measure the contention
 
 
-def _groups(A) -> tuple[list[int], dict[int, float]]:
+def _groups(A: Analysis) -> tuple[list[int], dict[int, float]]:
     """The analysed device's NCCL events in steps, and each one's transfer time (µs): the fastest
     instance of the same kernel moving the same bytes."""
     gpu, att = A.gpu, A.att
@@ -60,7 +63,7 @@ def _groups(A) -> tuple[list[int], dict[int, float]]:
     return comm, transfer
 
 
-def _bytes(A, i: int) -> float:
+def _bytes(A: Analysis, i: int) -> float:
     """Bytes of the collective that launched NCCL event i (its largest tensor), 0 when unknown."""
     c = A.cost(A.att.op[i])
     return float(c.big or c.bytes or 0.0) if c else 0.0
@@ -86,7 +89,7 @@ def buckets(sizes: list[float], cap: float = BUCKET_BYTES, flat: bool | None = N
     return out
 
 
-def contention(A) -> dict[str, Any] | None:
+def contention(A: Analysis) -> dict[str, Any] | None:
     """Compute time lost per unit of overlapped NCCL time, measured in this trace: backward kernels
     (same name) that ran both with no NCCL kernel beside them (< 5% overlapped) and mostly overlapped
     (> 50%); the slowdown of the overlapped ones over the overlapped time. None without enough pairs."""
@@ -122,7 +125,7 @@ def contention(A) -> dict[str, Any] | None:
             "overlapped_ms": round(overlapped / 1e3, 4)}
 
 
-def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
+def overlap_model(A: Analysis, p: dict[str, Any]) -> dict[str, Any]:
     """Per step (means over the steps): NCCL time exposed, of which waiting for other ranks; the
     transfer that overlap could move under the backward pass; and what that recovers."""
     gpu, att = A.gpu, A.att
@@ -149,7 +152,7 @@ def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
             free_bwd[att.step[i]] += max(0.0, g.dur - comm_spans.overlap(g.ts, g.ts + g.dur))
     measured = contention(A)
     c = measured["value"] if measured else CONTENTION
-    tot = defaultdict(float)
+    tot: dict[str, float] = defaultdict(float)
     n_buckets = []
     for k in range(len(A.windows)):
         s = per_step.get(k, {"exposed": 0.0, "wait": 0.0, "sizes": [], "n": 0})
@@ -166,7 +169,7 @@ def overlap_model(A, p: dict[str, Any]) -> dict[str, Any]:
                        ("free_backward", free_bwd.get(k, 0.0)), ("hideable", hide), ("recoverable", hide * (1 - c))):
             tot[key] += v
         n_buckets.append(len(bk))
-    out = {f"{k}_ms": round(v / n / 1e3, 4) for k, v in tot.items()}
+    out: dict[str, Any] = {f"{k}_ms": round(v / n / 1e3, 4) for k, v in tot.items()}
     out["buckets"] = max(n_buckets) if n_buckets else 0
     out["contention"] = c
     out["contention_source"] = (f"measured in this trace: {measured['kernels']} backward kernels beside NCCL kernels "

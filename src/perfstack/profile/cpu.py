@@ -14,10 +14,14 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Timeline
 from perfstack.profile.timeline import Spans
-from perfstack.profile.trace import Trace
+from perfstack.profile.trace import CpuEvent, GpuEvent, Trace
+
+if TYPE_CHECKING:
+    from perfstack.profile.attribute import Attribution
 
 SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
               "cuCtxSynchronize", "cuEventSynchronize"}
@@ -64,7 +68,7 @@ def spans(trace: Trace) -> CpuSpans:
     return CpuSpans(Spans(dl), Spans(alloc), Spans(sync), Spans(ops))
 
 
-def gap_reason(a: float, b: float, launch, cs: CpuSpans) -> str:
+def gap_reason(a: float, b: float, launch: CpuEvent | None, cs: CpuSpans) -> str:
     """Why the GPU was idle over [a, b]; ``launch`` is the runtime call of the event that ends it."""
     if launch is None:
         return "unknown"
@@ -85,7 +89,7 @@ def gap_reason(a: float, b: float, launch, cs: CpuSpans) -> str:
     return "cpu outside ops"
 
 
-def timeline(trace: Trace, att, windows: list[tuple[int, float, float]], cs: CpuSpans) -> Timeline | None:
+def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, float]], cs: CpuSpans) -> Timeline | None:
     """The replayable action sequence of the profiled steps, or None when launches are unknown."""
     if att.method != "launch" or not windows:
         return None
@@ -176,7 +180,7 @@ def timeline(trace: Trace, att, windows: list[tuple[int, float, float]], cs: Cpu
     return tl
 
 
-def _latency(gpu, att, rts) -> float:
+def _latency(gpu: list[GpuEvent], att: Attribution, rts: list[CpuEvent]) -> float:
     """Launch-return to kernel-start delay when the queue is empty (p10 of the positive delays)."""
     ds = []
     for i, g in enumerate(gpu[:200000]):

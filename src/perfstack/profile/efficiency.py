@@ -6,9 +6,15 @@ phase (forward, backward, optimizer), compiled code (Triton kernels, compiled re
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfstack.profile import classify
+
+if TYPE_CHECKING:
+    from perfstack.profile.analyze import Analysis
+    from perfstack.profile.flops import Cost
+    from perfstack.profile.trace import GpuEvent
+    from perfstack.specs.table import GpuSpec
 
 HBM_PRACTICAL = 0.90  # specs.practical hbm_copy: a streaming kernel reaches ~90% of the HBM peak
 
@@ -17,7 +23,7 @@ def _ms(us: float) -> float:
     return round(us / 1e3, 4)
 
 
-def kernels(A, out: dict[str, Any]) -> None:
+def kernels(A: Analysis, out: dict[str, Any]) -> None:
     """Fill ``out`` with top_kernels, ops, gemms, memcpy, phases_ms and compiled, per step."""
     gpu, att, trace = A.gpu, A.att, A.trace
     n = max(1, len(A.windows))
@@ -108,7 +114,7 @@ def kernels(A, out: dict[str, Any]) -> None:
     out["compiled"] = compiled(A, triton_us, busy_us)
 
 
-def compiled(A, triton_us: float, busy_us: float) -> dict[str, Any]:
+def compiled(A: Analysis, triton_us: float, busy_us: float) -> dict[str, Any]:
     """torch.compile in the trace: compiled regions entered per step (more than one per model call
     means graph breaks), and compilation inside the profiled steps (recompiles)."""
     n = max(1, len(A.windows))
@@ -136,8 +142,11 @@ def compiled(A, triton_us: float, busy_us: float) -> dict[str, Any]:
             "compile_ms_per_step": round(compile_us / n / 1e3, 3)}
 
 
-def _gemm_row(gemms: dict, g, cat: str, cost, f, b, precision) -> None:
+def _gemm_row(gemms: dict, g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,
+              precision: str | None) -> None:
     dtype, shape = cost.dtype, cost.gemm
+    if shape is None:
+        return
     tc = classify.tensor_cores(g.name, dtype, precision)
     gemv = classify.is_gemv(shape)
     bad = bool(classify.misaligned(shape, dtype))
@@ -173,7 +182,7 @@ def _finish_gemms(gemms: dict, n: int) -> list[dict]:
 PEAK_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8"}
 
 
-def peak_for(spec, dtype: str | None, tensor_cores: bool | None) -> float | None:
+def peak_for(spec: GpuSpec | None, dtype: str | None, tensor_cores: bool | None) -> float | None:
     if spec is None or not dtype:
         return None
     if dtype == "fp32":
@@ -182,7 +191,7 @@ def peak_for(spec, dtype: str | None, tensor_cores: bool | None) -> float | None
     return spec.peak_tflops(d) if d else None
 
 
-def against_peaks(p: dict[str, Any], spec) -> None:
+def against_peaks(p: dict[str, Any], spec: GpuSpec | None) -> None:
     """Achieved figures against the SKU's peaks; ``kernel_classes`` for the HTML roofline."""
     hbm = spec.hbm_tbps * 1e3 if spec and spec.hbm_tbps else None  # GB/s
     for g in p["gemms"]:

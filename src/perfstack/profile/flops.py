@@ -8,9 +8,14 @@ output written once), the x axis of a roofline. Unknown shapes give ``None``, ne
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from perfstack.profile import classify
+
+# An op's recorded arguments: "Input Dims", "Input type" and "Concrete Inputs" as the trace holds them.
+Dims = Optional[Sequence]
+Types = Optional[Sequence]
+Concrete = Optional[Sequence]
 
 _FLASH = re.compile(r"_flash_attention|_efficient_attention|_cudnn_attention|flash_attn|_scaled_dot_product_flash|"
                     r"_scaled_dot_product_efficient|_scaled_dot_product_cudnn", re.I)
@@ -44,7 +49,7 @@ def _nbytes(shape: tuple[int, ...], dtype: str | None) -> int:
     return classify.numel(shape) * classify.itemsize(dtype)
 
 
-def _int_list(v) -> list[int] | None:
+def _int_list(v: object) -> list[int] | None:
     if isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
         return list(v)
     if isinstance(v, str):
@@ -84,7 +89,7 @@ def cost(name: str, dims: Sequence | None, types: Sequence | None, concrete: Seq
                 last_dim=big[0][-1] if big[0] else None, big_numel=classify.numel(big[0]))
 
 
-def _attention(name, dims, types, concrete, dtype) -> Cost:
+def _attention(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | None) -> Cost:
     ts = _tensors(dims, types)
     four = [s for s, _ in ts if len(s) == 4]
     if len(four) < 3:
@@ -108,21 +113,22 @@ def _attention(name, dims, types, concrete, dtype) -> Cost:
     return Cost(flops, nbytes, dtype, f"B{b} H{h} S{sq}x{sk} D{d}" + (" causal" if causal else ""))
 
 
-def _causal(concrete) -> bool:
+def _causal(concrete: Concrete) -> bool:
     """SDPA-family ops take ``dropout_p`` (a float) then ``is_causal``; the profiler records scalar
     arguments as strings in "Concrete Inputs"."""
-    for i, c in enumerate(concrete or ()):
+    args = list(concrete or ())
+    for i, c in enumerate(args):
         if isinstance(c, str) and c and ("." in c or "e" in c.lower()) and c.lower() not in ("true", "false"):
             try:
                 float(c)
             except ValueError:
                 continue
-            nxt = concrete[i + 1] if i + 1 < len(concrete) else None
+            nxt = args[i + 1] if i + 1 < len(args) else None
             return isinstance(nxt, str) and nxt.strip().lower() == "true"
     return False
 
 
-def _conv(name, dims, types, concrete, dtype) -> Cost:
+def _conv(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | None) -> Cost:
     ts = _tensors(dims, types)
     four = [s for s, _ in ts if len(s) == 4]
     size = classify.itemsize(dtype)
@@ -149,10 +155,10 @@ def _conv(name, dims, types, concrete, dtype) -> Cost:
     # aten::cudnn_convolution(input, weight, padding, stride, dilation, ...); aten::convolution,
     # _convolution and conv2d(input, weight, bias, stride, padding, dilation, ...)
     i_pad, i_stride, i_dil = (2, 3, 4) if name == "aten::cudnn_convolution" else (4, 3, 5)
-    c = list(concrete or ())
-    stride = _int_list(c[i_stride]) if len(c) > i_stride else None
-    pad = _int_list(c[i_pad]) if len(c) > i_pad else None
-    dil = _int_list(c[i_dil]) if len(c) > i_dil else None
+    args = list(concrete or ())
+    stride = _int_list(args[i_stride]) if len(args) > i_stride else None
+    pad = _int_list(args[i_pad]) if len(args) > i_pad else None
+    dil = _int_list(args[i_dil]) if len(args) > i_dil else None
     if not stride:
         return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype,
                     f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}")

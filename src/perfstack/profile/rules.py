@@ -56,11 +56,14 @@ class Context:
 PROFILE_CHECKS: dict[str, ProfileCheck] = {}
 
 
-def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str):
+CheckFn = Callable[[dict, "Context"], "PHit | None"]
+
+
+def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str) -> Callable[[CheckFn], CheckFn]:
     if layer not in LAYERS:
         raise ValueError(f"profile check {id}: unknown layer {layer}")
 
-    def register(fn):
+    def register(fn: CheckFn) -> CheckFn:
         if id in PROFILE_CHECKS:
             raise ValueError(f"profile check {id} registered twice")
         PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),

@@ -299,7 +299,11 @@ class _Builder:
         steps = sorted(t.steps, key=_TS)
         # one window per step number (a user annotation and a cpu_op copy may both exist)
         seen: set[int] = set()
-        t.steps = [s for s in steps if not (s.number in seen or seen.add(s.number))]
+        t.steps = []
+        for s in steps:
+            if s.number not in seen:
+                seen.add(s.number)
+                t.steps.append(s)
         for lst in (t.gpu, t.gpu_annotations, t.runtime, t.ops):
             lst.sort(key=_TS)
 

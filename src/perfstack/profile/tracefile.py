@@ -6,6 +6,7 @@ a last resort. ``trace.py`` turns the slices into typed records."""
 
 from __future__ import annotations
 
+import io
 import json
 import mmap
 import os
@@ -13,7 +14,7 @@ import re
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import msgspec
 from msgspec import Raw
@@ -55,6 +56,7 @@ _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
 _NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
 _MAX_CUTS = 64  # candidate cut points tried on a truncated file
+Buffer = Union[mmap.mmap, bytearray]  # a trace's text, writable (a cut document is closed in place)
 _SPARE = 16  # whitespace after the text: room to close a cut document in place
 MAX_TRACE_GIB = 2.0  # the largest trace text read, after decompression (see max_trace_bytes)
 LIMIT_ENV = "PERFSTACK_MAX_TRACE_GIB"
@@ -78,7 +80,7 @@ def _too_large(p: Path, what: str, limit: int) -> InputError:
                            f"{LIMIT_ENV}=GIB if this machine has the memory (about 1.5x the size)")
 
 
-def _open_regular(p: Path):
+def _open_regular(p: Path) -> tuple[io.FileIO, os.stat_result]:
     """The file opened for reading, refused unless it is a regular file: a FIFO would block the
     open itself and a device (/dev/zero) never ends. O_NONBLOCK lets a FIFO be opened to be refused."""
     fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -141,7 +143,7 @@ def _read(p: Path) -> tuple[Any, list[str]]:
         raise InputError(f"cannot read trace file {p}: {e.strerror or e}") from None
 
 
-def _alloc(n: int):
+def _alloc(n: int) -> Buffer:
     """n writable bytes: private anonymous memory, faulted in at once where the OS offers that."""
     try:
         if hasattr(mmap, "MAP_PRIVATE"):
@@ -151,7 +153,7 @@ def _alloc(n: int):
         return bytearray(n)
 
 
-def _inflate(f, state: dict[str, Any]):
+def _inflate(f: io.FileIO, state: dict[str, Any]) -> Iterator[bytes]:
     """The decompressed chunks of a gzip file (at most 4 MiB each: zlib's output buffer for a
     chunk grows to several times its size, so small chunks keep a bomb's count cheap); concatenated members are read
     in turn, bytes after the last member are ignored; ``state["problem"]`` says why the stream
@@ -184,7 +186,7 @@ def _inflate(f, state: dict[str, Any]):
         state["problem"] = "truncated"
 
 
-def _gunzip(p: Path, f, warnings: list[str], limit: int):
+def _gunzip(p: Path, f: io.FileIO, warnings: list[str], limit: int) -> Buffer:
     """Decompress in two passes: the first only counts, so a decompression bomb is refused with
     almost no memory; the second fills a buffer of exactly the counted size (never the compressed
     file and the whole text at once, never a growing copy). A cut or corrupt stream keeps what
@@ -217,7 +219,7 @@ def _gunzip(p: Path, f, warnings: list[str], limit: int):
 
 # --- the document -------------------------------------------------------------------------------
 
-def _generic(raw) -> Any:
+def _generic(raw: Any) -> Any:
     """A JSON value decoded to Python objects; what msgspec refuses (a number beyond a double, invalid
     UTF-8) is read by the standard library instead; _BAD when neither can."""
     try:
@@ -230,7 +232,7 @@ def _generic(raw) -> Any:
         return _BAD
 
 
-def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, Any]:
+def _decode(p: Path, buf: Buffer, first: int, warnings: list[str]) -> tuple[dict, Any]:
     """(the metadata that is used, the events: a list of raw slices of buf or, on the stdlib path,
     an iterator of objects)."""
     patches = 0
@@ -279,7 +281,7 @@ def _decode(p: Path, buf, first: int, warnings: list[str]) -> tuple[dict, Any]:
     return head, top.traceEvents
 
 
-def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
+def _nonfinite(buf: Buffer, pos: int, patch: bool) -> bool:
     """Is a NaN / Infinity / -Infinity token at pos (where msgspec stopped)? With patch, overwrite it
     in place with ``[]`` and spaces: a value that is neither a number nor a string, so the event
     (or argument) holding it is judged unusable the way a NaN is."""
@@ -296,7 +298,7 @@ def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
     return True
 
 
-def _not_a_trace(p: Path, buf) -> None:
+def _not_a_trace(p: Path, buf: Buffer) -> None:
     try:
         keys = list(_KEYS.decode(buf))
     except _ERRORS:
@@ -305,7 +307,7 @@ def _not_a_trace(p: Path, buf) -> None:
     raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT) from None
 
 
-def _where(buf, msg: str, pos: int | None) -> str:
+def _where(buf: Buffer, msg: str, pos: int | None) -> str:
     what = msg.split(": ", 1)[-1]
     what = _BYTE.sub("", what).strip()
     if pos is None:
@@ -317,7 +319,8 @@ def _where(buf, msg: str, pos: int | None) -> str:
     return f"line {line}: {what}"
 
 
-def _salvage(p: Path, buf, first: int, msg: str, pos: int | None, warnings: list[str]):
+def _salvage(p: Path, buf: Buffer, first: int, msg: str, pos: int | None,
+             warnings: list[str]) -> tuple[dict, Any] | None:
     """A document cut short or broken at pos: decode it up to the last whole event before the
     problem, closing the event list there (in place). None when that does not work out."""
     where = _where(buf, msg, pos)
@@ -371,7 +374,7 @@ def _salvage(p: Path, buf, first: int, msg: str, pos: int | None, warnings: list
     return None
 
 
-def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, Any]:
+def _stdlib(p: Path, buf: Buffer, warnings: list[str]) -> tuple[dict, Any]:
     """The slow way, for what msgspec will not read (NaN tokens everywhere, invalid UTF-8 outside
     the events): the standard library's decoder, one event at a time, up to the first event that
     does not parse. The events come as an iterator, built into records as they are read."""
@@ -389,7 +392,7 @@ def _stdlib(p: Path, buf, warnings: list[str]) -> tuple[dict, Any]:
                 raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
             except ValueError as e:
                 line = getattr(e, "lineno", None)
-                raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {e.msg})" if line else ""),
+                raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {getattr(e, 'msg', e)})" if line else ""),
                                  hint=HINT) from None
             nsys = isinstance(doc, dict) and any(str(k).lower().startswith(("nsys", "cupti", "target")) for k in doc)
             raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT)
@@ -432,7 +435,7 @@ def _next_event(text: str, i: int, dec: json.JSONDecoder = _DECODER) -> tuple[An
         return f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}", -1
 
 
-def _stdlib_events(p: Path, text: str, first: tuple, warnings: list[str]):
+def _stdlib_events(p: Path, text: str, first: tuple, warnings: list[str]) -> Iterator[Any]:
     obj, i = first
     n = 0
     while i >= 0:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
+
+if TYPE_CHECKING:
+    from perfstack.profile.analyze import Analysis
+    from perfstack.specs.table import GpuSpec
 
 HBM_PRACTICAL = 0.90  # a streaming kernel reaches ~90% of the HBM peak (specs.practical hbm_copy)
 MIN_KERNEL_US = 2.5  # the shortest a fused kernel runs on an H100 (launch to completion of a tiny kernel)
@@ -44,7 +48,7 @@ class Waste:
         return sum(gpu[i].dur - d for i, d in self.new_dur.items())
 
 
-def detect(A, spec) -> list[Waste]:
+def detect(A: Analysis, spec: GpuSpec | None) -> list[Waste]:
     out = []
     for fn in (fusion, vocab_loss, attention, fp32_conv, fp32_matmul, gemm_misaligned, pageable_memcpy, optimizer):
         w = fn(A, spec)
@@ -53,15 +57,15 @@ def detect(A, spec) -> list[Waste]:
     return out
 
 
-def _hbm_gbps(spec) -> float | None:
+def _hbm_gbps(spec: GpuSpec | None) -> float | None:
     return spec.hbm_tbps * 1e3 * HBM_PRACTICAL if spec and spec.hbm_tbps else None
 
 
-def _stream_runs(A, member) -> list[list[int]]:
+def _stream_runs(A: Analysis, member: Callable[[int], bool]) -> list[list[int]]:
     """Maximal runs of consecutive events on one stream, in one step and phase, for which ``member``
     holds."""
     gpu, att = A.gpu, A.att
-    last: dict[int, list[int]] = {}
+    last: dict[int, list[int] | None] = {}
     runs: list[list[int]] = []
     for i, g in enumerate(gpu):
         if att.step[i] < 0:
@@ -78,7 +82,7 @@ def _stream_runs(A, member) -> list[list[int]]:
     return runs
 
 
-def fusion(A, spec) -> Waste | None:
+def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Chains of eager element-wise/copy kernels: a fused kernel reads the chain's largest tensor
     once and writes it once; everything in between stays in registers."""
     bw = _hbm_gbps(spec)
@@ -114,7 +118,7 @@ def fusion(A, spec) -> Waste | None:
         scale: dict[int, float] = {}
         for members in groups.values():
             eager_g = sum(gpu[i].dur for i in members)
-            big = max(A.cost(att.op[i]).big for i in members)
+            big = max(A.known_cost(att.op[i]).big or 0.0 for i in members)
             fused_g = min(eager_g, max(2 * big / (bw * 1e3), MIN_KERNEL_US))
             fused += fused_g
             for i in members:
@@ -138,7 +142,7 @@ def fusion(A, spec) -> Waste | None:
     return w
 
 
-def vocab_loss(A, spec) -> Waste | None:
+def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """The loss over a large vocabulary in fp32: logits upcast, log-softmax and its gradient each
     stream the N×V logits through HBM; a fused (or chunked) loss reads them once and writes the
     gradient once, in 16-bit."""
@@ -161,7 +165,7 @@ def vocab_loss(A, spec) -> Waste | None:
             vocab = c.last_dim
             rows = int(c.big / classify.itemsize(c.dtype) / c.last_dim)
             fp32 = fp32 or c.dtype == "fp32"
-    members = [i for i in members if A.cost(att.op[i]).last_dim == vocab]
+    members = [i for i in members if A.known_cost(att.op[i]).last_dim == vocab]
     if not vocab or not members:
         return None
     n = max(1, len(A.windows))
@@ -183,11 +187,11 @@ def vocab_loss(A, spec) -> Waste | None:
     return w
 
 
-def _scores_like(shape) -> bool:
+def _scores_like(shape: Sequence[int] | None) -> bool:
     return shape is not None and len(shape) >= 3 and shape[-1] == shape[-2] and shape[-1] >= 128
 
 
-def attention(A, spec) -> Waste | None:
+def attention(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Attention computed as matmul → mask → softmax → matmul (by hand, or SDPA's math path): it
     writes and reads the S×S score matrix several times; a flash kernel never materializes it."""
     peak = spec.peak_tflops("bf16") if spec else None
@@ -211,7 +215,7 @@ def attention(A, spec) -> Waste | None:
             if (m == nn and m >= 128 and k <= 256 and b > 1) or (k >= 128 and k == m and nn <= 256 and b > 1) or \
                     (k >= 128 and k == nn and m <= 256 and b > 1):
                 hit = True
-                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, _op_time(A, o)))
+                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
         elif not hit and op.dims:
             hit = any(_scores_like(classify.dims(d)) for d in op.dims)
             masked = masked or (hit and op.name in ("aten::masked_fill", "aten::masked_fill_", "aten::where",
@@ -236,18 +240,9 @@ def attention(A, spec) -> Waste | None:
     return w
 
 
-def _op_time(A, o: int) -> float:
-    cache = A.__dict__.setdefault("_op_time", None)
-    if cache is None:
-        cache = defaultdict(float)
-        for i, g in enumerate(A.gpu):  # FLOPs belong to an op's compute kernels, not its helpers
-            if A.att.op[i] >= 0 and A.att.category[i] in classify.COMPUTE:
-                cache[A.att.op[i]] += g.dur
-        A._op_time = cache
-    return cache[o]
 
 
-def fp32_conv(A, spec) -> Waste | None:
+def fp32_conv(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Convolutions in fp32 (TF32 or not): bf16 autocast with channels_last runs them on the
     Tensor Cores at the 16-bit rate and halves the bytes of the element-wise work around them."""
     peak = spec.peak_tflops("bf16") if spec else None
@@ -268,7 +263,7 @@ def fp32_conv(A, spec) -> Waste | None:
                 conv.append(i)
                 conv_t += g.dur
                 if c.flops:
-                    flops_total += c.flops * g.dur / max(1e-9, _op_time(A, o))
+                    flops_total += c.flops * g.dur / max(1e-9, A.op_time(o))
         elif att.category[i] == "elementwise" and c and c.dtype == "fp32" and att.phase[i] != "optimizer":
             elem.append(i)
     if not conv or not flops_total:
@@ -292,7 +287,7 @@ def fp32_conv(A, spec) -> Waste | None:
     return w
 
 
-def fp32_matmul(A, spec) -> Waste | None:
+def fp32_matmul(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """FP32 GEMMs on the CUDA cores: TF32 runs them on the Tensor Cores."""
     gpu, att = A.gpu, A.att
     precision = A.trace.meta.get("float32_matmul_precision")
@@ -308,7 +303,7 @@ def fp32_matmul(A, spec) -> Waste | None:
     if not idx:
         return None
     tf32, fp32 = (spec.peak_tflops("tf32"), spec.peak_tflops("fp32")) if spec else (None, None)
-    if tf32 and fp32:
+    if spec and tf32 and fp32:
         speedup, src = (tf32 * TF32_PRACTICAL) / (fp32 * FP32_PRACTICAL), \
             f"{spec.name}: TF32 {tf32:g} vs FP32 {fp32:g} TFLOP/s dense, practical 72%/77%"
     else:
@@ -316,13 +311,13 @@ def fp32_matmul(A, spec) -> Waste | None:
     w = Waste("fp32-matmul", {i: gpu[i].dur / speedup for i in idx})
     n = max(1, len(A.windows))
     t = sum(gpu[i].dur for i in idx)
-    fl = sum((A.cost(att.op[i]).flops or 0) * gpu[i].dur / max(1e-9, _op_time(A, att.op[i])) for i in idx)
+    fl = sum((A.known_cost(att.op[i]).flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i])) for i in idx)
     w.evidence = {"kernels_per_step": round(len(idx) / n, 1), "time_ms": round(t / n / 1e3, 3),
                   "tflops": round(fl / (t * 1e-6) / 1e12, 1) if t else None, "speedup": round(speedup, 1), "source": src}
     return w
 
 
-def gemm_misaligned(A, spec) -> Waste | None:
+def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """GEMMs whose M, N or K breaks the Tensor-Core alignment (GEMVs excluded: memory-bound anyway),
     brought to the throughput aligned GEMMs of the same dtype reach in this trace (else 80% of peak)."""
     gpu, att = A.gpu, A.att
@@ -334,7 +329,7 @@ def gemm_misaligned(A, spec) -> Waste | None:
         c = A.cost(att.op[i])
         if not c or not c.gemm or not c.flops:
             continue
-        share = c.flops * g.dur / max(1e-9, _op_time(A, att.op[i]))
+        share = c.flops * g.dur / max(1e-9, A.op_time(att.op[i]))
         if classify.misaligned(c.gemm, c.dtype):
             bad[c.dtype or "?"].append(i)
         elif share >= 1e9 and not classify.is_gemv(c.gemm):
@@ -356,8 +351,8 @@ def gemm_misaligned(A, spec) -> Waste | None:
         t = fl = 0.0
         shapes: dict[str, int] = defaultdict(int)
         for i in idx:
-            c = A.cost(att.op[i])
-            f = c.flops * gpu[i].dur / max(1e-9, _op_time(A, att.op[i]))
+            c = A.known_cost(att.op[i])
+            f = (c.flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i]))
             w.new_dur[i] = min(gpu[i].dur, f / rate)
             t += gpu[i].dur
             fl += f
@@ -369,7 +364,7 @@ def gemm_misaligned(A, spec) -> Waste | None:
     return w
 
 
-def pageable_memcpy(A, spec) -> Waste | None:
+def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Host↔device copies from pageable memory: pinned memory runs them at the PCIe rate."""
     gpu, att = A.gpu, A.att
     pinned_rates = [g.bytes / g.dur for i, g in enumerate(gpu) if g.kind == "memcpy" and att.step[i] >= 0 and g.bytes
@@ -399,7 +394,7 @@ def pageable_memcpy(A, spec) -> Waste | None:
     return w
 
 
-def optimizer(A, spec) -> Waste | None:
+def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """An optimizer step that is not fused: foreach (one kernel per op per tensor group) or a
     per-parameter loop. A fused Adam(W) reads and writes parameter, moments and gradient once."""
     bw = _hbm_gbps(spec)
@@ -414,8 +409,9 @@ def optimizer(A, spec) -> Waste | None:
         return None
     params = 0
     for o in sorted(opt_ops):
-        if ops[o].name.startswith("aten::_foreach_") and ops[o].dims:
-            shapes = ops[o].dims[0]
+        dims = ops[o].dims
+        if ops[o].name.startswith("aten::_foreach_") and dims:
+            shapes = dims[0]
             if isinstance(shapes, list):
                 params = sum(classify.numel(s) for s in shapes if classify.dims(s)) or params
                 if params:
