@@ -7,7 +7,7 @@ import re
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes, size
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import sh
 from perfstack.units import GiB, MiB
 
@@ -61,6 +61,7 @@ def shm_size(f: Facts) -> Hits:
     total = f.value("mem.total_bytes")
     inside = bool(f.value("container.in_container"))
     evidence = f"/dev/shm is {size(shm)}" + (f" on a host with {size(total)} RAM" if total else "")
+    severity: SeverityName
     if shm <= 64 * MiB:
         severity = "critical"
     elif (shm < 4 * GiB and shm < total / 4) if total else shm < GiB:

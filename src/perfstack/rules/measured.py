@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perfstack.model import Facts, NotApplicable
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 
 MEASURED = ("h2d-bandwidth-low", "gemm-throughput-low", "hbm-bandwidth-low", "collective-bandwidth-low")
 NO_BENCH = "no benchmark results (run 'perfstack doctor --bench quick' or 'perfstack bench')"
@@ -28,7 +28,7 @@ def _pct(r: dict) -> str:
     return f"{r['fraction']:.0%} of {r['peak']:,.0f} {r['unit']}" if r.get("fraction") is not None else "no reference peak"
 
 
-def _low(r: dict) -> str | None:
+def _low(r: dict) -> SeverityName | None:
     """'warning' below ~70% of the practical ceiling, 'critical' below 35%; None when fine."""
     if r.get("fraction") is None:
         return None
@@ -117,7 +117,7 @@ def collective_bandwidth_low(f: Facts) -> Hits:
     r = result(f, "collective.all_reduce.best")
     if r.get("fraction") is None:
         return
-    sev = "critical" if r["fraction"] < 0.2 else "warning" if r["fraction"] < 0.5 else None
+    sev: SeverityName | None = "critical" if r["fraction"] < 0.2 else "warning" if r["fraction"] < 0.5 else None
     if sev:
         env = f.value("env") or {}
         knobs = [f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_") and k.endswith(("DISABLE", "LEVEL"))]

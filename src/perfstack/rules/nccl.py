@@ -8,7 +8,7 @@ import re
 from typing import Any, NamedTuple
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.runtime import cuda_torch, env_of, gpus, require_gpu, version_tuple
 from perfstack.sources import BOOK
 
@@ -66,8 +66,10 @@ def nccl_p2p_disabled(f: Facts) -> Hits:
         v = s.get(name)
         return v if v is not None and (as_int(v.value) or 0) != 0 else None
 
-    for name, what, sev in (("NCCL_P2P_DISABLE", "GPU-to-GPU P2P (NVLink/PCIe) is off", "critical"),
-                            ("NCCL_SHM_DISABLE", "shared-memory transport is off", "warning")):
+    transports: tuple[tuple[str, str, SeverityName], ...] = (
+        ("NCCL_P2P_DISABLE", "GPU-to-GPU P2P (NVLink/PCIe) is off", "critical"),
+        ("NCCL_SHM_DISABLE", "shared-memory transport is off", "warning"))
+    for name, what, sev in transports:
         v = off(name)
         if v:
             yield Hit(f"{v.show(name)}: {what}" + ("" if multi else "; no effect with one GPU"),
@@ -76,16 +78,16 @@ def nccl_p2p_disabled(f: Facts) -> Hits:
     if level and level.value.strip().upper() in ("LOC", "0"):
         yield Hit(f"{level.show('NCCL_P2P_LEVEL')}: P2P is never used" + ("" if multi else "; no effect with one GPU"),
                   severity="critical" if multi else "info", subject="NCCL_P2P_LEVEL", fix=level.undo("NCCL_P2P_LEVEL"))
-    sev = {True: "critical", False: "info", None: "warning"}[rdma]
+    ib_sev: SeverityName = "critical" if rdma is True else "info" if rdma is False else "warning"
     note = {True: "an RDMA port is active, so inter-node traffic falls back to TCP sockets",
             False: "no active RDMA port here, so no effect on this host", None: "RDMA ports unknown"}[rdma]
     v = off("NCCL_IB_DISABLE")
     if v:
-        yield Hit(f"{v.show('NCCL_IB_DISABLE')}: {note}", severity=sev, subject="NCCL_IB_DISABLE",
+        yield Hit(f"{v.show('NCCL_IB_DISABLE')}: {note}", severity=ib_sev, subject="NCCL_IB_DISABLE",
                   fix=v.undo("NCCL_IB_DISABLE"))
     net = s.get("NCCL_NET")
     if net and net.value.strip().lower() == "socket" and rdma is not False:
-        yield Hit(f"{net.show('NCCL_NET')}: {note}", severity=sev, subject="NCCL_NET", fix=net.undo("NCCL_NET"))
+        yield Hit(f"{net.show('NCCL_NET')}: {note}", severity=ib_sev, subject="NCCL_NET", fix=net.undo("NCCL_NET"))
 
 
 @check("nccl-debug-env", "mathlib-nccl", "info", "NCCL debug logging on",

@@ -8,7 +8,7 @@ from typing import Any
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import cpu_nodes, gpu_list
 from perfstack.rules.driver import busy, label
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.sources import BOOK
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3).
@@ -164,7 +164,7 @@ def pcie_aer_errors(f: Facts) -> Hits:
             per[e["bus_id"]][e["severity"]] += e["count"]
     for bus, sev in sorted(per.items()):
         text = ", ".join(f"{n} {s.replace('-', ' ')}" for s, n in sorted(sev.items()))
-        worst = (None if any(s.startswith("uncorrected") for s in sev)
+        worst: SeverityName | None = (None if any(s.startswith("uncorrected") for s in sev)
                  else "warning" if sev.get("corrected", 0) >= 10 else "info")
         yield Hit(f"{bus} ({buses[bus]}): PCIe AER errors in the kernel log: {text}", severity=worst,
                   subject=buses[bus])

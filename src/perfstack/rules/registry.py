@@ -14,17 +14,20 @@ layer, title and docs, and cites the sources of the facts the rule read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 from perfstack.model import LAYERS, Facts, Severity
 from perfstack.rules.shell import Commands
+
+
+SeverityName = Literal["critical", "warning", "info"]  # Severity's values, as a rule writes them
 
 
 @dataclass
 class Hit:
     evidence: str  # what was observed, with values
     fix: str | None = None  # specific fix; defaults to the check's
-    severity: str | None = None  # overrides the check's default severity
+    severity: SeverityName | None = None  # overrides the check's default severity
     # Idempotent fixes for --fix-script, built with rules.shell.sh from any value read from outside.
     commands: Commands = field(default_factory=list)
     subject: str = ""
@@ -55,7 +58,7 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(id: str, layer: str, severity: str, title: str, *, doc: str, why: str, fix: str,
+def check(id: str, layer: str, severity: SeverityName, title: str, *, doc: str, why: str, fix: str,
           refs: str = "") -> Callable[[Rule], Rule]:
     if layer not in LAYERS:
         raise ValueError(f"check {id}: unknown layer {layer}")

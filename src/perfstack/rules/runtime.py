@@ -12,7 +12,7 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import gpu_list
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.sources import BOOK
 
 EPHEMERAL = ("/tmp/", "/dev/shm/", "/run/", "/var/tmp/")
@@ -267,7 +267,7 @@ def inductor_cache(f: Facts) -> Hits:
                   "container, lost when it is replaced", severity="info")
 
 
-DEBUG_VARS: dict[str, tuple[str, str]] = {  # name -> (severity, what it costs)
+DEBUG_VARS: dict[str, tuple[SeverityName, str]] = {  # name -> (severity, what it costs)
     "CUDA_LAUNCH_BLOCKING": ("warning", "every kernel launch waits for the kernel to finish: no CPU/GPU overlap"),
     "TORCH_CUDA_SANITIZER": ("warning", "the CUDA stream sanitizer checks every kernel launch for races"),
     "TORCH_COMPILE_DEBUG": ("info", "torch.compile writes debug traces of every graph to disk"),

@@ -6,7 +6,7 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.container import SYSTEM_MOUNT, gpu_count
-from perfstack.rules.registry import Hit, Hits, check
+from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import Under, sh, write
 from perfstack.sources import BOOK
 
@@ -47,6 +47,7 @@ def io_scheduler(f: Facts) -> Hits:
         nvme = d.get("kind") == "nvme"
         if sched is None or not (nvme or d.get("rotational") is False):
             continue
+        severity: SeverityName
         if sched in ("bfq", "cfq"):
             severity = "warning" if nvme else "info"
         elif sched == "mq-deadline" and nvme:
