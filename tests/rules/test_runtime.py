@@ -4,11 +4,11 @@ from hypothesis import strategies as st
 
 from perfstack.host import Unavailable
 from perfstack.rules import CHECKS, load, run_check
+from perfstack.rules.common import version_tuple
 from perfstack.rules.runtime import (
     arch_list_entries,
     coverage,
     parse_arch,
-    version_tuple,
 )
 
 load()

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from perfstack.model import Facts, NotApplicable
+from perfstack.rules.common import env_of, is_true, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, check
-from perfstack.rules.runtime import env_of, is_true, require_gpu, version_tuple
+
 
 # Every key some torch release accepts (torch 2.1 .. 2.11). A key newer than the installed torch
 # still fails there; torch's own complaint (python.errors['cuda_init']) catches that case.

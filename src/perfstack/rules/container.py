@@ -6,22 +6,12 @@ import re
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
-from perfstack.rules.common import cpu_nodes, size
+from perfstack.rules.common import SYSTEM_MOUNT, cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import sh
 from perfstack.units import GiB, MiB
 
 LAYER = "container-orch"
-# Mount points that never hold data: /boot, and where a container runtime puts its own bind mounts
-# (driver libraries under /usr, /etc/hosts, /dev/shm, service-account secrets under /run).
-SYSTEM_MOUNT = re.compile(r"^/(boot|etc|usr|lib|lib64|bin|sbin|dev|proc|sys|run|var/run|var/lib/kubelet)(/|$)")
-
-
-def gpu_count(f: Facts) -> int:
-    """How many GPUs the driver sees; NotApplicable when there is no driver to ask."""
-    if f.value("gpu.count") is None and "gpu.count" in f:
-        raise NotApplicable(f"no NVIDIA driver/GPU found: {f['gpu.count'].reason}")
-    return int(f.need("gpu.count"))
 
 
 def _in_container(f: Facts) -> bool:

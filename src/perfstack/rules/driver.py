@@ -10,11 +10,10 @@ import re
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.common import gpu_list
+from perfstack.rules.common import busy, gpu_list, label
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import sh
 
-BUSY_PCT = 10  # utilization above this counts as "under load" [thr]
 RESET = "drain the GPU, then reset it (nvidia-smi -r -i N) or reboot"
 
 
@@ -26,16 +25,8 @@ def reporting(gpus: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
     return known
 
 
-def label(g: dict[str, Any]) -> str:
-    return f"GPU {g.get('index')} ({g.get('name') or g.get('pci_bus_id') or 'unknown'})"
-
-
 def watts(w: float | None) -> str:
     return "? W" if w is None else f"{w:.0f} W"
-
-
-def busy(g: dict[str, Any]) -> bool:
-    return (g.get("utilization_gpu") or 0) > BUSY_PCT
 
 
 @check("nvidia-modules", "driver", "critical", "NVIDIA kernel modules not loaded",

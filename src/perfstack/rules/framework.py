@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from perfstack.model import Facts, NotApplicable
-from perfstack.rules.common import gpu_list
+from perfstack.rules.common import gpu_list, gpus, version_tuple
 from perfstack.rules.registry import Hit, Hits, check
-from perfstack.rules.runtime import gpus, version_tuple
+
 
 
 @check("torch-missing", "framework", "info", "torch is not importable",

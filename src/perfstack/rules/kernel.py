@@ -7,14 +7,13 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
-from perfstack.rules.common import cpu_nodes, size
+from perfstack.rules.common import cpu_nodes, size, sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command, sh
 from perfstack.sources import BOOK
 from perfstack.units import GiB as GIB
 from perfstack.units import KiB as KIB
 
-SYSCTL_FILE = "/etc/sysctl.d/99-perfstack.conf"
 MEMLOCK_CRITICAL = 64 * KIB  # the common distribution default; far too small for RDMA registration
 NOFILE_LOW = 1024  # the soft default of most distributions
 CSTATE_MAX_LATENCY_US = 20  # [thr] C1/C1E wake in ~1-10 µs; C6-class states take ~100 µs or more
@@ -23,16 +22,6 @@ DIRTY_LIMIT_MIN = 8 * GIB  # [thr] below this a multi-GB checkpoint write blocks
 PSI_LIMITS = {"memory": 10.0, "cpu": 20.0}  # [thr] percent of the last minute some task stalled
 HMM_KERNELS = ((6, 1, 24), (6, 2, 11), (6, 3, 0))  # the first releases of each series with CUDA HMM
 ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
-
-
-def sysctl_commands(name: str, value: object, line: str | None = None) -> list[Command]:
-    """Set now and persist; both steps are idempotent (the persist step replaces its own line).
-    ``line`` is the persisted form when it differs from name=value (lists of numbers)."""
-    return [
-        sh("sysctl", "-w", f"{name}={value}"),
-        sh("touch", SYSCTL_FILE).then(sh("sed", "-i", f"/^{name}[ =]/d", SYSCTL_FILE))
-        .then(sh("echo", line or f"{name}={value}", into=SYSCTL_FILE, append=True)),
-    ]
 
 
 def limits_file_commands(item: str, value: object) -> list[Command]:

@@ -8,8 +8,8 @@ import re
 from typing import Any, NamedTuple
 
 from perfstack.model import Facts, NotApplicable, NotChecked
+from perfstack.rules.common import cuda_torch, env_of, gpus, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.rules.runtime import cuda_torch, env_of, gpus, require_gpu, version_tuple
 from perfstack.sources import BOOK
 
 

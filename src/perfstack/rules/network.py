@@ -6,8 +6,7 @@ import re
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.container import gpu_count
-from perfstack.rules.kernel import sysctl_commands
+from perfstack.rules.common import gpu_count, sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command
 from perfstack.sources import BOOK

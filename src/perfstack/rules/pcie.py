@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.common import cpu_nodes, gpu_list
-from perfstack.rules.driver import busy, label
+from perfstack.rules.common import busy, cpu_nodes, gpu_list, label
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.sources import BOOK
 

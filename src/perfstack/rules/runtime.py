@@ -1,80 +1,20 @@
 """Compiler / runtime checks: torch's CUDA build against the driver and the GPU, JIT and compile
 caches, and runtime environment variables left over from debugging.
 
-The helpers at the top are shared by the other Python-stack layers (nccl, allocator, framework).
+The helpers the Python-stack layers share (versions, the environment, the GPUs torch can use) are in
+rules/common.py.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.common import gpu_list
+from perfstack.rules.common import cuda_torch, env_of, gpus, is_true, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.sources import BOOK
 
 EPHEMERAL = ("/tmp/", "/dev/shm/", "/run/", "/var/tmp/")
-
-
-# -- shared helpers ---------------------------------------------------------------------------
-def version_tuple(text: str) -> tuple[int, ...]:
-    """'13.0' -> (13, 0); '2.11.0+cu130' -> (2, 11, 0); '2.21.5.post1' -> (2, 21, 5)."""
-    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
-    if not m:
-        raise ValueError(f"no version number in {text!r:.40}")
-    return tuple(int(p) for p in m.group(1).split("."))
-
-
-def require_gpu(f: Facts) -> None:
-    """NotApplicable when the driver says there is no GPU. When it could not be asked, checks of
-    environment settings still run: a wrong setting is wrong whatever the driver says."""
-    if f.value("gpu.count") == 0:
-        raise NotApplicable("no NVIDIA GPU")
-
-
-def env_of(f: Facts) -> dict[str, str]:
-    return f.need("env")
-
-
-def is_true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    cc: tuple[int, int]
-
-
-def parse_cc(text: Any) -> tuple[int, int] | None:
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(text)) if text is not None else None
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def gpus(f: Facts) -> list[Gpu]:
-    """Every GPU whose compute capability is known: from gpu.list (NVML / nvidia-smi), else from
-    what torch saw. NotApplicable without a GPU, NotChecked when no capability is known."""
-    require_gpu(f)
-    out = [Gpu(g.get("index", i), g.get("name") or f"GPU {i}", cc)
-           for i, g in enumerate(f.value("gpu.list") or []) if (cc := parse_cc(g.get("compute_capability")))]
-    if not out:
-        out = [Gpu(i, f"cuda:{i}", cc) for i, c in enumerate(f.value("python.device_capabilities") or [])
-               if (cc := parse_cc(c))]
-    if not out:
-        gpu_list(f)  # no driver answer at all: not applicable, in the driver's words
-        raise NotChecked("no GPU compute capability known (gpu.list and python.device_capabilities lack it)")
-    return out
-
-
-def cuda_torch(f: Facts) -> str:
-    """torch's CUDA version; NotApplicable for a CPU-only torch (torch-cpu-build reports that)."""
-    v = f.need("python.torch_cuda")
-    if v is None:
-        raise NotApplicable(f"torch {f.value('python.torch', '')} is a CPU-only build")
-    return v
 
 
 # -- architecture coverage ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable
-from perfstack.rules.container import SYSTEM_MOUNT, gpu_count
+from perfstack.rules.common import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import Under, sh, write
 from perfstack.sources import BOOK
