@@ -7,7 +7,8 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from perfstack.cli.report import check_output, emit, load_run, output_format, text_file
+from perfstack.cli.output import write_document
+from perfstack.cli.report import check_output, load_run, output_format, text_file
 from perfstack.compare import diff_runs
 from perfstack.compare.stats import ALPHA
 from perfstack.errors import UsageError
@@ -46,13 +47,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return diff_fleet_runs(before, after, args, fmt, out, err)
     d = diff_runs(before, after, args.before, args.after, alpha=args.alpha)
     if fmt == "json":
-        emit(d.to_json(), args.output, out, err, "the diff")
+        write_document(d.to_json(), args.output, out, err, "the diff")
     elif fmt == "md":
-        emit(markdown.render_diff(d), args.output, out, err, "the Markdown diff")
+        write_document(markdown.render_diff(d), args.output, out, err, "the Markdown diff")
     elif fmt == "html":
-        emit(html.render_diff(d), args.output, out, err, "the HTML diff")
+        write_document(html.render_diff(d), args.output, out, err, "the HTML diff")
     elif args.output:
-        emit(text_file(lambda c: render_diff(d, c, args.verbose > 0), 140), args.output, out, err, "the diff")
+        write_document(text_file(lambda c: render_diff(d, c, args.verbose > 0), 140), args.output, out, err, "the diff")
     else:
         render_diff(d, out, args.verbose > 0)
     if not d.hardware.get("same", True):

@@ -65,5 +65,5 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
         if result.measurements:
             render_measurements(result, out, verbose=args.verbose > 0)
-    output.emit(result, args, out, err, render, extra)
+    output.emit_run(result, args, out, err, render, extra)
     return exit_code(result, args.fail_on)

@@ -166,7 +166,7 @@ def build_run(args: argparse.Namespace) -> Run:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     output.check_paths(args.output, args.html)
     result = build_run(args)
-    output.emit(result, args, out, err, lambda: render_estimate(result, out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_estimate(result, out, verbose=args.verbose > 0))
     return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from perfstack import outfile
+from perfstack.cli import output
 from perfstack.audit import FAIL_ON
 from perfstack.bench import SUITES
 from perfstack.errors import UsageError
@@ -79,19 +80,13 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--timeout {args.timeout:g}: give a positive number of seconds")
 
 
-def emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: Console, err: Console) -> int:
+def _emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: Console, err: Console) -> int:
+    """The fleet Run out as every command's Run goes (output.emit_run), with the fleet's own views; the
+    exit code by the worst flagged node."""
+    from perfstack.report.fleet_html import render_fleet_html
     from perfstack.report.fleet_text import render_fleet
-    if args.output:
-        outfile.write(args.output, result.to_json() + "\n")
-        err.print(f"saved the fleet Run to {args.output}", markup=False)
-    if args.html:
-        from perfstack.report.fleet_html import render_fleet_html
-        outfile.write(args.html, render_fleet_html(analysis, result.meta))
-        err.print(f"wrote the HTML report to {args.html}", markup=False)
-    if args.json:
-        out.out(result.to_json(), highlight=False)
-    else:
-        render_fleet(analysis, result.meta, out, verbose=args.verbose > 0)
+    output.emit_run(result, args, out, err, lambda: render_fleet(analysis, result.meta, out, verbose=args.verbose > 0),
+                    html=lambda: render_fleet_html(analysis, result.meta))
     worst = analysis.worst()
     if args.fail_on == "never" or worst is None:
         return 0
@@ -105,14 +100,14 @@ def run_report(args: argparse.Namespace, out: Console, err: Console) -> int:
     saved = _saved_fleet_run(args.paths)
     if saved is not None:  # re-render a saved fleet Run, as 'perfstack report' does for the others
         from perfstack.fleet.output import analysis_of
-        return emit(saved, analysis_of(saved, args.paths[0]), args, out, err)
+        return _emit(saved, analysis_of(saved, args.paths[0]), args, out, err)
     paths = entries(args.paths)
     show = err.is_terminal and not args.quiet
     with err.status(f"reading {len(paths)} Runs and bundles…") if show else _null():
         nodes = gather(paths)
     analysis = analyze(nodes)
     source = "Runs in " + ", ".join(str(p) for p in args.paths)
-    return emit(fleet_run(analysis, "report", source, time.perf_counter() - t0), analysis, args, out, err)
+    return _emit(fleet_run(analysis, "report", source, time.perf_counter() - t0), analysis, args, out, err)
 
 
 def _saved_fleet_run(paths: list[str]) -> Run | None:
@@ -168,7 +163,7 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
                            for r in results]}
     result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
                        {"fanout": fanout})
-    return emit(result, analysis, args, out, err)
+    return _emit(result, analysis, args, out, err)
 
 
 def run_doctor(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -181,18 +176,18 @@ def run_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def report_fleet_run(run: Run, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
     """'perfstack report FLEET.json': the fleet's own views (text or HTML)."""
-    from perfstack.cli.report import emit as emit_doc
+    from perfstack.cli.output import write_document
     from perfstack.cli.report import text_file
     from perfstack.fleet.output import analysis_of
     from perfstack.report.fleet_text import render_fleet
     a = analysis_of(run, args.run_file)
     if fmt == "html":
         from perfstack.report.fleet_html import render_fleet_html
-        emit_doc(render_fleet_html(a, run.meta), args.output, out, err, "the HTML report")
+        write_document(render_fleet_html(a, run.meta), args.output, out, err, "the HTML report")
     elif fmt == "md":
         raise UsageError("a fleet Run has no Markdown view", hint="use -f text, -f html or -f json")
     elif args.output:
-        emit_doc(text_file(lambda c: render_fleet(a, run.meta, c, args.verbose > 0), 140), args.output, out, err,
+        write_document(text_file(lambda c: render_fleet(a, run.meta, c, args.verbose > 0), 140), args.output, out, err,
                  "the report")
     else:
         render_fleet(a, run.meta, out, verbose=args.verbose > 0)
@@ -204,18 +199,18 @@ def diff_fleet_runs(before: Run, after: Run, args: argparse.Namespace, fmt: str,
     appeared or went, SKU medians that moved. With --fail-on-regression, exit 1 when a node is newly flagged."""
     import json
 
-    from perfstack.cli.report import emit as emit_doc
+    from perfstack.cli.output import write_document
     from perfstack.cli.report import text_file
     from perfstack.fleet.compare import diff_fleets
     from perfstack.fleet.output import analysis_of
     from perfstack.report.fleet_diff import render_fleet_diff
     d = diff_fleets(analysis_of(before, args.before), analysis_of(after, args.after))
     if fmt == "json":
-        emit_doc(json.dumps(d.to_dict(), indent=2, default=str), args.output, out, err, "the diff")
+        write_document(json.dumps(d.to_dict(), indent=2, default=str), args.output, out, err, "the diff")
     elif fmt in ("md", "html"):
         raise UsageError(f"a fleet diff has no {fmt} view", hint="use -f text or -f json")
     elif args.output:
-        emit_doc(text_file(lambda c: render_fleet_diff(d, args.before, args.after, c), 140), args.output, out, err,
+        write_document(text_file(lambda c: render_fleet_diff(d, args.before, args.after, c), 140), args.output, out, err,
                  "the diff")
     else:
         render_fleet_diff(d, args.before, args.after, out)

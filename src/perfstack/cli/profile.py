@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         result.profile["unprofiled"] = unprofiled
     for w in result.meta.get("warnings", []):
         err.print(f"perfstack: warning: {w}", markup=False)
-    output.emit(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
     if cmd and res.interrupted:  # the steps traced before Ctrl-C are reported; the exit says it was cut short
         err.print("perfstack: interrupted: the report covers what was traced before Ctrl-C")
         return 130

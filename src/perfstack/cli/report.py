@@ -10,8 +10,8 @@ from typing import Callable
 from rich.console import Console
 from rich.markdown import Markdown
 
-from perfstack import jsonload, outfile
-from perfstack.cli.output import check_paths
+from perfstack import jsonload
+from perfstack.cli.output import check_paths, write_document
 from perfstack.compare.diff import KIND as DIFF_KIND
 from perfstack.errors import InputError, UsageError
 from perfstack.model import Run
@@ -64,16 +64,6 @@ def load_run(path: str) -> Run:
         raise InputError(f"{path} is not a valid perfstack Run ({e})", hint=RUN_HINT) from None
 
 
-def emit(text: str, output: str | None, out: Console, err: Console, what: str) -> None:
-    """Write a rendered document to a file (and say so on stderr) or to stdout as is."""
-    if output:
-        outfile.write(output, text)
-        err.print(f"wrote {what} to {output}", soft_wrap=True, markup=False)
-    else:
-        out.file.write(text if text.endswith("\n") else text + "\n")
-        out.file.flush()
-
-
 def text_file(render: Callable[[Console], None], width: int) -> str:
     """What a terminal renderer prints, as plain text for a file."""
     buf = io.StringIO()
@@ -124,11 +114,11 @@ def _report_loadtest(r: Run, fmt: str, args: argparse.Namespace, out: Console, e
     from perfstack.report.loadtest_text import render_loadtest
     from perfstack.report.loadtest_view import loadtest_view
     if fmt == "html":
-        emit(html.render_report(r), args.output, out, err, "the HTML report")
+        write_document(html.render_report(r), args.output, out, err, "the HTML report")
     elif fmt == "md" and (view := loadtest_view(r)) is not None:
-        emit(render_loadtest_md(view), args.output, out, err, "the Markdown report")
+        write_document(render_loadtest_md(view), args.output, out, err, "the Markdown report")
     elif args.output:
-        emit(text_file(lambda c: render_loadtest(r, c, args.verbose > 0), 140), args.output, out, err, "the report")
+        write_document(text_file(lambda c: render_loadtest(r, c, args.verbose > 0), 140), args.output, out, err, "the report")
     else:
         render_loadtest(r, out, args.verbose > 0)
     return 0
@@ -142,17 +132,17 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         from perfstack.cli.fleet import report_fleet_run
         return report_fleet_run(r, fmt, args, out, err)
     if fmt == "json":
-        emit(r.to_json(), args.output, out, err, "the Run")
+        write_document(r.to_json(), args.output, out, err, "the Run")
         return 0
     if r.loadtest is not None:  # a load test has its own views
         return _report_loadtest(r, fmt, args, out, err)
     view = build(r)
     if fmt == "html":
-        emit(html.render_run(view), args.output, out, err, "the HTML report")
+        write_document(html.render_run(view), args.output, out, err, "the HTML report")
     elif fmt == "md":
-        emit(markdown.render_run(view), args.output, out, err, "the Markdown report")
+        write_document(markdown.render_run(view), args.output, out, err, "the Markdown report")
     elif args.output:
-        emit(text_file(lambda c: render_text(r, view, c, args.verbose > 0), 120), args.output, out, err, "the report")
+        write_document(text_file(lambda c: render_text(r, view, c, args.verbose > 0), 120), args.output, out, err, "the report")
     else:
         render_text(r, view, out, args.verbose > 0)
     return 0
