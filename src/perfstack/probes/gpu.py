@@ -49,13 +49,14 @@ def _text(el: ET.Element | None, path: str) -> str | None:
     return None if t.strip("[]").strip().lower() in NA else t
 
 
-def _num(s: str | None) -> float | None:
+def _leading_number(s: str | None) -> float | None:
+    """The number an nvidia-smi value starts with: '350.00 W' -> 350.0, '32.0 GT/s PCIe' -> 32.0; None without one."""
     m = re.match(r"\s*(-?\d+(?:\.\d+)?)", s) if s else None
     return float(m.group(1)) if m else None
 
 
 def _int(s: str | None) -> int | None:
-    v = _num(s)
+    v = _leading_number(s)
     return int(v) if v is not None else None
 
 
@@ -125,11 +126,11 @@ def _smi_gpu(g: ET.Element, position: int) -> dict[str, Any]:
         "clocks_event_reasons": None if events is None else sorted(
             re.sub(r"^clocks_(event|throttle)_reason_", "", e.tag) for e in events if _flag(_text(e, ".")) is True),
         "utilization_gpu": _int(t("utilization/gpu_util")),
-        "power_limit_w": _num(_first(_text(power, "current_power_limit"), _text(power, "enforced_power_limit"),
+        "power_limit_w": _leading_number(_first(_text(power, "current_power_limit"), _text(power, "enforced_power_limit"),
                                      _text(power, "power_limit"))),
-        "power_default_w": _num(_text(power, "default_power_limit")),
-        "power_max_w": _num(_text(power, "max_power_limit")),
-        "power_draw_w": _num(_first(_text(power, "average_power_draw"), _text(power, "power_draw"))),
+        "power_default_w": _leading_number(_text(power, "default_power_limit")),
+        "power_max_w": _leading_number(_text(power, "max_power_limit")),
+        "power_draw_w": _leading_number(_first(_text(power, "average_power_draw"), _text(power, "power_draw"))),
         "temperature_c": temp,
         "temp_slowdown_c": slowdown,
         "sm_clock_mhz": _int(t("clocks/sm_clock")),
@@ -274,7 +275,7 @@ def merge(smi: dict[str, Any] | None, nvml: dict[str, Any] | None) -> list[dict[
 # -- the probe ------------------------------------------------------------------------------
 def parse_sysfs_speed(text: str) -> int | None:
     """'32.0 GT/s PCIe' (or '8 GT/s', or 'Unknown') -> PCIe generation."""
-    v = _num(text)
+    v = _leading_number(text)
     return GTS_TO_GEN.get(v) if v is not None else None
 
 

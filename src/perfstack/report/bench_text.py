@@ -11,7 +11,8 @@ from perfstack.model import Measurement, Run
 VERDICT_STYLE = {"good": "green", "below expected": "yellow", "low": "bold red", "skipped": "dim", "error": "red"}
 
 
-def _num(v: float | None) -> str:
+def _figure(v: float | None) -> str:
+    """A measured value for the table: three significant digits or so, thousands separated, '—' for none."""
     if v is None:
         return "—"
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}" if abs(v) >= 10 else f"{v:,.2f}"
@@ -28,8 +29,8 @@ def _row(m: Measurement) -> list[Text | str]:
     if spread is not None and m.stats.get("n", 0) > 1:
         notes = f"±{spread:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
     # Text, not str: a str cell is read as rich markup, and these strings come from the Run
-    return [Text(m.bench), Text(m.name), Text(f"{_num(m.value)} {m.unit}"),
-            Text(f"{_num(m.peak)} {m.unit}") if m.peak else "—", pct,
+    return [Text(m.bench), Text(m.name), Text(f"{_figure(m.value)} {m.unit}"),
+            Text(f"{_figure(m.peak)} {m.unit}") if m.peak else "—", pct,
             Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), Text(notes)]
 
 
