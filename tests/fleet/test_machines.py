@@ -145,8 +145,8 @@ def test_gpu_only_parts_run_on_every_gpu_at_once(two_machines):
     members = locate(two_machines, nodes(two_machines))
     assert sorted(n.machine for n in members) == ["A", "A", "A", "B"]
     slots = [(n, i) for n in members for i in range(n.gpus)]
-    t0 = time.time()
     together = fan_out(two_machines, Recorder("gpu", 3.0), slots, timeout_s=120)
     ran = [r.runs[0]["meta"]["ran"] for r in together]
+    # at once, not one after another: the tasks' own start and end times overlap (no wall-clock bound,
+    # which a busy test machine could break)
     assert len(ran) == 5 and any(_overlap(x, y) for i, x in enumerate(ran) for y in ran[i + 1:])
-    assert time.time() - t0 < 5 * 3.0  # not one after another
