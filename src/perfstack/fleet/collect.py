@@ -58,7 +58,7 @@ def machine_runner(group: list[RayNode]) -> RayNode:
 
 def plan(members: list[RayNode]) -> list[Stage]:
     """The bench stages over located nodes, in the order they run."""
-    gpus = [(n, i) for n in members for i in range(n.gpus)]
+    gpus: list[tuple[RayNode, int | None]] = [(n, i) for n in members for i in range(n.gpus)]
     machines = by_machine(members)
     with_gpus = [machine_runner(g) for g in machines.values() if any(n.gpus for n in g)]
     without = [machine_runner(g) for g in machines.values() if not any(n.gpus for n in g)]

@@ -8,8 +8,12 @@ as ``perfstack doctor`` and ``perfstack bench`` do there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from perfstack.model import Run
+from perfstack.model import Facts, Measurement, Run
+
+if TYPE_CHECKING:  # perfstack.bench is imported where a job runs, as perfstack bench does
+    from perfstack.bench import Benchmark
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class DoctorJob:
 PARTS = ("gpu", "gpu-host", "node", "all")
 
 
-def part_of(b) -> str:
+def part_of(b: Benchmark) -> str:
     if b.needs_cuda and b.min_gpus <= 1:
         return "gpu-host" if b.host_bound else "gpu"
     return "node"
@@ -56,7 +60,7 @@ class BenchJob:
     names: tuple[str, ...] = ()
     part: str = "gpu"
 
-    def chosen(self) -> list:
+    def chosen(self) -> list[Benchmark]:
         from perfstack import bench as benches
         chosen = benches.select(list(self.names), self.suite, None)
         return chosen if self.part == "all" else [b for b in chosen if part_of(b) == self.part]
@@ -71,6 +75,6 @@ class BenchJob:
         if not chosen:
             return []
 
-        def run_benches(facts):  # device 0: the only one a per-GPU task sees
+        def run_benches(facts: Facts) -> list[Measurement]:  # device 0: the only one a per-GPU task sees
             return benches.run(chosen, benches.BenchContext(suite=self.suite, facts=facts, device=0))
         return [audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=run_benches, command="bench")]

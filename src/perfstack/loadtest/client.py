@@ -229,7 +229,10 @@ async def _read_tapped(reader: aiohttp.StreamReader, st: _Stream, stall_s: float
     finally:
         tap.waiter = None
         if reader.__class__ is _TapReader:
-            reader.__class__ = aiohttp.StreamReader
+            # typeshed declares object.__class__'s setter as taking type[Self], so once the check above has
+            # narrowed reader to _TapReader it accepts no base class; the runtime takes any class of the same
+            # layout, which aiohttp's own StreamReader is (_TapReader adds no slots)
+            reader.__class__ = aiohttp.StreamReader  # type: ignore[assignment]
         _TAPS.pop(key, None)  # anything after [DONE] is dropped; aiohttp closes a connection left unread
 
 

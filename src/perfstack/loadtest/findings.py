@@ -193,6 +193,10 @@ def prefill_stalls(lt: LoadTest) -> Optional[Finding]:
             "which shows as inter-token spikes and a long ITL tail.")
 
 
+def _median_e2e(lv: Level) -> Optional[float]:
+    return lv.summary.e2e.median if lv.summary.e2e else None
+
+
 def plateau(lt: LoadTest) -> Optional[Finding]:
     levels = [lv for lv in lt.levels if lv.summary.completed and lv.mode == "concurrency"]
     k = sweep.knee(levels) if len(levels) >= 3 else None
@@ -203,15 +207,15 @@ def plateau(lt: LoadTest) -> Optional[Finding]:
         return None
     last = after[-1]
     gain = last.summary.output_throughput / max(k.summary.output_throughput, 1e-9) - 1
-    lat = lambda lv: lv.summary.e2e.median if lv.summary.e2e else None  # noqa: E731
-    if lat(k) is None or lat(last) is None or gain > 0.15 or lat(last) < 1.5 * lat(k):
+    lat_k, lat_last = _median_e2e(k), _median_e2e(last)
+    if lat_k is None or lat_last is None or gain > 0.15 or lat_last < 1.5 * lat_k:
         return None
     running = [x.running for lv in levels for x in lv.server if x.running is not None]
     kv = [x.kv_usage for lv in after for x in lv.server if x.kv_usage is not None]
     pre = [x.preemptions for lv in levels for x in lv.server if x.preemptions is not None]
     ev = (f"output throughput {k.summary.output_throughput:,.0f} tok/s at {_label(k)} and "
           f"{last.summary.output_throughput:,.0f} at {_label(last)} ({gain:+.0%}) while median E2E latency went "
-          f"from {lat(k):,.0f} to {lat(last):,.0f} ms")
+          f"from {lat_k:,.0f} to {lat_last:,.0f} ms")
     cause = "the batch stops growing"
     fix = ("raise the server's batch limit (vLLM --max-num-seqs, SGLang --max-running-requests) if KV-cache room "
            "allows; otherwise more GPUs or replicas")

@@ -169,12 +169,13 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     gc_on = gc.isenabled()
     gc.disable()
     try:
+        main: asyncio.Future[list[None]] | asyncio.Task[None]  # the workers' gather, or the dispatcher
         if mode == "concurrency":
             main = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(int(load)))))
         else:
             main = asyncio.ensure_future(dispatcher())
         stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((main, stopper), return_when=asyncio.FIRST_COMPLETED)
         interrupted = not main.done()
         if interrupted:
             main.cancel()

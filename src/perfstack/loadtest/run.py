@@ -11,7 +11,7 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import aiohttp
 
@@ -20,7 +20,7 @@ from perfstack.loadtest import server, sweep
 from perfstack.loadtest.load import Target, event_loop, new_session
 from perfstack.loadtest.workers import auto_procs, run_level
 from perfstack.loadtest.record import Level, LoadTest, Slo
-from perfstack.loadtest.workload import Workload
+from perfstack.loadtest.workload import Prompt, Workload
 
 MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's file limit binds first)
 
@@ -113,9 +113,9 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
         return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped)
 
 
-async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target, prompts, levels: list[Level],
-                      rates: list[float], ident: dict, model: str, wl: Workload, notes: list[str],
-                      progress: Callable[[str], None], stop: asyncio.Event, shown: str) -> LoadTest:
+async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target, prompts: Iterator[Prompt],
+                      levels: list[Level], rates: list[float], ident: dict[str, Any], model: str, wl: Workload,
+                      notes: list[str], progress: Callable[[str], None], stop: asyncio.Event, shown: str) -> LoadTest:
     for j, rate in enumerate(rates):
         if stop.is_set():
             break

@@ -95,7 +95,7 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, mo
         raise InputError(f"{addr.shown} does not look like an OpenAI-compatible server "
                          f"(GET /v1/models answered HTTP {status}{'' if data is not None else ', not JSON'})",
                          hint="give the server's base URL, e.g. http://127.0.0.1:8000")
-    ids = [m.get("id") for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    ids = [i for m in models if isinstance(m, dict) and isinstance(i := m.get("id"), str)]
     ident: dict[str, Any] = {"models": [client._one_line(i) for i in ids[:20]]}
     for k in VERSION_HEADERS:
         if k in h:

@@ -108,7 +108,7 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
         futs = [loop.run_in_executor(ex, _child, j) for j in jobs]
         waiter = asyncio.ensure_future(stop.wait())
         gathered = asyncio.ensure_future(asyncio.gather(*futs))
-        await asyncio.wait({waiter, gathered}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((waiter, gathered), return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             flag.set()
         parts = [msgspec.msgpack.decode(b, type=Level) for b in await gathered]

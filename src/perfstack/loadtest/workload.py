@@ -174,8 +174,8 @@ def _entry(item: Any) -> Optional[tuple[str, str, Optional[int]]]:
         return None
     conv = item.get("conversations") or item.get("conversation")
     if isinstance(conv, list):
-        turns = [t.get("value") or t.get("content") for t in conv if isinstance(t, dict)]
-        turns = [t for t in turns if isinstance(t, str) and t]
+        values = [t.get("value") or t.get("content") for t in conv if isinstance(t, dict)]
+        turns = [t for t in values if isinstance(t, str) and t]
         if len(turns) < 1:
             return None
         return turns[0], (turns[1] if len(turns) > 1 else ""), None
