@@ -11,7 +11,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Literal, Mapping, get_args
 
 from perfstack.errors import InputError
 
@@ -161,6 +161,15 @@ class Finding:
         return cls(**d)
 
 
+# Closed vocabularies of the Run, as Literals: their JSON is the string itself, and a Run is checked
+# against them when it is loaded (from_dict).
+MeasurementStatus = Literal["ok", "skipped", "error"]
+# How a figure compares with its reference (bench/verdict.py); "" before it is judged, and a figure
+# with no value carries its status.
+Verdict = Literal["", "good", "below expected", "low", "no reference", "ok", "skipped", "error"]
+CheckStatus = Literal["passed", "found", "not-checked", "not-applicable"]
+
+
 @dataclass
 class Measurement:
     """One benchmark figure with the raw samples behind it and how it compares with the SKU's peak.
@@ -180,11 +189,11 @@ class Measurement:
     peak_source: str = ""
     fraction: float | None = None  # value / peak
     expected_fraction: float | None = None  # the known practical ceiling, as a fraction of peak
-    verdict: str = ""  # "good", "low", "very low", "no reference", ...
+    verdict: Verdict = ""
     notes: list[str] = field(default_factory=list)  # wide spread, throttled, GPU busy with others
     telemetry: dict[str, Any] = field(default_factory=dict)  # clocks/temp/power/throttle before & after
     method_version: int = 1
-    status: str = "ok"
+    status: MeasurementStatus = "ok"
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,7 +202,8 @@ class Measurement:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "measurement") -> "Measurement":
         from perfstack.fields import not_negative, one_of, typed
-        return cls(**typed(cls, d, where, {"status": one_of("ok", "skipped", "error"), "peak": not_negative,
+        return cls(**typed(cls, d, where, {"status": one_of(*get_args(MeasurementStatus)),
+                                           "verdict": one_of(*get_args(Verdict)), "peak": not_negative,
                                            "fraction": not_negative, "expected_fraction": not_negative}))
 
 
@@ -202,7 +212,7 @@ class CheckResult:
     """What happened to one check: passed, found, not-checked or not-applicable."""
 
     id: str
-    status: str
+    status: CheckStatus
     reason: str = ""
 
 
@@ -276,7 +286,7 @@ class Run:
                 raise InputError(f"{k} must be a JSON {'object' if want is dict else 'list'}")
         facts = Facts({k: Fact(**typed(Fact, {**fd, "key": k} if isinstance(fd, dict) else fd, f"facts.{k}"))
                        for k, fd in (sec["facts"] or {}).items()})
-        status = one_of("passed", "found", "not-checked", "not-applicable")
+        status = one_of(*get_args(CheckStatus))
         return cls(
             meta=dict(sec["meta"] or {}),
             facts=facts,
