@@ -13,7 +13,7 @@ bandwidth. So each size is judged by the term that dominates it:
 
 The reference latencies are thresholds, not measurements of this machine: the book (sources.BOOK) puts NCCL's
 small-message latency inside one node at a few microseconds over NVLink and at tens of
-microseconds once peer-to-peer is off (S002:L3257); the thresholds sit between those.
+microseconds once peer-to-peer is off (ch. 4); the thresholds sit between those.
 """
 
 from __future__ import annotations

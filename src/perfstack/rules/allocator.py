@@ -8,6 +8,7 @@ import re
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.common import env_of, is_true, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.sources import INFRA_ARTICLE
 
 
 # Every key some torch release accepts (torch 2.1 .. 2.11). A key newer than the installed torch
@@ -106,7 +107,7 @@ def _problem(key: str, value: str) -> str | None:
            "(pytorch/pytorch#183387).",
        fix="export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (and the same in PYTORCH_ALLOC_CONF on torch "
            ">= 2.10, or only one of the two)",
-       refs="Catalog A01 (and E15); S001:L329-337, L924; S002:L1930, L4826; torch c10/core/AllocatorConfig.cpp")
+       refs=f"{INFRA_ARTICLE} (§6.2 Fragmentation, §9.3 Compose deploy with resources); Book ch. 3 and ch. 6 (PYTORCH_ALLOC_CONF); PyTorch source c10/core/AllocatorConfig.cpp")
 def alloc_conf(f: Facts) -> Hits:
     env = env_of(f)
     require_gpu(f)
@@ -152,7 +153,7 @@ def alloc_conf(f: Facts) -> Hits:
            "which synchronises the device: each costs tens of µs to milliseconds instead of about a "
            "microsecond, and CPU/GPU overlap is lost. The switch exists for memory-checking tools.",
        fix="unset PYTORCH_NO_CUDA_MEMORY_CACHING",
-       refs="PyTorch CUDA semantics notes (memory management); catalog A02 (allocator behaviour)")
+       refs=f"PyTorch CUDA semantics notes (memory management); {INFRA_ARTICLE} (§6.1 The PyTorch caching allocator)")
 def caching_allocator_disabled(f: Facts) -> Hits:
     value = env_of(f).get("PYTORCH_NO_CUDA_MEMORY_CACHING")
     if value is None or not value.strip():

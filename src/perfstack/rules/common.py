@@ -126,7 +126,7 @@ def sysctl_commands(name: str, value: object, line: str | None = None) -> list[C
 
 
 # -- GPUs in evidence ------------------------------------------------------------------------------
-BUSY_PCT = 10  # utilization above this counts as "under load" [thr]
+BUSY_PCT = 10  # utilization above this counts as "under load" (perfstack's threshold)
 
 
 def label(g: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from perfstack.rules.common import SYSTEM_MOUNT, cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import sh
 from perfstack.units import GiB, MiB
+from perfstack.sources import INFRA_ARTICLE
 
 LAYER = "container-orch"
 
@@ -29,7 +30,7 @@ def _in_container(f: Facts) -> bool:
            "within about 2% of bare metal.",
        fix="Apply host-level fixes on the host (or its node image / a privileged DaemonSet); apply container "
            "fixes in the run flags, Compose file or pod spec.",
-       refs="Book ch. 3 (container runtime optimizations); catalog C01")
+       refs="Book ch. 3 (container runtime optimizations)")
 def container_context(f: Facts) -> Hits:
     if f.need("container.in_container"):
         evidence = "; ".join(f.value("container.evidence", []))
@@ -45,7 +46,7 @@ def container_context(f: Facts) -> Hits:
            "fails or falls back to slower paths.",
        fix="docker run --shm-size=16g (or --ipc=host); Compose: shm_size: \"16gb\"; Kubernetes: mount an "
            "emptyDir with medium: Memory (and a sizeLimit) at /dev/shm",
-       refs="Book appendix checklist; seed 001 (Compose settings); catalog C02")
+       refs=f"Book appendix checklist; {INFRA_ARTICLE} (§9.3 Compose deploy with resources)")
 def shm_size(f: Facts) -> Hits:
     shm = f.need("container.shm_size_bytes")
     total = f.value("mem.total_bytes")
@@ -74,7 +75,7 @@ def shm_size(f: Facts) -> Hits:
            "pinned host buffers, loader workers and checkpoint staging are.",
        fix="Raise the container's memory limit above the job's peak with headroom (docker run --memory, pod "
            "resources.limits.memory with requests == limits), or drop the hard limit and monitor instead.",
-       refs="Book ch. 3 (Kubernetes resource limits); seed 001; catalog C05")
+       refs=f"Book ch. 3 (Kubernetes resource limits); {INFRA_ARTICLE} (§6.4 cgroups)")
 def cgroup_memory_limit(f: Facts) -> Hits:
     limit = f.need("cgroup.memory_limit_bytes")
     kills = f.value("cgroup.memory_oom_kills") or 0
@@ -103,7 +104,7 @@ def cgroup_memory_limit(f: Facts) -> Hits:
            "are sized for the host and then throttled by the quota: the GPUs wait for input and launches.",
        fix="Raise the CPU limit (docker run --cpus, pod resources.limits.cpu with the static CPU manager), and "
            "size num_workers and OMP_NUM_THREADS to the quota.",
-       refs="Book ch. 3 and appendix; seed 001; catalog C06")
+       refs=f"Book ch. 3 and appendix; {INFRA_ARTICLE} (§6.4 cgroups, §9.3 Compose deploy with resources)")
 def cgroup_cpu_quota(f: Facts) -> Hits:
     quota = f.need("cgroup.cpu_quota_cpus")
     stat = f.value("cgroup.cpu_stat") or {}
@@ -128,7 +129,7 @@ def cgroup_cpu_quota(f: Facts) -> Hits:
        why="DataLoader workers, their threads and NCCL's helper threads all count against pids.max; at the "
            "limit, fork and thread creation fail and the job dies with 'Resource temporarily unavailable'.",
        fix="docker run --pids-limit=-1 (or a large value); Kubernetes: raise the kubelet's podPidsLimit",
-       refs="Seed 001 (cgroup controllers); catalog C08")
+       refs=f"{INFRA_ARTICLE} (§6.4 cgroups: the pids controller)")
 def cgroup_pids(f: Facts) -> Hits:
     limit = f.need("cgroup.pids_max")
     if limit is None:
@@ -150,7 +151,7 @@ def cgroup_pids(f: Facts) -> Hits:
            "production.",
        fix="docker run --cpuset-cpus=<GPU-local CPUs> --cpuset-mems=<node>; systemd-run --scope "
            "-p AllowedCPUs=... -p AllowedMemoryNodes=...; Kubernetes topology manager single-numa-node",
-       refs="Book ch. 3 (NUMA); seed 001; catalog C07")
+       refs=f"Book ch. 3 (NUMA); {INFRA_ARTICLE} (§6.4 cgroups)")
 def cgroup_cpuset_numa(f: Facts) -> Hits:
     nodes = cpu_nodes(f)
     node_cpus = {n["id"]: set(n["cpus"]) for n in nodes}
@@ -188,7 +189,7 @@ def cgroup_cpuset_numa(f: Facts) -> Hits:
        why="OverlayFS looks files up across image layers and copies a file up before its first write; bind "
            "mounts read and write at the host filesystem's speed.",
        fix="docker run -v /data/dataset:/mnt/dataset:ro -v /data/ckpt:/mnt/ckpt; keep datasets out of images",
-       refs="Book ch. 3 (avoiding container overlay filesystem overhead); catalog C04")
+       refs="Book ch. 3 (avoiding container overlay filesystem overhead)")
 def overlay_io(f: Facts) -> Hits:
     if f.need("container.root_fstype") != "overlay":
         return
@@ -207,7 +208,7 @@ def overlay_io(f: Facts) -> Hits:
        fix="Start the container with --gpus all (docker) or --device nvidia.com/gpu=all (CDI); on the host: "
            "install the NVIDIA Container Toolkit and run nvidia-ctk runtime configure; Kubernetes: request "
            "nvidia.com/gpu with the device plugin or GPU Operator.",
-       refs="Book ch. 3 (NVIDIA container runtime); seed 001; catalog C03")
+       refs=f"Book ch. 3 (NVIDIA container runtime); {INFRA_ARTICLE} (§9.1 The NVIDIA container stack)")
 def container_gpu_runtime(f: Facts) -> Hits:
     _in_container(f)
     wanted = f.need("env").get("NVIDIA_VISIBLE_DEVICES", "").strip()
@@ -225,7 +226,7 @@ def container_gpu_runtime(f: Facts) -> Hits:
            "of GB/s to a few Gb/s, with no error.",
        fix="docker run --device=/dev/infiniband --cap-add=IPC_LOCK (--ulimit memlock=-1); Kubernetes: the RDMA "
            "shared device plugin or SR-IOV network operator",
-       refs="Book ch. 3-4 (RDMA in containers); catalog C09")
+       refs="Book ch. 3-4 (RDMA in containers)")
 def rdma_in_container(f: Facts) -> Hits:
     _in_container(f)
     ports = f.need("network.rdma_ports")
@@ -245,7 +246,7 @@ def rdma_in_container(f: Facts) -> Hits:
            "gradient traffic needs the host's NICs or an RDMA CNI.",
        fix="docker run --network=host (Kubernetes: hostNetwork: true) or an RDMA/SR-IOV CNI; then set "
            "NCCL_SOCKET_IFNAME to the data NIC",
-       refs="Book ch. 3 (container networking); seed 001; catalog C10")
+       refs=f"Book ch. 3 (container networking); {INFRA_ARTICLE} (§9.3 Compose deploy with resources, §10 Debugging order)")
 def container_network_mode(f: Facts) -> Hits:
     _in_container(f)
     world = f.need("env").get("WORLD_SIZE", "")
@@ -268,7 +269,7 @@ def container_network_mode(f: Facts) -> Hits:
        why="BestEffort pods are evicted first and Burstable pods share CPUs with their neighbours; only "
            "Guaranteed pods (requests == limits for CPU and memory) can get exclusive cores.",
        fix="Set resources.requests equal to resources.limits for CPU and memory in every container of the pod",
-       refs="Book ch. 3 (Kubernetes); catalog C11")
+       refs="Book ch. 3 (Kubernetes)")
 def k8s_qos_class(f: Facts) -> Hits:
     if f.need("container.runtime") != "kubernetes":
         raise NotApplicable("not a Kubernetes pod")

@@ -13,6 +13,7 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import busy, gpu_list, label
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import sh
+from perfstack.sources import INFRA_ARTICLE
 
 RESET = "drain the GPU, then reset it (nvidia-smi -r -i N) or reboot"
 
@@ -40,7 +41,7 @@ def watts(w: float | None) -> str:
            "'Driver/library version mismatch'.",
        fix="modprobe nvidia && modprobe nvidia_uvm on the host (or reinstall the driver); after a driver "
            "upgrade, reboot so the new kernel module loads",
-       refs="Catalog D01; blog S001 §2 (driver layer)")
+       refs=f"Book ch. 3 (GPU driver); {INFRA_ARTICLE} (§2 The driver layer)")
 def nvidia_modules(f: Facts) -> Hits:
     on_bus = f.value("pcie.nvidia_gpus") or []
     count_fact = f.get("gpu.count")
@@ -73,7 +74,7 @@ def nvidia_modules(f: Facts) -> Hits:
            "this layer matters until it is back.",
        fix="look for Xid 79 and RmInitAdapter errors in dmesg; check power, cooling and seating; reset the "
            "GPU or reboot; drain the node if it recurs",
-       refs="Catalog D02; blog S001 §10 (debugging order)")
+       refs=f"{INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order)")
 def gpu_enumeration(f: Facts) -> Hits:
     on_bus = f.need("pcie.nvidia_gpus")
     count = f.value("gpu.count")
@@ -107,7 +108,7 @@ def gpu_enumeration(f: Facts) -> Hits:
            "1-3 s to bring it back, and settings such as application clocks and MIG layout are re-applied. "
            "Invisible in a long training run, costly for short jobs, tests and scale-to-zero serving.",
        fix="systemctl enable --now nvidia-persistenced (nvidia-smi -pm 1 also works but is deprecated from R580)",
-       refs="Book ch. 3 (GPU persistence mode); blog S001 §2; catalog D05")
+       refs=f"Book ch. 3 (GPU persistence mode); {INFRA_ARTICLE} (§2 The driver layer)")
 def persistence_mode(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "persistence_mode"):
         if g["persistence_mode"] is False:
@@ -116,7 +117,7 @@ def persistence_mode(f: Facts) -> Hits:
 
 
 # Xid code -> (fatal?, what it means). Fatal: a hardware, memory or firmware fault that needs the GPU
-# reset or serviced. The rest usually follow an application fault. Source: NVIDIA's Xid catalog.
+# reset or serviced. The rest usually follow an application fault. Source: NVIDIA's Xid error documentation.
 XID: dict[int, tuple[bool, str]] = {
     8: (False, "GPU stopped processing (channel timeout)"),
     13: (False, "graphics engine exception: usually an out-of-range access in a kernel"),
@@ -157,7 +158,7 @@ XID: dict[int, tuple[bool, str]] = {
            "interruptions.",
        fix="fatal Xids: " + RESET + ", check power and cooling, RMA if it recurs; application Xids: rerun "
            "with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find the faulting kernel",
-       refs="Blog S001 §1 (Xid); book ch. 4 (Llama 3 failure breakdown); NVIDIA Xid catalog; catalog D04")
+       refs=f"{INFRA_ARTICLE} (§1 The kernel layer: Xid); Book ch. 4 (Llama 3 failure breakdown); NVIDIA Xid error documentation")
 def xid_errors(f: Facts) -> Hits:
     events = list(f.need("kernel_log.xid"))
     fallen = f.value("kernel_log.fallen_off_bus") or []
@@ -187,13 +188,13 @@ def xid_errors(f: Facts) -> Hits:
        doc="Reads ECC error counters and row-remapping / page-retirement state. Critical: uncorrectable "
            "errors since the driver loaded (volatile), a row-remap failure, or a remap/retirement pending a "
            "reset. Warning: uncorrectable errors only in the lifetime (aggregate) count, or more than 1000 "
-           "corrected errors since the driver loaded [thr].",
+           "corrected errors since the driver loaded (perfstack's threshold).",
        why="An uncorrectable error kills the job that touched the memory, or worse corrupts results. In "
            "Meta's 54-day Llama 3 405B run, HBM3 faults caused 17.2% of interruptions and SRAM 4.5%. A "
            "pending remap is not active until the GPU is reset.",
        fix=RESET + " to apply pending remaps; nvidia-smi -q -d ECC,ROW_REMAPPER shows the detail; RMA the "
            "GPU on a remap failure or recurring uncorrectable errors",
-       refs="Book ch. 4 (Llama 3 failure breakdown); catalog D07")
+       refs="Book ch. 4 (Llama 3 failure breakdown)")
 def ecc_errors(f: Facts) -> Hits:
     gpus = gpu_list(f)
     keys = ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", "remap_failure", "remap_pending",
@@ -226,7 +227,7 @@ def ecc_errors(f: Facts) -> Hits:
            "info when the pending mode differs (it applies at the next GPU reset).",
        why="Turning ECC off frees a little memory and gains a few percent at most, and trades that for "
            "crashes or silent corruption in long jobs; NVIDIA ships data-center GPUs with it on.",
-       fix="nvidia-smi -i N -e 1, then reset the GPU or reboot", refs="Book ch. 3 (ECC); catalog D06")
+       fix="nvidia-smi -i N -e 1, then reset the GPU or reboot", refs="Book ch. 3 (ECC)")
 def ecc_mode(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "ecc_current"):
         sub = f"gpu{g['index']}"
@@ -252,7 +253,7 @@ HW_REASONS = {"hw_slowdown": "HW slowdown", "hw_thermal_slowdown": "HW thermal s
            "power-brake signal from the chassis.",
        fix="cooling first (airflow, inlet temperature, fans); check the PSU and the chassis power-brake "
            "signal; for power capping restore the limit with nvidia-smi -pl",
-       refs="Book ch. 3 (clocks, power); catalog D08")
+       refs="Book ch. 3 (clocks, power)")
 def clock_throttle(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "clocks_event_reasons"):
         active, sub = set(g["clocks_event_reasons"]), f"gpu{g['index']}"
@@ -282,7 +283,7 @@ def clock_throttle(f: Facts) -> Hits:
            "models 80% of the power limit kept nearly the same speed), but compute-bound jobs lose "
            "throughput in proportion.",
        fix="nvidia-smi -i N -pl <default watts> (or keep the cap if it was chosen by measuring throughput per watt)",
-       refs="Book ch. 3 (power limits); catalog D10")
+       refs="Book ch. 3 (power limits)")
 def power_cap(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "power_limit_w", "power_default_w"):
         if g["power_limit_w"] < g["power_default_w"] - 1:  # the limits are reported to 0.01 W
@@ -293,11 +294,11 @@ def power_cap(f: Facts) -> Hits:
 
 @check("gpu-temperature", "driver", "warning", "GPU running close to its slowdown temperature",
        doc="Compares the GPU temperature with its slowdown threshold; fires within 5 °C of it, or at 85 °C "
-           "and above when the threshold is not reported [thr]. One sample: meaningful under load.",
+           "and above when the threshold is not reported (perfstack's threshold). One sample: meaningful under load.",
        why="Near the threshold the GPU lowers its clocks (see gpu-clock-throttle); liquid-cooled racks run "
            "at 50-70 °C for comparison.",
        fix="improve cooling: airflow, inlet temperature, fan curves, clean heat sinks",
-       refs="Book ch. 2-3; catalog D09")
+       refs="Book ch. 2-3 (cooling, thermal throttling)")
 def gpu_temperature(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "temperature_c"):
         t, limit = g["temperature_c"], g.get("temp_slowdown_c")
@@ -312,7 +313,7 @@ def gpu_temperature(f: Facts) -> Hits:
        why="For everyday training and inference leave GPU Boost free; lowered or locked clocks cost "
            "throughput in proportion. Locking is only for reproducible benchmarks.",
        fix="nvidia-smi -rac (reset application clocks) and nvidia-smi -rgc (reset locked clocks)",
-       refs="Book ch. 3 (clock locking); catalog D11")
+       refs="Book ch. 3 (clock locking)")
 def clock_lock(f: Facts) -> Hits:
     gpus = gpu_list(f)
     known = [g for g in gpus if g.get("app_clock_mhz") is not None or g.get("clocks_event_reasons") is not None]
@@ -337,7 +338,7 @@ def clock_lock(f: Facts) -> Hits:
            "multi-GPU NCCL job cannot span MIG instances, so data- and tensor-parallel jobs fall back to "
            "host or network paths or fail. MIG suits isolated small jobs, at a few percent overhead.",
        fix="drain the GPU, then nvidia-smi -i N -mig 0 and reset it (only if no one relies on the instances)",
-       refs="Book ch. 3 (MIG); catalog D12")
+       refs="Book ch. 3 (MIG)")
 def mig_enabled(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "mig_current"):
         sub = f"gpu{g['index']}"
@@ -356,7 +357,7 @@ def mig_enabled(f: Facts) -> Hits:
            "With MPS two processes at 40% reach 80-90% combined.",
        fix="give each job its own GPU, or run the sharers under MPS (nvidia-cuda-mps-control -d), or "
            "partition with MIG when memory isolation is needed",
-       refs="Book ch. 3 (MPS); catalog D13")
+       refs="Book ch. 3 (MPS)")
 def gpu_sharing(f: Facts) -> Hits:
     for g in reporting(gpu_list(f), "compute_mode"):
         n, sub = g.get("compute_processes"), f"gpu{g['index']}"
@@ -374,7 +375,7 @@ def gpu_sharing(f: Facts) -> Hits:
        why="Fabric Manager programs the NVSwitch routing. Until it has, CUDA cannot start on the GPUs "
            "(error 802, 'system not yet initialized') or multi-GPU traffic cannot use NVLink.",
        fix="systemctl enable --now nvidia-fabricmanager, with the package version equal to the driver's",
-       refs="Book ch. 3 (Fabric Manager); catalog D14")
+       refs="Book ch. 3 (Fabric Manager)")
 def fabric_manager(f: Facts) -> Hits:
     gpus = gpu_list(f)
     known = [g for g in gpus if g.get("fabric_state") is not None]
@@ -400,7 +401,7 @@ JOB = re.compile(r"python|pt_|torch|vllm|triton|deepspeed|ray::|accelerate", re.
            "memory limit, not the host, ran out.",
        fix="give the job a memory limit with headroom, cut DataLoader workers or prefetching, keep other "
            "memory-hungry processes off the node; dmesg | grep -i 'killed process' shows each kill",
-       refs="Book ch. 3; catalog K23")
+       refs=f"Book ch. 3 (swap and the OOM killer; Kubernetes memory isolation); {INFRA_ARTICLE} (§6.4 cgroups)")
 def host_oom_kills(f: Facts) -> Hits:
     kills = f.need("kernel_log.oom_kills")
     if kills:

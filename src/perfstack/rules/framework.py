@@ -5,6 +5,7 @@ from __future__ import annotations
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.common import gpu_list, gpus, version_tuple
 from perfstack.rules.registry import Hit, Hits, check
+from perfstack.sources import INFRA_ARTICLE
 
 
 
@@ -16,7 +17,7 @@ from perfstack.rules.registry import Hit, Hits, check
            "from there.",
        fix="Run perfstack with the workload's interpreter (e.g. /path/to/venv/bin/python -m perfstack doctor), "
            "or pip install perfstack into that environment.",
-       refs="Catalog F01")
+       refs=f"{INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order)")
 def torch_missing(f: Facts) -> Hits:
     if f.need("python.torch") is None:
         why = (f.value("python.errors") or {}).get("torch")
@@ -32,7 +33,7 @@ def torch_missing(f: Facts) -> Hits:
            "where it cannot see a CUDA toolkit) without saying so.",
        fix="pip install torch --index-url https://download.pytorch.org/whl/cu<XY> (a CUDA build the driver "
            "supports; see driver-toolkit-mismatch)",
-       refs="Catalog F01; S001:L92-93, L942")
+       refs=f"{INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order)")
 def torch_cpu_build(f: Facts) -> Hits:
     count = len(gpu_list(f))
     torch = f.need("python.torch")
@@ -52,7 +53,7 @@ def torch_cpu_build(f: Facts) -> Hits:
            "without GPU access, or missing /dev/nvidia* device nodes.",
        fix="Follow torch's message: fix driver-toolkit-mismatch or cuda-visible-devices first; in containers "
            "start with --gpus all (or the NVIDIA runtime) and check nvidia-smi works inside.",
-       refs="Catalog F01; S001:L92-93, L942; S002:L1263")
+       refs=f"{INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order); Book ch. 3 (the GPU software stack)")
 def torch_cuda_unavailable(f: Facts) -> Hits:
     count = len(gpu_list(f))
     if f.need("python.torch") is None or f.need("python.torch_cuda") is None:
@@ -75,7 +76,7 @@ def torch_cuda_unavailable(f: Facts) -> Hits:
            "FP8 this is the largest remaining factor after BF16.",
        fix="Evaluate FP8: Transformer Engine (fp8_autocast, E4M3 forward / E5M2 gradients) for training; FP8 "
            "weights and KV cache in the serving engine (e.g. vLLM --quantization fp8 --kv-cache-dtype fp8).",
-       refs="Catalog F06; S002:L693-716, L24137-24141; S001:L560, L655")
+       refs=f"Book ch. 2 (FP8 and FP4 Tensor Cores) and appendix checklist (Exploit FP8, novel precisions, and scaling techniques); {INFRA_ARTICLE} (§8.4 Shrinking the cache itself, §8.7 Graph IRs and ahead-of-time compilers)")
 def low_precision_opportunity(f: Facts) -> Hits:
     cards = [g for g in gpus(f) if g.cc >= (8, 9)]
     if not cards:

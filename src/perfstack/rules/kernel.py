@@ -10,16 +10,16 @@ from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import cpu_nodes, size, sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command, sh
-from perfstack.sources import BOOK
+from perfstack.sources import BOOK, INFRA_ARTICLE, KERNEL_ARTICLE
 from perfstack.units import GiB as GIB
 from perfstack.units import KiB as KIB
 
 MEMLOCK_CRITICAL = 64 * KIB  # the common distribution default; far too small for RDMA registration
 NOFILE_LOW = 1024  # the soft default of most distributions
-CSTATE_MAX_LATENCY_US = 20  # [thr] C1/C1E wake in ~1-10 µs; C6-class states take ~100 µs or more
-STRANDED_POOL_MIN = GIB  # [thr] smaller unused huge-page pools are not worth a finding
-DIRTY_LIMIT_MIN = 8 * GIB  # [thr] below this a multi-GB checkpoint write blocks on writeback
-PSI_LIMITS = {"memory": 10.0, "cpu": 20.0}  # [thr] percent of the last minute some task stalled
+CSTATE_MAX_LATENCY_US = 20  # perfstack's threshold: C1/C1E wake in ~1-10 µs; C6-class states take ~100 µs or more
+STRANDED_POOL_MIN = GIB  # perfstack's threshold: smaller unused huge-page pools are not worth a finding
+DIRTY_LIMIT_MIN = 8 * GIB  # perfstack's threshold: below this a multi-GB checkpoint write blocks on writeback
+PSI_LIMITS = {"memory": 10.0, "cpu": 20.0}  # perfstack's threshold: percent of the last minute some task stalled
 HMM_KERNELS = ((6, 1, 24), (6, 2, 11), (6, 3, 0))  # the first releases of each series with CUDA HMM
 ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
@@ -77,7 +77,7 @@ def thp_mode(f: Facts) -> Hits:
            "exactly what the kernel picks to swap out.",
        fix="swapoff -a (only when free RAM exceeds the swap in use) and comment out the swap lines in "
            "/etc/fstab; if swap must stay, keep vm.swappiness low and pin critical buffers (pinned memory)",
-       refs="Book ch. 3 (swapping); appendix checklist; catalog K05")
+       refs="Book ch. 3 (swapping); appendix checklist")
 def swap_enabled(f: Facts) -> Hits:
     total = f.need("mem.swap_total_bytes")
     swapped = f.value("proc.vm_swap_bytes") or 0
@@ -110,7 +110,7 @@ def swap_enabled(f: Facts) -> Hits:
            "recommends (remote memory is ~75% slower: ~139 ns vs ~80 ns), and adds latency spikes.",
        fix="sysctl -w kernel.numa_balancing=0, persisted in /etc/sysctl.d/, when GPU jobs are bound "
            "explicitly with numactl or a cpuset",
-       refs="Catalog §7 numa-balancing (general knowledge, not from the seeds); Book ch. 3 (NUMA binding)")
+       refs="Book ch. 3 (NUMA binding); Linux kernel documentation (sysctl kernel.numa_balancing)")
 def numa_balancing(f: Facts) -> Hits:
     nodes = f.need("numa.nodes")
     if len(nodes) < 2:
@@ -127,7 +127,7 @@ def numa_balancing(f: Facts) -> Hits:
        why="Down-clocked cores take time to ramp up when a batch or kernel launch is due; meanwhile the GPU "
            "sits idle in a bubble. GPUs dominate the node's power, so the CPU's extra draw is cheap.",
        fix="cpupower frequency-set -g performance (persist with tuned-adm or the BIOS high-performance profile)",
-       refs="Book ch. 3 (CPU frequency and C-states); appendix checklist; catalog K09")
+       refs="Book ch. 3 (CPU frequency and C-states); appendix checklist")
 def cpu_governor(f: Facts) -> Hits:
     govs = f.need("cpu.governors")
     bad = {g: cpus for g, cpus in govs.items() if g != "performance"}
@@ -147,7 +147,7 @@ def cpu_governor(f: Facts) -> Hits:
            "unlimited for AI workloads.",
        fix="'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.d/; "
            "LimitMEMLOCK=infinity in a systemd unit; docker run --ulimit memlock=-1",
-       refs="Book ch. 3 (pinned memory); appendix checklist; catalog K07")
+       refs="Book ch. 3 (pinned memory); appendix checklist")
 def memlock_limit(f: Facts) -> Hits:
     lim = f.need("limits.memlock")
     soft, hard = lim["soft"], lim["hard"]
@@ -168,7 +168,7 @@ def memlock_limit(f: Facts) -> Hits:
            "('Too many open files').",
        fix="'* soft nofile 65536' in /etc/security/limits.d/, LimitNOFILE= in the systemd unit, or "
            "docker run --ulimit nofile=65536:65536",
-       refs="Catalog K08")
+       refs="Linux man pages getrlimit(2) (RLIMIT_NOFILE) and limits.conf(5)")
 def nofile_limit(f: Facts) -> Hits:
     lim = f.need("limits.nofile")
     soft, hard = lim["soft"], lim["hard"]
@@ -186,7 +186,7 @@ def nofile_limit(f: Facts) -> Hits:
            "cross-node traffic also cuts host-to-GPU bandwidth.",
        fix="numactl --cpunodebind=N --membind=N per rank, N being the node of that rank's GPU "
            "(nvidia-smi topo -m, 'NUMA Affinity')",
-       refs="Book ch. 3 (NUMA awareness); catalog K01")
+       refs="Book ch. 3 (NUMA awareness)")
 def numa_topology(f: Facts) -> Hits:
     nodes = f.need("numa.nodes")
     if len(nodes) < 2:
@@ -207,7 +207,7 @@ def numa_topology(f: Facts) -> Hits:
        why="Binding each rank to its GPU's node typically gives 5-10% more training throughput and less "
            "jitter; memory on the wrong node is ~75% slower to reach.",
        fix="numactl --cpunodebind=N --membind=N python train.py, per rank, N being its GPU's node",
-       refs="Book ch. 3 (NUMA binding); appendix checklist; catalog K14")
+       refs="Book ch. 3 (NUMA binding); appendix checklist")
 def proc_numa_binding(f: Facts) -> Hits:
     nodes = cpu_nodes(f)
     allowed = set(f.need("proc.cpus_allowed"))
@@ -229,7 +229,7 @@ def proc_numa_binding(f: Facts) -> Hits:
            "them (large preallocated pinned pools, hugetlbfs).",
        fix="if the workload that should use it is not running, release it: sysctl -w vm.nr_hugepages=0 "
            "(or echo 0 > /sys/kernel/mm/hugepages/hugepages-<size>/nr_hugepages)",
-       refs="Book ch. 3 (huge pages); catalog K03")
+       refs="Book ch. 3 (huge pages)")
 def hugetlb_pool(f: Facts) -> Hits:
     for p in f.need("mem.hugepage_pools"):
         pool = p["total"] * p["size_kib"] * KIB
@@ -245,7 +245,7 @@ def hugetlb_pool(f: Facts) -> Hits:
            "loader wake-up or kernel launch this becomes GPU bubbles. Mostly matters for latency-critical serving.",
        fix="the BIOS high-performance profile, or cpupower idle-set -D 20; persist with "
            "intel_idle.max_cstate=1 processor.max_cstate=1 on the kernel command line",
-       refs="Book ch. 3 (CPU frequency and C-states); catalog K10")
+       refs="Book ch. 3 (CPU frequency and C-states)")
 def cpu_cstates(f: Facts) -> Hits:
     if f.value("cpu.virtualized"):
         raise NotApplicable("virtual machine: the host's idle states decide and are not visible here")
@@ -264,7 +264,7 @@ def cpu_cstates(f: Facts) -> Hits:
        why="Hyperthread siblings share a core's execution units; a CPU-bound data pipeline can run more "
            "evenly with SMT off. The gain depends on the workload: measure before and after.",
        fix="echo off > /sys/devices/system/cpu/smt/control (until reboot), or disable SMT in the BIOS",
-       refs="Book ch. 3; appendix checklist; catalog K11")
+       refs="Book ch. 3; appendix checklist (SMT)")
 def smt_state(f: Facts) -> Hits:
     smt = f.need("cpu.smt")
     if not smt["active"]:
@@ -284,7 +284,7 @@ def smt_state(f: Facts) -> Hits:
            "can be routed through the CPU. NCCL's troubleshooting guide recommends passthrough.",
        fix="add iommu=pt to GRUB_CMDLINE_LINUX (keep intel_iommu=on / amd_iommu=on only where VFIO needs "
            "it), update-grub, reboot; keep BIOS and firmware current",
-       refs="Catalog K26 (threshold is the catalog's own); seed 003; NCCL troubleshooting docs")
+       refs=f"{KERNEL_ARTICLE} (IOMMU / DMA — P2PDMA & IOVA Caching); Book appendix checklist (BIOS and firmware); NCCL troubleshooting docs")
 def iommu_mode(f: Facts) -> Hits:
     if f.value("gpu.count") == 0:
         raise NotApplicable("no NVIDIA GPU")
@@ -309,7 +309,7 @@ def iommu_mode(f: Facts) -> Hits:
            f"memory without explicit copies or cudaMallocManaged. The book {BOOK} asks for a recent, stable kernel "
            "validated with the installed driver.",
        fix="move to a recent distribution kernel validated with the installed NVIDIA driver (e.g. a 6.8 HWE kernel)",
-       refs="Book ch. 3; seed 003; catalog K20; NVIDIA HMM documentation")
+       refs=f"Book ch. 3; {KERNEL_ARTICLE} (Scope; Memory Management: HMM, SVM & ATS); NVIDIA HMM documentation")
 def kernel_version_features(f: Facts) -> Hits:
     release = f.need("system.kernel_release")
     m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release)
@@ -327,7 +327,7 @@ def kernel_version_features(f: Facts) -> Hits:
            "rather leave a GPU idle than starve all of them.",
        fix="give the job more CPUs (a larger cpuset or instance), run fewer GPU jobs per node, or fewer "
            "loader workers",
-       refs="Book appendix (CPU/GPU ratios, oversubscription); catalog K21")
+       refs="Book appendix (CPU/GPU ratios, oversubscription)")
 def cpu_cores_per_gpu(f: Facts) -> Hits:
     gpus = f.value("gpu.count")
     if not gpus:
@@ -347,7 +347,7 @@ def cpu_cores_per_gpu(f: Facts) -> Hits:
            "stalling training; a higher limit lets the kernel batch the burst in RAM.",
        fix="sysctl -w vm.dirty_ratio=40 (setting it clears vm.dirty_bytes), or write checkpoints from a "
            "separate thread, with O_DIRECT, or to local disk first",
-       refs="Book ch. 3 (filesystem caching and write-back); catalog K17")
+       refs="Book ch. 3 (filesystem caching and write-back)")
 def dirty_writeback(f: Facts) -> Hits:
     dirty_bytes = f.need("kernel.dirty_bytes")
     ratio = f.need("kernel.dirty_ratio")
@@ -367,7 +367,7 @@ def dirty_writeback(f: Facts) -> Hits:
            "preparation, keeping GPUs fed between deliberate sync points.",
        fix="LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 with "
            "MALLOC_CONF=background_thread:true,dirty_decay_ms:10000,muzzy_decay_ms:10000 (or tcmalloc)",
-       refs="Book ch. 3 (tuning host memory allocators); catalog K18")
+       refs="Book ch. 3 (tuning host memory allocators)")
 def host_allocator(f: Facts) -> Hits:
     preload = f.need("env").get("LD_PRELOAD", "")
     if not any(a in preload for a in ALLOCATORS):
@@ -380,7 +380,7 @@ def host_allocator(f: Facts) -> Hits:
        why="PyTorch's CPU kernels, oneDNN, CPU optimizer offload and llama.cpp choose faster code paths with "
            "AVX-512 (and AMX for BF16/INT8 matrix work); without them CPU-side work runs on AVX2 paths.",
        fix="nothing to set on this host: keep heavy math on the GPU, or pick an AVX-512/AMX CPU for CPU offload",
-       refs="Seed 001; catalog K19")
+       refs=f"{INFRA_ARTICLE} (§1 The kernel layer: the lscpu flags)")
 def cpu_isa_flags(f: Facts) -> Hits:
     if f.need("cpu.arch") != "x86_64":
         return
@@ -397,7 +397,7 @@ def cpu_isa_flags(f: Facts) -> Hits:
            "loader and launch threads wait for a core. Either starves the GPU. Thresholds are perfstack's own.",
        fix="memory: lower host-memory use (dataset preload, loader workers) or add RAM; CPU: fewer workers per "
            "core, pin loaders, move noisy neighbours off the GPU's node",
-       refs="Catalog K22 (PSI threshold is the catalog's own); kernel PSI documentation")
+       refs="Linux kernel documentation (PSI - Pressure Stall Information); the thresholds are perfstack's own")
 def pressure_stall(f: Facts) -> Hits:
     found = {r: f.value(f"psi.{r}") for r in PSI_LIMITS}
     if not any(found.values()):

@@ -41,12 +41,12 @@ def _low(r: dict) -> SeverityName | None:
            "theoretical rate of the GPU's PCIe link (its maximum generation and width). Fires a warning below "
            "about 70% of the practical ceiling (~85% of theoretical) and critical below 35%, naming the likely "
            "causes the doctor's facts support: a downgraded link, a remote NUMA node, an IOMMU in translation mode.",
-       why="Every batch, checkpoint load and offloaded tensor crosses this link. The sources' targets are above "
-           "24 GB/s on Gen4 x16 and above 50 GB/s on Gen5 x16; a link trained at x8, or copies from a remote "
+       why="Every batch, checkpoint load and offloaded tensor crosses this link. Healthy pinned copies exceed "
+           "24 GB/s on Gen4 x16 and 50 GB/s on Gen5 x16; a link trained at x8, or copies from a remote "
            "socket, halves that silently.",
        fix="reseat or move the GPU if the link trains below its maximum; bind the process to the GPU's NUMA node "
            "(numactl --cpunodebind=N --membind=N); set iommu=pt on the kernel command line",
-       refs="Book ch. 2-3 (PCIe, NUMA); skill note target figures; catalog P01-P02")
+       refs="Book ch. 2-3 (PCIe, NUMA, pinned memory)")
 def h2d_bandwidth_low(f: Facts) -> Hits:
     r = result(f, "h2d.pinned.best")
     sev = _low(r)
@@ -76,7 +76,7 @@ def h2d_bandwidth_low(f: Facts) -> Hits:
            "throttling, clocks locked low, or another process sharing the GPU.",
        fix="check 'perfstack doctor' driver findings (power cap, throttle reasons, clock locks, other processes) "
            "and re-run 'perfstack bench gemm' on an idle GPU",
-       refs="DESIGN measurement method; Book ch. 9-10 (Tensor Cores); catalog D08/D10")
+       refs="Book ch. 9-10 (Tensor Cores) and ch. 3 (clocks, power limits); NVIDIA datasheets (dense peaks)")
 def gemm_throughput_low(f: Facts) -> Hits:
     r = result(f, "gemm.bf16.best")
     sev = _low(r)
@@ -95,7 +95,7 @@ def gemm_throughput_low(f: Facts) -> Hits:
            "down in proportion. Low figures point at memory clocks held down, ECC or row-remapping trouble, or "
            "another process using the GPU.",
        fix="check the doctor's ECC, clock and sharing findings; re-run 'perfstack bench hbm' on an idle GPU",
-       refs="Book ch. 6-7 (memory hierarchy); profile reference §3.9")
+       refs="Book ch. 6-7 (memory hierarchy; a well-coalesced copy reaches ~90% of peak DRAM throughput); NVIDIA datasheets (HBM peaks)")
 def hbm_bandwidth_low(f: Facts) -> Hits:
     r = result(f, "hbm.copy")
     if _low(r):
@@ -112,7 +112,7 @@ def hbm_bandwidth_low(f: Facts) -> Hits:
            "order of magnitude.",
        fix="unset NCCL_P2P_DISABLE / NCCL_SHM_DISABLE / NCCL_IB_DISABLE; run with NCCL_DEBUG=INFO once to see "
            "the transport chosen; check nvidia-smi topo -m",
-       refs="Book ch. 4 (NCCL); nccl-tests PERFORMANCE.md; catalog M04-M05")
+       refs="Book ch. 4 (NCCL); nccl-tests documentation (PERFORMANCE.md: bus bandwidth)")
 def collective_bandwidth_low(f: Facts) -> Hits:
     r = result(f, "collective.all_reduce.best")
     if r.get("fraction") is None:

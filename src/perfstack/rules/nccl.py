@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import cuda_torch, env_of, gpus, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.sources import BOOK
+from perfstack.sources import BOOK, INFRA_ARTICLE, LLM_LINUX_ARTICLE
 
 
 class Setting(NamedTuple):
@@ -54,7 +54,7 @@ def rdma_active(f: Facts) -> bool | None:
            "sockets, about 10x slower, and the job still trains, so nothing complains. SHM off sends "
            "intra-node traffic that cannot use P2P through the network stack.",
        fix="Unset the variables (or delete them from the NCCL config file); use them only while debugging.",
-       refs="Catalog M03 (and E16); S002:L3249-3263; S001:L306, L309")
+       refs=f"Book ch. 4 (Pitfall #3: avoid overtuning or disabling NCCL features); {INFRA_ARTICLE} (§5 The math library layer)")
 def nccl_p2p_disabled(f: Facts) -> Hits:
     s = nccl_settings(f)
     require_gpu(f)
@@ -96,7 +96,7 @@ def nccl_p2p_disabled(f: Facts) -> Hits:
            "costing time and flooding logs. WARN is the default and what production wants; VERSION is quieter. "
            "INFO is the right setting during bring-up, to see which transport NCCL chose.",
        fix="export NCCL_DEBUG=WARN (or unset it); unset NCCL_DEBUG_SUBSYS",
-       refs="Catalog M06 (and E10); S002:L3265, L3357; S001:L308")
+       refs=f"Book ch. 4 (NCCL_DEBUG); {INFRA_ARTICLE} (§5 The math library layer)")
 def nccl_debug_env(f: Facts) -> Hits:
     s = nccl_settings(f)
     require_gpu(f)
@@ -116,7 +116,7 @@ def nccl_debug_env(f: Facts) -> Hits:
            "the collective timeout (10 minutes and more) while holding every GPU. PyTorch still reads the old "
            "name but warns about it.",
        fix="export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (or unset both); unset NCCL_ASYNC_ERROR_HANDLING",
-       refs="Catalog M07 (and E15); S002:L2770, L3117, L3345-3347")
+       refs="Book ch. 4 (NCCL asynchronous error handling)")
 def nccl_async_error_handling(f: Facts) -> Hits:
     env = env_of(f)
     require_gpu(f)
@@ -141,7 +141,7 @@ def nccl_async_error_handling(f: Facts) -> Hits:
            f"hosts 2x2 is a sensible start, raised step by step (the book {BOOK} cites +10% from "
            "NCCL_SOCKET_NTHREADS=2 on one cluster).",
        fix="Keep NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD <= 64 (e.g. 4 and 4); measure each step",
-       refs="Catalog M09; S002:L2589, L2717-2727, L3267-3271")
+       refs="Book ch. 4 (multiple NICs; NCCL socket threads)")
 def nccl_socket_threads(f: Facts) -> Hits:
     s = nccl_settings(f)
     require_gpu(f)
@@ -192,7 +192,7 @@ def unknown_names(value: str, valid: set[str]) -> list[str]:
            "otherwise). A large "
            "NCCL_BUFFSIZE is allocated per channel and peer, taking GPU memory.",
        fix="Remove the overrides, or record why each is set and re-measure after every NCCL upgrade.",
-       refs="Catalog M10 (and E8, E11); S002:L2873-2875, L3249-3253, L3273-3275")
+       refs="Book ch. 4 (topology detection; Pitfall #3: avoid overtuning NCCL; NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS)")
 def nccl_manual_overrides(f: Facts) -> Hits:
     s = nccl_settings(f)
     require_gpu(f)
@@ -222,7 +222,7 @@ def nccl_manual_overrides(f: Facts) -> Hits:
            "versions across ranks can hang or fall back to slower paths.",
        fix="Remove the override so torch loads its wheel's libnccl, or install the nvidia-nccl wheel that "
            "matches (pip install -U nvidia-nccl-cuXX==<version>).",
-       refs="Catalog M02; S002:L2697-2701, L2841")
+       refs="Book ch. 4 (Pitfall #2: mismatched NCCL versions)")
 def nccl_version_mismatch(f: Facts) -> Hits:
     require_gpu(f)
     torch_cuda = cuda_torch(f)
@@ -252,7 +252,7 @@ def _matches(name: str, prefix: str) -> bool:
            f"or crawls over the wrong path. The book {BOOK} describes bootstrap over the wrong NIC falling back "
            "to slow 10 GbE, or failing to connect.",
        fix="export NCCL_SOCKET_IFNAME=<the fast interface, e.g. ib0 or =eth1> (ip -br link lists them)",
-       refs="Catalog M08 (and E11); S002:L2102, L2602-2604, L3313")
+       refs="Book ch. 3 (container networking) and ch. 4 (fallback to a slower network path)")
 def nccl_socket_ifname(f: Facts) -> Hits:
     s = nccl_settings(f)
     require_gpu(f)
@@ -296,7 +296,7 @@ def tf32_gpus(f: Facts) -> list[str] | None:
            "FP32 GEMMs and convolutions fall back to plain FP32, up to about 8x slower on A100 and 7x on H100. "
            + TF32_WHY,
        fix="unset NVIDIA_TF32_OVERRIDE (only 0 has an effect; it exists to debug numerics)",
-       refs="Catalog M17; S002:L24147-24155; S001:L299, L407-413; cuBLAS documentation")
+       refs=f"Book appendix checklist (Use TF32 for easy speedup); {INFRA_ARTICLE} (§5 The math library layer, §7.1 Counting work); cuBLAS documentation")
 def tf32_override_env(f: Facts) -> Hits:
     value = env_of(f).get("NVIDIA_TF32_OVERRIDE")
     if value is None or value.strip() != "0":
@@ -317,7 +317,7 @@ def tf32_override_env(f: Facts) -> Hits:
            + TF32_WHY,
        fix="torch.set_float32_matmul_precision('high') at start-up (or export TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, "
            "as NVIDIA's containers do); or train in BF16 with autocast",
-       refs="Catalog M17; S002:L24147-24155")
+       refs="Book appendix checklist (Use TF32 for easy speedup)")
 def tf32_default_off(f: Facts) -> Hits:
     require_gpu(f)
     cuda_torch(f)
@@ -345,7 +345,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
            "CPU-side work (data loading, optimizer steps on CPU, kernel launches) slows down with the context "
            "switching. torchrun sets OMP_NUM_THREADS=1 for multi-process runs for this reason.",
        fix="export OMP_NUM_THREADS=<physical cores / ranks per node> (the same for MKL/OpenBLAS)",
-       refs="Catalog M20 (and E12); S002:L23715-23717; S004:L253-256")
+       refs=f"Book appendix checklist (Optimize environment variables for CPU libraries); {LLM_LINUX_ARTICLE} (Compute Optimization Techniques: OpenBLAS tuning)")
 def cpu_thread_env(f: Facts) -> Hits:
     env = env_of(f)
     cpus = f.need("cpu.logical_count")

@@ -14,7 +14,7 @@ from perfstack.sources import BOOK
 LAYER = "network"
 FAST_MBPS = 25_000
 DEFAULT_PORTS = (32768, 60999)  # the Linux default ephemeral range: 28232 ports
-# [thr] Round-trip time assumed when sizing TCP buffers: generous for one data centre, so that a
+# perfstack's threshold: the round-trip time assumed when sizing TCP buffers, generous for one data centre, so that a
 # buffer judged large enough is large enough across racks and spine switches too.
 ASSUMED_RTT_S = 1e-3
 
@@ -44,7 +44,7 @@ def _sysctl_list(name: str, values: list[int]) -> list[Command]:
            "latency over TCP. A dead port sends NCCL to sockets; a port trained at half rate halves that rail.",
        fix="Check cables and optics, the switch port and the subnet manager (ibstat; ibv_devinfo); update the "
            "HCA firmware",
-       refs="Book ch. 4 (networking); catalog N01")
+       refs="Book ch. 4 (networking)")
 def rdma_port_state(f: Facts) -> Hits:
     ports = f.need("network.rdma_ports")
     if not ports:
@@ -71,7 +71,7 @@ def rdma_port_state(f: Facts) -> Hits:
        fix="modprobe nvidia-peermem and persist it in /etc/modules-load.d/ (or the GPU Operator's "
            "driver.rdma.enabled=true); on kernel 5.12+ with the open GPU modules, DMA-BUF is NVIDIA's "
            "recommended alternative",
-       refs="Book ch. 2-4 (GPUDirect RDMA); NVIDIA GPU Operator docs (DMA-BUF); catalog N02")
+       refs="Book ch. 2-4 (GPUDirect RDMA); NVIDIA GPU Operator docs (DMA-BUF)")
 def nvidia_peermem(f: Facts) -> Hits:
     if not f.need("network.rdma_ports"):
         raise NotApplicable("no RDMA device")
@@ -97,7 +97,7 @@ def nvidia_peermem(f: Facts) -> Hits:
            "CPU work about sixfold and raise TCP and RoCE throughput.",
        fix="ip link set dev <if> mtu 9000 on every node and switch port of the data network (all must agree); "
            "persist it in netplan or NetworkManager",
-       refs="Book ch. 4 and appendix; catalog N05")
+       refs="Book ch. 4 and appendix")
 def mtu_jumbo(f: Facts) -> Hits:
     fast = [i for i in data_nics(f) if (i.get("speed_mbps") or 0) >= FAST_MBPS]
     if not fast:
@@ -116,7 +116,7 @@ def mtu_jumbo(f: Facts) -> Hits:
            "fabric is 20-40x faster. Multi-node training on this host will be network bound.",
        fix="Use a 100 Gb/s+ (RDMA) data network for multi-node jobs and point NCCL_SOCKET_IFNAME / "
            "NCCL_IB_HCA at it",
-       refs="Book ch. 4; catalog N04")
+       refs="Book ch. 4")
 def nic_speed_selected(f: Facts) -> Hits:
     gpus = gpu_count(f)
     if gpus < 2:
@@ -144,7 +144,7 @@ def nic_speed_selected(f: Facts) -> Hits:
            "the bandwidth-delay product cap each socket below line rate, whatever the NIC.",
        fix="sysctl -w net.core.rmem_max=<BDP> net.core.wmem_max=<BDP> and raise the third value of "
            "net.ipv4.tcp_rmem / tcp_wmem to match; persist in /etc/sysctl.d/",
-       refs="Book ch. 4 and appendix; catalog N06")
+       refs="Book ch. 4 and appendix")
 def tcp_stack_tuning(f: Facts) -> Hits:
     speeds = [i["speed_mbps"] for i in data_nics(f) if (i.get("speed_mbps") or 0) >= FAST_MBPS]
     if not speeds:
@@ -179,7 +179,7 @@ def tcp_stack_tuning(f: Facts) -> Hits:
            "when ephemeral ports run out, rendezvous fails or hangs on large jobs.",
        fix="sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\" (or wider, clear of local services' ports); "
            "persist in /etc/sysctl.d/",
-       refs="Book ch. 4 (catalog conflict E6); catalog N08")
+       refs="Book ch. 4 (ephemeral ports)")
 def ip_local_port_range(f: Facts) -> Hits:
     low, high = f.need("network.ip_local_port_range")[:2]
     ports = high - low + 1

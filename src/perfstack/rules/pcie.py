@@ -8,7 +8,7 @@ from typing import Any
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import busy, cpu_nodes, gpu_list, label
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.sources import BOOK
+from perfstack.sources import BOOK, INFRA_ARTICLE, KERNEL_ARTICLE
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b to Gen2, 128b/130b from Gen3).
 GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
@@ -35,7 +35,7 @@ def _link(g: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
            "GPU silently stuck at x4 is wasted effort.",
        fix="reseat the GPU in a full x16 slot; check risers, cables and the BIOS bifurcation and PCIe "
            "generation settings; update BIOS/firmware",
-       refs="Blog S001 §2 and §10; catalog P01")
+       refs=f"{INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order)")
 def pcie_link_downgraded(f: Facts) -> Hits:
     gpus = [g for g in gpu_list(f) if None not in _link(g)]
     if not gpus:
@@ -72,7 +72,7 @@ def pcie_link_downgraded(f: Facts) -> Hits:
            "GPU across the socket link, 30-50% slower than local memory.",
        fix="enable the BIOS NUMA/ACPI SRAT options (not node interleaving); meanwhile bind each rank "
            "explicitly, e.g. numactl --cpunodebind=N --membind=N, using nvidia-smi topo -m's NUMA Affinity",
-       refs="Book ch. 3 (NUMA affinity); blog S001 §1; catalog P03")
+       refs=f"Book ch. 3 (NUMA affinity); {INFRA_ARTICLE} (§1 The kernel layer)")
 def gpu_numa_affinity(f: Facts) -> Hits:
     nodes = cpu_nodes(f)
     gpus = gpu_list(f)
@@ -91,7 +91,7 @@ def gpu_numa_affinity(f: Facts) -> Hits:
            "from 60% to 90% and an iteration from 100 to 70 ms.",
        fix="put tensor-parallel and all-reduce groups on GPUs connected by NVLink or one PCIe switch "
            "(CUDA_VISIBLE_DEVICES, scheduler topology hints); keep a job inside one NUMA node where it fits",
-       refs="Book ch. 4 (topology-aware placement); blog S001 §10; catalog P04")
+       refs=f"Book ch. 4 (topology-aware placement); {INFRA_ARTICLE} (§10 Debugging order)")
 def gpu_p2p_topology(f: Facts) -> Hits:
     gpu_list(f)  # not applicable without a GPU, however the matrix fared
     topo = f.need("pcie.topology")
@@ -117,7 +117,7 @@ def gpu_p2p_topology(f: Facts) -> Hits:
        why="A GPU with a down link sends its share of all-reduce traffic over fewer lanes or over PCIe, and "
            "the whole job waits for the slowest rank.",
        fix="reset the GPU or reseat it; check Fabric Manager on NVSwitch systems; RMA if links stay down",
-       refs="Book ch. 2, 4 (NVLink); catalog P05")
+       refs="Book ch. 2, 4 (NVLink)")
 def nvlink_health(f: Facts) -> Hits:
     gpus = [g for g in gpu_list(f) if g.get("nvlink_links")]
     if not gpus:
@@ -143,14 +143,14 @@ def _nvidia_buses(f: Facts) -> dict[str, str]:
 
 @check("pcie-aer-errors", "pcie-topology", "critical", "PCIe bus errors reported on a GPU link",
        doc="Reads 'PCIe Bus Error' (AER) lines from dmesg for GPU and NVSwitch bus ids. Critical for "
-           "uncorrectable errors; warning for 10 or more corrected errors [thr], info for fewer. Errors "
+           "uncorrectable errors; warning for 10 or more corrected errors (perfstack's threshold), info for fewer. Errors "
            "logged against the upstream port rather than the GPU are not matched.",
        why="Corrected errors are retried at the link layer: a steady stream costs bandwidth and often "
            "precedes a link that retrains narrower or drops. Uncorrectable errors crash jobs or take the GPU "
            "off the bus (Xid 79).",
        fix="reseat the GPU and its risers/cables, check slot power; update BIOS and GPU firmware; "
            "drain the node if uncorrectable errors recur",
-       refs="Catalog P01/D04 [impl: AER is the kernel's PCIe error channel]")
+       refs=f"Linux kernel documentation (PCI Express Advanced Error Reporting); {INFRA_ARTICLE} (§2 The driver layer, §10 Debugging order); NVIDIA Xid error documentation (Xid 79)")
 def pcie_aer_errors(f: Facts) -> Hits:
     errors = f.need("kernel_log.aer")
     buses = _nvidia_buses(f)
@@ -181,11 +181,11 @@ def _lspci_devices(f: Facts) -> list[dict[str, Any]]:
            "lspci -vvv for GPUs and NICs; fires when a power-saving policy is set or L0s/L1 is enabled on "
            "one of those links.",
        why="Link power states add wake-up latency to the first transfer after a pause; on hosts that feed "
-           "GPUs and NICs continuously there is nothing to save [impl: sources name ASPM as a knob without "
-           "figures].",
+           "GPUs and NICs continuously there is nothing to save (the sources name ASPM as a knob without "
+           "figures).",
        fix="boot with pcie_aspm.policy=performance (or set it in the BIOS); at runtime: "
            "echo performance > /sys/module/pcie_aspm/parameters/policy",
-       refs="Seed S003 (PCIe knobs); catalog P07")
+       refs=f"{KERNEL_ARTICLE} (The invisible bottleneck: PCIe ASPM)")
 def pcie_aspm(f: Facts) -> Hits:
     policy = f.value("pcie.aspm_policy")
     try:
@@ -203,12 +203,12 @@ def pcie_aspm(f: Facts) -> Hits:
 
 @check("pcie-max-payload", "pcie-topology", "info", "PCIe max payload left at 128 bytes",
        doc="Reads DevCap and DevCtl MaxPayload from lspci -vvv for GPUs and NICs; fires when the configured "
-           "payload is 128 bytes although the device supports more [thr]. The upstream port may be the "
+           "payload is 128 bytes although the device supports more (perfstack's threshold). The upstream port may be the "
            "limit; lspci -vvv on it tells.",
        why="Each PCIe packet carries a fixed header; 128-byte payloads spend a larger share of the link on "
-           "headers than 256 or 512 [impl: sources name MPS as a knob without figures].",
+           "headers than 256 or 512 (the sources name MPS as a knob without figures).",
        fix="set the PCIe MPS option in the BIOS to the largest supported, or boot with pci=pcie_bus_perf",
-       refs="Seed S003 (PCIe knobs); catalog P08")
+       refs=f"{KERNEL_ARTICLE} (The invisible bottleneck: PCIe MPS)")
 def pcie_max_payload(f: Facts) -> Hits:
     devices = [d for d in _lspci_devices(f) if d.get("max_payload") and d.get("max_payload_cap")]
     if not devices:

@@ -12,7 +12,7 @@ import re
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.common import cuda_torch, env_of, gpus, is_true, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.sources import BOOK
+from perfstack.sources import BOOK, INFRA_ARTICLE
 
 EPHEMERAL = ("/tmp/", "/dev/shm/", "/run/", "/var/tmp/")
 
@@ -59,7 +59,7 @@ def sm(cc: tuple[int, int]) -> str:
        fix="Upgrade the host driver to a branch that supports torch's CUDA, or install a torch wheel built for "
            "the driver's CUDA (e.g. pip install torch --index-url https://download.pytorch.org/whl/cu126). "
            "Datacenter GPUs can also use NVIDIA's cuda-compat forward-compatibility package.",
-       refs="Catalog D03; S001:L92-93; S002:L1962-1978; NVIDIA CUDA Compatibility guide (minor version)")
+       refs=f"Book ch. 3 (NVIDIA container runtime: host driver vs container CUDA); {INFRA_ARTICLE} (§2 The driver layer); NVIDIA CUDA Compatibility guide (minor version)")
 def driver_toolkit_mismatch(f: Facts) -> Hits:
     require_gpu(f)
     torch_cuda = cuda_torch(f)
@@ -85,7 +85,7 @@ def driver_toolkit_mismatch(f: Facts) -> Hits:
            "A100 8.0, L40/RTX 4090 8.9, H100/H200 9.0, B200 10.0, RTX 50xx 12.0.",
        fix="Install a torch wheel whose CUDA build lists this GPU (newer GPUs need newer CUDA builds, e.g. "
            "Blackwell needs cu128 or later), or build torch with TORCH_CUDA_ARCH_LIST including it.",
-       refs="Catalog R01; S001:L183-210; S002:L1207-1222")
+       refs=f"Book ch. 3 (CUDA forward and backward compatibility); {INFRA_ARTICLE} (§3 The compiler layer)")
 def torch_cuda_arch(f: Facts) -> Hits:
     cards = gpus(f)
     cuda_torch(f)
@@ -137,7 +137,7 @@ def arch_list_entries(value: str) -> list[str] | None:
            "Images built for one GPU generation and run on another hit this.",
        fix="export TORCH_CUDA_ARCH_LIST=\"<major.minor of each GPU>\" (e.g. \"9.0\" for H100) and rebuild the "
            "extensions.",
-       refs="Catalog R01 (extensions)")
+       refs=f"Book ch. 3 (CUDA forward and backward compatibility); {INFRA_ARTICLE} (§3 The compiler layer); PyTorch torch.utils.cpp_extension documentation (TORCH_CUDA_ARCH_LIST)")
 def extension_arch_list(f: Facts) -> Hits:
     value = env_of(f).get("TORCH_CUDA_ARCH_LIST")
     if not value:
@@ -162,7 +162,7 @@ def extension_arch_list(f: Facts) -> Hits:
            "pays the whole JIT again: 1-5 s and more for large libraries, on every rank.",
        fix="unset CUDA_CACHE_DISABLE; export CUDA_CACHE_PATH=<a persistent volume> (and CUDA_CACHE_MAXSIZE to "
            "hold the libraries in use)",
-       refs="Catalog R02; S001:L210, L232")
+       refs=f"{INFRA_ARTICLE} (§3 The compiler layer: JIT and its cache)")
 def cuda_jit_cache(f: Facts) -> Hits:
     env = env_of(f)
     require_gpu(f)
@@ -186,7 +186,7 @@ def cuda_jit_cache(f: Facts) -> Hits:
            "reuses the compiled graphs and kernels. A disabled or wiped cache makes every restart pay in full, "
            "and the first run after a torch or driver upgrade recompiles everything.",
        fix="unset TORCHINDUCTOR_FORCE_DISABLE_CACHES; export TORCHINDUCTOR_CACHE_DIR=<a persistent volume>",
-       refs="Catalog R03 (with E13: the default is /tmp/torchinductor_<user>); S001:L232, L942-943")
+       refs=f"{INFRA_ARTICLE} (§3 The compiler layer, §10 Debugging order); PyTorch torch.compile caching documentation (default /tmp/torchinductor_<user>)")
 def inductor_cache(f: Facts) -> Hits:
     env = env_of(f)
     if f.need("python.torch") is None:
@@ -223,7 +223,7 @@ DEBUG_VARS: dict[str, tuple[SeverityName, str]] = {  # name -> (severity, what i
            "makes every launch synchronous, losing all overlap of CPU work, copies and kernels; "
            "TORCH_DISTRIBUTED_DEBUG=DETAIL adds consistency checks around every collective.",
        fix="Remove them from the production launch configuration.",
-       refs="Catalog R08; S002:L3255-3263, L14617")
+       refs="Book ch. 4 (debugging variables left set in production) and ch. 13 (CUDA_LAUNCH_BLOCKING)")
 def debug_env_in_prod(f: Facts) -> Hits:
     env = env_of(f)
     for name, (severity, cost) in DEBUG_VARS.items():
@@ -242,7 +242,7 @@ def debug_env_in_prod(f: Facts) -> Hits:
            "start-up and more device memory per process (PyTorch measured about 667 MB against 287 MB for a "
            "context when it made LAZY its default).",
        fix="unset CUDA_MODULE_LOADING (or export CUDA_MODULE_LOADING=LAZY)",
-       refs="Catalog §7 (outside the sources); CUDA Programming Guide, Lazy Loading; pytorch/pytorch#86509")
+       refs="CUDA Programming Guide, Lazy Loading; PyTorch issue pytorch/pytorch#86509")
 def cuda_module_loading(f: Facts) -> Hits:
     value = env_of(f).get("CUDA_MODULE_LOADING")
     if value and value.strip().upper() == "EAGER":
@@ -258,7 +258,7 @@ def cuda_module_loading(f: Facts) -> Hits:
            f"communication before the GEMM it overlaps with. Not from the book {BOOK}: from CUDA's "
            "documentation.",
        fix="unset CUDA_DEVICE_MAX_CONNECTIONS unless the framework asks for it",
-       refs="Catalog §7 cuda-device-max-connections (outside the sources); CUDA environment variables")
+       refs="CUDA Programming Guide, CUDA environment variables (CUDA_DEVICE_MAX_CONNECTIONS)")
 def cuda_device_max_connections(f: Facts) -> Hits:
     value = env_of(f).get("CUDA_DEVICE_MAX_CONNECTIONS")
     if value is None or value.strip() != "1":
@@ -278,7 +278,7 @@ def cuda_device_max_connections(f: Facts) -> Hits:
            "default, so on mixed hosts the indices differ from nvidia-smi's unless CUDA_DEVICE_ORDER=PCI_BUS_ID.",
        fix="export CUDA_VISIBLE_DEVICES=<existing indices> (nvidia-smi -L lists them); export "
            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-       refs="Catalog P10; S002:L2024-2034, L3303; CUDA environment variables")
+       refs="Book ch. 3 (topology-aware GPU allocation) and ch. 4 (binding with CUDA_VISIBLE_DEVICES); CUDA environment variables")
 def cuda_visible_devices(f: Facts) -> Hits:
     env = env_of(f)
     value = env.get("CUDA_VISIBLE_DEVICES")

@@ -8,7 +8,7 @@ from perfstack.model import Facts, NotApplicable
 from perfstack.rules.common import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import Under, sh, write
-from perfstack.sources import BOOK
+from perfstack.sources import BOOK, KERNEL_ARTICLE
 
 LAYER = "storage"
 ATIME_FS = ("ext4", "ext3", "xfs", "btrfs", "f2fs", "nfs", "nfs4")
@@ -40,7 +40,7 @@ def _where(d: dict[str, Any]) -> str:
            "deep hardware queues reach full throughput and the steadiest latency with none (or mq-deadline).",
        fix="echo none > /sys/block/<dev>/queue/scheduler; persist with a udev rule: "
            "ACTION==\"add|change\", KERNEL==\"nvme[0-9]*n[0-9]*\", ATTR{queue/scheduler}=\"none\"",
-       refs="Book ch. 5 (storage tuning) and appendix; catalog S01 and conflict E3")
+       refs=f"Book ch. 5 (storage tuning) and appendix; {KERNEL_ARTICLE} (Summary & prioritization: NVMe-mq none)")
 def io_scheduler(f: Facts) -> Hits:
     for d in f.need("storage.block_devices"):
         sched, name = d.get("scheduler"), d["name"]
@@ -70,7 +70,7 @@ def io_scheduler(f: Facts) -> Hits:
            "nothing, hence info.",
        fix="echo 4096 > /sys/block/<dev>/queue/read_ahead_kb (or blockdev --setra 8192 /dev/<dev>); persist "
            "with a udev rule",
-       refs="Book ch. 5 and appendix; catalog S02")
+       refs="Book ch. 5 and appendix")
 def read_ahead(f: Facts) -> Hits:
     for d in _data_devices(f):
         ra = d.get("read_ahead_kb")
@@ -87,7 +87,7 @@ def read_ahead(f: Facts) -> Hits:
            "samples from it starve GPUs that each want hundreds of MB/s.",
        fix="Keep datasets, offload folders and checkpoints on local NVMe or a parallel filesystem; stage from "
            "object storage to NVMe first (s5cmd, aws s3 cp).",
-       refs="Book ch. 5 and appendix; catalog S06")
+       refs="Book ch. 5 and appendix")
 def rotational_data(f: Facts) -> Hits:
     disks = [d for d in _data_devices(f) if d.get("kind") not in ("virtio", "mmc")]
     spinning = [d for d in disks if d.get("rotational")]
@@ -103,7 +103,7 @@ def rotational_data(f: Facts) -> Hits:
        why="With strictatime every read of a sample file writes its inode back: metadata writes that compete "
            f"with the data reads. The book {BOOK} recommends noatime for data filesystems.",
        fix="mount -o remount,noatime <mountpoint>, and add noatime to its /etc/fstab entry",
-       refs="Book ch. 5 and appendix; catalog S04")
+       refs="Book ch. 5 and appendix")
 def mount_noatime(f: Facts) -> Hits:
     for m in f.need("storage.mounts"):
         if m["fstype"] in ATIME_FS and not {"noatime", "relatime", "lazytime"} & set(m["options"]):
@@ -118,7 +118,7 @@ def mount_noatime(f: Facts) -> Hits:
            "a shared dataset feel it first.",
        fix="Mount with rsize=1048576,wsize=1048576,noatime (plus actimeo=60 for read-mostly datasets); the "
            "server may cap the size it grants",
-       refs="Book ch. 5; catalog S05")
+       refs="Book ch. 5")
 def nfs_mount_options(f: Facts) -> Hits:
     for m in f.need("storage.mounts"):
         if not m["fstype"].startswith("nfs"):
@@ -136,7 +136,7 @@ def nfs_mount_options(f: Facts) -> Hits:
        why="Block-layer write-back throttling holds back buffered writes to protect read latency; during a "
            "checkpoint burst that can slow the write. Whether it matters depends on the workload, hence info.",
        fix="echo 0 > /sys/block/<dev>/queue/wbt_lat_usec",
-       refs="Seed 003 (block-layer tuning); catalog S03")
+       refs=f"{KERNEL_ARTICLE} (The invisible bottleneck: blk-wbt off)")
 def wbt_latency(f: Facts) -> Hits:
     for d in _data_devices(f):
         if d.get("kind") == "nvme" and d.get("wbt_lat_usec"):
@@ -151,7 +151,7 @@ def wbt_latency(f: Facts) -> Hits:
            "stream that fed the GPUs no longer does.",
        fix="Reseat the drive, check the slot's lane count and bifurcation in the BIOS; stripe several drives "
            "(RAID0) when one cannot feed the GPUs",
-       refs="Book ch. 5; catalog S07")
+       refs="Book ch. 5")
 def nvme_link(f: Facts) -> Hits:
     links = f.need("storage.nvme_links")
     if not links:
@@ -176,7 +176,7 @@ def _link(speed: float | None, width: int | None) -> str:
            "10-20% typical, up to +30% reported on H100, and the CPU is freed.",
        fix="Install the nvidia-gds package matching the driver (the GPU Operator can load nvidia-fs), then "
            "read through cuFile with O_DIRECT-aligned buffers",
-       refs="Book ch. 5 (GPUDirect Storage); catalog S08")
+       refs="Book ch. 5 (GPUDirect Storage)")
 def gds_available(f: Facts) -> Hits:
     if not gpu_count(f):
         raise NotApplicable("no NVIDIA GPU")

@@ -49,7 +49,7 @@ practical_fraction: dict[str, PracticalFraction] = {
         "large aligned BF16 GEMM through cuBLAS (torch.matmul), dense peak",
         "Project H100 SXM measurements: 770-798 TFLOP/s of 989.4 (0.78-0.81), best shape 4096x4096x8192 "
         f"at 784 (torch 2.11, driver 580). The book {BOOK} says Tensor Cores can sustain above 90% of peak with "
-        "tuned kernels (B:L8618), so 0.8 is what stock cuBLAS reaches, not a hardware limit.",
+        "tuned kernels (ch. 9), so 0.8 is what stock cuBLAS reaches, not a hardware limit.",
     ),
     "gemm_fp16": PracticalFraction(
         0.80,
@@ -61,7 +61,7 @@ practical_fraction: dict[str, PracticalFraction] = {
         0.90,
         "hbm_tbps",
         "device-to-device copy on a buffer much larger than L2, counting bytes read + written",
-        f"The book {BOOK}: a well-coalesced copy reaches ~90% of peak DRAM throughput (B:L5794). Project machines: "
+        f"The book {BOOK}: a well-coalesced copy reaches ~90% of peak DRAM throughput (ch. 7). Project machines: "
         "H100 ~3.0 of 3.35 TB/s, H200 ~4.3 of 4.8 TB/s (both ~0.90).",
     ),
     "pcie_pinned": PracticalFraction(
@@ -98,7 +98,7 @@ practical_fraction: dict[str, PracticalFraction] = {
     "pcie_pageable": PracticalFraction(
         0.25, "pcie_gbps", "pageable (ordinary malloc) host<->device copies, staged by the driver through a "
         "pinned bounce buffer, vs pcie_gbps(gen, width)",
-        f"The book {BOOK}: pinned copies run 2-3x faster than pageable ones (B:L1600). Project H100 (Gen5 x16): "
+        f"The book {BOOK}: pinned copies run 2-3x faster than pageable ones (ch. 3). Project H100 (Gen5 x16): "
         "pageable H2D 13.5-19 GB/s, D2H 13-14 GB/s of 63.0 (0.21-0.30), host-dependent.",
     ),
 }
