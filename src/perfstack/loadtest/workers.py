@@ -16,6 +16,7 @@ import asyncio
 import math
 import multiprocessing
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -43,11 +44,16 @@ def split(total: int, parts: int) -> list[int]:
 
 
 _STOP: Any = None  # in a worker process: the parent's stop event, handed over when the process starts
+_START: Any = None  # and the barrier every process of the level reaches before it sends its first request
+# Starting a process (spawn: a new interpreter importing aiohttp and perfstack) takes from a fraction of a
+# second to several on a busy host; without a common start the first processes' requests would run at a
+# fraction of the level's concurrency. A process that waits longer than this starts anyway.
+START_TIMEOUT_S = 120.0
 
 
-def _init(stop: Any) -> None:
-    global _STOP
-    _STOP = stop
+def _init(stop: Any, start: Any = None) -> None:
+    global _STOP, _START
+    _STOP, _START = stop, start
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us through the event
 
 
@@ -66,8 +72,17 @@ def _child(args: tuple) -> bytes:
         w = asyncio.ensure_future(watch())
         try:
             async with load.new_session() as session:
+                start = t_level
+                if _START is not None:
+                    try:
+                        await asyncio.get_running_loop().run_in_executor(None, _START.wait, START_TIMEOUT_S)
+                    except threading.BrokenBarrierError:
+                        pass  # another process did not come up in time: start, as a single process would
+                    # The level starts when the barrier lets every process go (the same monotonic clock in all
+                    # of them: the release reaches them within a fraction of a millisecond of each other).
+                    start = time.perf_counter()
                 return await load.run_level(session, target, iter(prompts), mode, load_, n, warmup, stop, seed=seed,
-                                            burstiness=burstiness, t_level=t_level)
+                                            burstiness=burstiness, t_level=start)
         finally:
             stop.set()
             await asyncio.gather(w, return_exceptions=True)
@@ -95,7 +110,7 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
     ns = split(n, procs)
     flat = [next(prompts) for _ in range(n + warmup)]
     ctx = multiprocessing.get_context("spawn")
-    flag = ctx.Event()
+    flag, start = ctx.Event(), ctx.Barrier(procs)
     t_level = time.perf_counter()
     jobs, at = [], 0
     for i in range(procs):
@@ -104,7 +119,7 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
                      loads[i], ns[i], warm[i], seed * 1000 + i, burstiness, t_level))
         at += take
     loop = asyncio.get_running_loop()
-    with ProcessPoolExecutor(max_workers=procs, mp_context=ctx, initializer=_init, initargs=(flag,)) as ex:
+    with ProcessPoolExecutor(max_workers=procs, mp_context=ctx, initializer=_init, initargs=(flag, start)) as ex:
         futs = [loop.run_in_executor(ex, _child, j) for j in jobs]
         waiter = asyncio.ensure_future(stop.wait())
         gathered = asyncio.ensure_future(asyncio.gather(*futs))
