@@ -75,30 +75,41 @@ def _numbers(*names: str) -> dict[str, Check]:
 
 
 # -- profile (perfstack.profile.summary) ---------------------------------------------------------
+# The pieces are named so that the profile's typed records (perfstack.profile.records) check a piece
+# they read back with the same check as the whole section: one validation path.
 MS = map_of(NUM)  # milliseconds by category, phase or idle reason
+
+STEP = obj({"step": INT, "total_ms": NUM, "busy_pct": NUM, "idle_ms": NUM, "kernels": INT, "syncs": INT,
+            "categories": MS})
+IDLE_GAP = obj({"step": INT_, "start_ms": NUM, "duration_ms": NUM, "before": TEXT, "after": TEXT, "reason": TEXT})
+TIMELINE = obj({"bound": TEXT_, "cpu_ahead_ms": NUM_})
+LAUNCH = obj({"launch_to_start_us": obj({"median": NUM_}), **_numbers("kernels_per_step", "median_kernel_us")})
+SYNC = obj({"calls_per_step": NUM})
+ALLOCATOR = obj({"calls_per_step": NUM})
+COMM = obj(_numbers("ms_per_step", "overlap_pct"))
+MFU = obj({"value": NUM, "peak_tflops": NUM_, "dtype": TEXT_, "source": TEXT}, ("value",), nullable=True)
+STRAGGLER = obj({"rank": INT, "cause": TEXT, "excess_ms": NUM}, ("rank", "excess_ms", "cause"), nullable=True)
 
 PROFILE = obj({
     "device_name": TEXT_, "notes": list_of(TEXT), "warnings": list_of(TEXT),
     **_numbers("step_ms", "mean_step_ms"),
-    "steps": list_of(obj({"step": INT, "total_ms": NUM, "busy_pct": NUM, "idle_ms": NUM, "kernels": INT,
-                          "syncs": INT, "categories": MS})),
+    "steps": list_of(STEP),
     "breakdown_ms": MS, "idle_by_reason_ms": MS, "phases_ms": MS,
-    "idle_gaps": list_of(obj({"step": INT_, "start_ms": NUM, "duration_ms": NUM, "before": TEXT, "after": TEXT,
-                              "reason": TEXT})),
+    "idle_gaps": list_of(IDLE_GAP),
     "kernel_classes": list_of(obj({"name": TEXT, "class": TEXT,
                                    **_numbers("time_ms", "flops", "bytes", "intensity", "tflops")})),
     "ops": list_of(obj({"op": TEXT, "category": TEXT, "dtype": TEXT_,
                         **_numbers("time_ms_per_step", "tflops", "gbps", "pct_of_peak", "pct_of_hbm")})),
     "top_kernels": list_of(obj({"name": TEXT, "category": TEXT, "count": INT, "time_ms_per_step": NUM})),
-    "launch": obj({"launch_to_start_us": obj({"median": NUM_}), **_numbers("kernels_per_step", "median_kernel_us")}),
-    "sync": obj({"calls_per_step": NUM}),
-    "allocator": obj({"calls_per_step": NUM}),
-    "comm": obj(_numbers("ms_per_step", "overlap_pct")),
-    "mfu": obj({"value": NUM, "peak_tflops": NUM_, "dtype": TEXT_, "source": TEXT}, ("value",), nullable=True),
+    "launch": LAUNCH,
+    "sync": SYNC,
+    "allocator": ALLOCATOR,
+    "comm": COMM,
+    "mfu": MFU,
     "overhead": obj({"method": TEXT, "note": TEXT, **_numbers("profiled_step_ms", "cpu_inflation", "step_ms")}),
-    "timeline": obj({"bound": TEXT_, "cpu_ahead_ms": NUM_}),
+    "timeline": TIMELINE,
     "ranks": list_of(obj({})),
-    "straggler": obj({"rank": INT, "cause": TEXT, "excess_ms": NUM}, ("rank", "excess_ms", "cause"), nullable=True),
+    "straggler": STRAGGLER,
 })
 
 

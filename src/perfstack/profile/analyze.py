@@ -23,7 +23,9 @@ from typing import Any
 from perfstack.profile import classify, cpu, flops
 from perfstack.profile.attribute import attribute
 from perfstack.profile.timeline import gaps, sweep, union
-from perfstack.profile.trace import Trace
+from perfstack.profile.records import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, Step,
+                                       Sync, Timeline)
+from perfstack.profile.trace import GpuEvent, Trace
 
 GAP_LIST_US = 50.0
 MAX_GAPS = 40
@@ -50,37 +52,18 @@ def _r(x: float | None, nd: int = 2) -> float | None:
 
 
 class Analysis:
-    """The working state of one trace's analysis: the attributed events and the summary dict."""
+    """The working state of one trace's analysis, shared read-only by the passes: the analysed
+    device's events, the step windows, the attribution of each event, the CPU spans, and the notes
+    these choices call for. Per-op costs and GPU times are computed on first use and cached."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
-        self.notes: list[str] = []
-        totals: dict[int, float] = defaultdict(float)
-        for g in trace.gpu:
-            totals[g.device] += g.dur
-        self.device = max(totals, key=totals.get) if totals else None
-        self.other_devices = sorted(d for d in totals if d != self.device)
-        if self.other_devices:
-            n_other = sum(1 for g in trace.gpu if g.device != self.device)
-            self.notes.append(f"the trace has GPU events on devices {[self.device, *self.other_devices]}: device "
-                              f"{self.device} (the most GPU time) is analysed; {n_other} events on the others are not")
-        self.gpu = [g for g in trace.gpu if g.device == self.device]
-        self.windows = [(s.number, s.ts, s.ts + s.dur) for s in trace.steps if s.dur > 0]
-        if not self.windows:
-            evs = [*trace.gpu, *trace.runtime, *trace.ops]
-            if evs:
-                self.windows = [(0, min(e.ts for e in evs), max(e.ts + e.dur for e in evs))]
-            self.notes.append("no ProfilerStep# windows: the whole trace is analysed as one step "
-                              "(call prof.step() once per iteration for per-step figures)")
-        if not self.gpu:
-            self.notes.append("no GPU kernels, copies or memsets in the trace: a CPU-only run (or CUDA activity was "
-                              "not recorded: add ProfilerActivity.CUDA)")
+        self.device, self.other_devices, self.gpu, device_notes = _device(trace)
+        self.windows, window_notes = _windows(trace)
         self.att = attribute(trace, self.gpu, self.windows)
-        self.notes.extend(self.att.notes)
-        if self.att.unattributed and self.gpu:
-            n_before = sum(1 for s, g in zip(self.att.step, self.gpu) if s < 0)
-            self.notes.append(f"{n_before} GPU events were launched outside the profiled steps (before the first or "
-                              "after the last); they are not counted in any step but occupy the GPU timeline")
+        no_gpu = [] if self.gpu else ["no GPU kernels, copies or memsets in the trace: a CPU-only run (or CUDA "
+                                      "activity was not recorded: add ProfilerActivity.CUDA)"]
+        self.notes: list[str] = [*device_notes, *window_notes, *no_gpu, *_attribution_notes(self)]
         self.cs = cpu.spans(trace)
         self.costs: dict[int, flops.Cost] = {}
         self._op_time: dict[int, float] | None = None
@@ -111,88 +94,157 @@ class Analysis:
         return self._op_time.get(o, 0.0)
 
 
+Window = tuple[int, float, float]  # (step number, CPU start, CPU end) in µs
+
+
+def _device(trace: Trace) -> tuple[int | None, list[int], list[GpuEvent], list[str]]:
+    """The device with the most GPU time (the one analysed), the others, its events, and a note when
+    the trace has several."""
+    totals: dict[int, float] = defaultdict(float)
+    for g in trace.gpu:
+        totals[g.device] += g.dur
+    device = max(totals, key=lambda d: totals[d]) if totals else None
+    others = sorted(d for d in totals if d != device)
+    notes = []
+    if others:
+        n_other = sum(1 for g in trace.gpu if g.device != device)
+        notes.append(f"the trace has GPU events on devices {[device, *others]}: device "
+                     f"{device} (the most GPU time) is analysed; {n_other} events on the others are not")
+    return device, others, [g for g in trace.gpu if g.device == device], notes
+
+
+def _windows(trace: Trace) -> tuple[list[Window], list[str]]:
+    """The ProfilerStep windows, or the whole trace as one step (with a note) where it has none."""
+    windows = [(s.number, s.ts, s.ts + s.dur) for s in trace.steps if s.dur > 0]
+    if windows:
+        return windows, []
+    spans = [(e.ts, e.ts + e.dur) for e in trace.gpu] + [(e.ts, e.ts + e.dur) for e in (*trace.runtime, *trace.ops)]
+    if spans:
+        windows = [(0, min(a for a, _ in spans), max(b for _, b in spans))]
+    return windows, ["no ProfilerStep# windows: the whole trace is analysed as one step "
+                     "(call prof.step() once per iteration for per-step figures)"]
+
+
+def _attribution_notes(A: Analysis) -> list[str]:
+    notes = list(A.att.notes)
+    if A.att.unattributed and A.gpu:
+        n_before = sum(1 for s in A.att.step if s < 0)
+        notes.append(f"{n_before} GPU events were launched outside the profiled steps (before the first or "
+                     "after the last); they are not counted in any step but occupy the GPU timeline")
+    return notes
+
+
 def analyze(trace: Trace) -> dict[str, Any]:
-    """The profile summary of one trace (one rank)."""
+    """The profile summary of one trace (one rank), as the JSON of ``Run.profile`` before the summary's
+    passes (overhead, what-ifs, MFU) add theirs; ``_analysis`` carries the working state to them."""
     A = Analysis(trace)
-    gpu, att = A.gpu, A.att
     per_step: list[list[int]] = [[] for _ in A.windows]
-    for i, s in enumerate(att.step):
+    for i, s in enumerate(A.att.step):
         if s >= 0:
             per_step[s].append(i)
-    tl = _GpuTimeline(gpu)
-    steps: list[dict[str, Any]] = []
-    gaps_out: list[dict[str, Any]] = []
-    for k, (g0, g1) in enumerate(_periods(A, per_step)):
-        steps.append(_step(A, k, per_step[k], g0, g1, tl, gaps_out))
-    _cpu_counts(A, steps)
+    tl = _GpuTimeline(A.gpu)
+    periods = _periods(A, per_step)
+    # steps: each step's GPU view (and the idle gaps in it), then its CPU-side counts
+    rows = [_step(A, k, per_step[k], g0, g1, tl) for k, (g0, g1) in enumerate(periods)]
+    steps = [Step.join(row, counts) for (row, _), counts in zip(rows, _cpu_counts(A))]
+    gaps = sorted((g for _, step_gaps in rows for g in step_gaps), key=lambda g: -g.duration_ms)
+    m = _Means(steps)
+    breakdown, idle_reason = _categories(steps)
+    delays = _launch_delays(A)
+    notes = [*A.notes, *_clock_skew(A, len(delays))]
+    out: dict[str, Any] = {
+        "file": trace.path, "rank": trace.rank, "world_size": trace.world_size,
+        "device": A.device, "device_name": _device_name(A), "other_devices": A.other_devices,
+        "n_steps": len(steps), "steps": [s.to_dict() for s in steps],
+        "step_ms": m("total_ms"), "busy_ms": m("busy_ms"), "idle_ms": m("idle_ms"),
+        "busy_pct": _pct(m("busy_ms"), m("total_ms")),
+        "timeline": _timeline(A, m, idle_reason, delays).to_dict(),
+        "breakdown_ms": {k: round(v, 4) for k, v in breakdown.items()},
+        "idle_by_reason_ms": {k: round(v, 4) for k, v in idle_reason.items()},
+        "idle_gaps": [g.to_dict() for g in gaps[:MAX_GAPS]], "n_idle_gaps": len(gaps),
+        "launch": _launch(A, m, delays).to_dict(),
+        "sync": Sync(m("syncs"), m("sync_wait_ms"), _per_step_names(A, cpu.SYNC_CALLS | cpu.BLOCKING_COPIES)).to_dict(),
+        "allocator": Allocator(m("alloc_calls"), m("alloc_ms"), round(idle_reason.get("allocator", 0.0), 4),
+                               _per_step_names(A, cpu.ALLOC_CALLS)).to_dict(),
+        "data_wait_ms": m("data_wait_ms"), "data_wait_idle_ms": round(idle_reason.get("data loading", 0.0), 4),
+        "comm": Comm(m("comm_ms"), m("comm_exposed_ms"), m("comm_overlapped_ms"),
+                     _pct(m("comm_overlapped_ms"), m("comm_ms"))).to_dict(),
+        "compute_ms": round(sum(v for c, v in breakdown.items() if c not in ("idle", "comm", "cpu")), 4),
+        "precision": trace.meta.get("float32_matmul_precision"), "notes": notes, "warnings": list(trace.warnings),
+        "events_per_step": m("cpu_events"),
+    }
+    from perfstack.profile import efficiency
+    return {**out, **efficiency.kernels(A), "_analysis": A}  # _analysis: dropped by summary before the Run is built
+
+
+class _Means:
+    """Means over the steps of one field of their rows (0 when there are none)."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps = steps
+
+    def __call__(self, key: str) -> float:
+        if not self.steps:
+            return 0.0
+        return round(sum(getattr(s, key) for s in self.steps) / len(self.steps), 4)
+
+
+def _categories(steps: list[Step]) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean exclusive time per category, and mean idle time per cause, over the steps."""
     n = max(1, len(steps))
-
-    def mean(key: str) -> float:
-        return round(sum(s[key] for s in steps) / n, 4) if steps else 0.0
-
     breakdown: dict[str, float] = defaultdict(float)
     idle_reason: dict[str, float] = defaultdict(float)
     for s in steps:
-        for c, v in s["categories"].items():
+        for c, v in s.categories.items():
             breakdown[c] += v / n
-        for c, v in s["idle_by_reason_ms"].items():
+        for c, v in s.idle_by_reason_ms.items():
             idle_reason[c] += v / n
-    gaps_out.sort(key=lambda g: -g["duration_ms"])
-    cpu_ms, gpu_ms = mean("cpu_ms"), mean("gpu_ms")
-    delays = [gpu[i].ts - (trace.runtime[j].ts + trace.runtime[j].dur) for i, j in enumerate(att.launch)
-              if j >= 0 and att.step[i] >= 0 and gpu[i].kind == "kernel"]
-    kdurs = [gpu[i].dur for i in range(len(gpu)) if att.step[i] >= 0 and gpu[i].kind == "kernel"]
-    early = [-(gpu[i].ts - trace.runtime[j].ts) for i, j in enumerate(att.launch) if j >= 0 and gpu[i].ts < trace.runtime[j].ts]
-    if early and len(early) >= 0.01 * max(1, len(delays)):
-        # A kernel cannot start before the call that launched it: the CPU and GPU clocks disagree.
-        A.notes.append(f"{len(early)} GPU events start before the CPU call that launched them (by up to "
-                       f"{max(early) / 1e3:.3f} ms): the trace's CPU and GPU clocks disagree, so launch delays and the "
-                       "causes of idle gaps are unreliable; attribution to steps (by correlation id) is not affected")
-    device_name = trace.device_names.get(A.device) if A.device is not None else None
-    if device_name is None and trace.device_names:
-        device_name = next(iter(trace.device_names.values()))
-    out: dict[str, Any] = {
-        "file": trace.path, "rank": trace.rank, "world_size": trace.world_size,
-        "device": A.device, "device_name": device_name, "other_devices": A.other_devices,
-        "n_steps": len(steps), "steps": steps,
-        "step_ms": mean("total_ms"), "busy_ms": mean("busy_ms"), "idle_ms": mean("idle_ms"),
-        "busy_pct": _pct(mean("busy_ms"), mean("total_ms")),
-        "timeline": {"cpu_step_ms": cpu_ms, "gpu_step_ms": gpu_ms,
-                     "bound": _bound(mean("busy_ms"), mean("total_ms"), idle_reason, gpu_ms, cpu_ms),
-                     "attribution": att.method,
-                     "cpu_ahead_ms": _r(_quantile(delays, 0.5) / 1e3 if delays else None, 4),
-                     "unattributed_events": att.unattributed},
-        "breakdown_ms": {k: round(v, 4) for k, v in breakdown.items()},
-        "idle_by_reason_ms": {k: round(v, 4) for k, v in idle_reason.items()},
-        "idle_gaps": gaps_out[:MAX_GAPS], "n_idle_gaps": len(gaps_out),
-        "launch": {
-            "kernels_per_step": mean("kernels"), "launches_per_step": mean("launches"),
-            "graph_launches_per_step": mean("graph_launches"),
-            "median_kernel_us": _r(statistics.median(kdurs)) if kdurs else None,
-            "short_kernel_pct": _pct(sum(1 for d in kdurs if d < 10.0), len(kdurs)),
-            # measured from the launch call's return, as HTA does
-            "launch_to_start_us": {"median": _r(_quantile(delays, 0.5)), "p90": _r(_quantile(delays, 0.9)),
-                                   "n": len(delays), "from": "launch return"},
-            "launch_call_us": mean("launch_call_us") or None,
-            "launch_cpu_ms_per_step": mean("launch_cpu_ms"),
-        },
-        "sync": {"calls_per_step": mean("syncs"), "wait_ms_per_step": mean("sync_wait_ms"),
-                 "by_name": _per_step_names(A, cpu.SYNC_CALLS | cpu.BLOCKING_COPIES)},
-        "allocator": {"calls_per_step": mean("alloc_calls"), "ms_per_step": mean("alloc_ms"),
-                      "idle_ms_per_step": round(idle_reason.get("allocator", 0.0), 4),
-                      "by_name": _per_step_names(A, cpu.ALLOC_CALLS)},
-        "data_wait_ms": mean("data_wait_ms"), "data_wait_idle_ms": round(idle_reason.get("data loading", 0.0), 4),
-        "comm": {"ms_per_step": mean("comm_ms"), "exposed_ms_per_step": mean("comm_exposed_ms"),
-                 "overlapped_ms_per_step": mean("comm_overlapped_ms"),
-                 "overlap_pct": _pct(mean("comm_overlapped_ms"), mean("comm_ms"))},
-        "compute_ms": round(sum(v for c, v in breakdown.items() if c not in ("idle", "comm", "cpu")), 4),
-        "precision": trace.meta.get("float32_matmul_precision"), "notes": A.notes, "warnings": list(trace.warnings),
-        "events_per_step": mean("cpu_events"),
-    }
-    from perfstack.profile import efficiency
-    efficiency.kernels(A, out)
-    out["_analysis"] = A  # dropped by summary before the Run is built
-    return out
+    return breakdown, idle_reason
+
+
+def _launch_delays(A: Analysis) -> list[float]:
+    """Launch-return to start (µs) of every kernel launched inside a step."""
+    gpu, rts = A.gpu, A.trace.runtime
+    return [gpu[i].ts - (rts[j].ts + rts[j].dur) for i, j in enumerate(A.att.launch)
+            if j >= 0 and A.att.step[i] >= 0 and gpu[i].kind == "kernel"]
+
+
+def _clock_skew(A: Analysis, n_delays: int) -> list[str]:
+    """A note when GPU events start before the calls that launched them (at least 1% of launches)."""
+    gpu, rts = A.gpu, A.trace.runtime
+    early = [-(gpu[i].ts - rts[j].ts) for i, j in enumerate(A.att.launch) if j >= 0 and gpu[i].ts < rts[j].ts]
+    if not early or len(early) < 0.01 * max(1, n_delays):
+        return []
+    # A kernel cannot start before the call that launched it: the CPU and GPU clocks disagree.
+    return [f"{len(early)} GPU events start before the CPU call that launched them (by up to "
+            f"{max(early) / 1e3:.3f} ms): the trace's CPU and GPU clocks disagree, so launch delays and the "
+            "causes of idle gaps are unreliable; attribution to steps (by correlation id) is not affected"]
+
+
+def _device_name(A: Analysis) -> str | None:
+    names = A.trace.device_names
+    name = names.get(A.device) if A.device is not None else None
+    if name is None and names:
+        name = next(iter(names.values()))
+    return name
+
+
+def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: list[float]) -> Timeline:
+    cpu_ms, gpu_ms = m("cpu_ms"), m("gpu_ms")
+    median = _quantile(delays, 0.5)
+    return Timeline(cpu_ms, gpu_ms, _bound(m("busy_ms"), m("total_ms"), idle_reason, gpu_ms, cpu_ms),
+                    A.att.method, _r(median / 1e3 if median is not None else None, 4), A.att.unattributed)
+
+
+def _launch(A: Analysis, m: _Means, delays: list[float]) -> Launch:
+    gpu = A.gpu
+    kdurs = [gpu[i].dur for i in range(len(gpu)) if A.att.step[i] >= 0 and gpu[i].kind == "kernel"]
+    return Launch(
+        m("kernels"), m("launches"), m("graph_launches"),
+        _r(statistics.median(kdurs)) if kdurs else None,
+        _pct(sum(1 for d in kdurs if d < 10.0), len(kdurs)),
+        LaunchToStart(_r(_quantile(delays, 0.5)), _r(_quantile(delays, 0.9)), len(delays)),
+        m("launch_call_us") or None, m("launch_cpu_ms"))
 
 
 class _GpuTimeline:
@@ -220,24 +272,26 @@ def _periods(A: Analysis, per_step: list[list[int]]) -> list[tuple[float, float]
     backlog = None
     if first and first[0] is not None:
         backlog = max((g.ts + g.dur for g, s in zip(gpu, att.step) if s < 0 and g.ts < first[0]), default=None)
-    out, prev_end = [], None
+    out: list[tuple[float, float]] = []
+    prev_end: float | None = None
     for k, (_, a, _) in enumerate(A.windows):
-        if first[k] is None:
+        f, e = first[k], last[k]
+        if f is None or e is None:
             out.append((a, a))
             continue
         if prev_end is None:
-            g0 = min(first[k], max(a, backlog) if backlog is not None else a)
+            g0 = min(f, max(a, backlog) if backlog is not None else a)
         else:
-            g0 = min(prev_end, first[k])
-        prev_end = last[k]
-        out.append((g0, last[k]))
+            g0 = min(prev_end, f)
+        prev_end = e
+        out.append((g0, e))
     return out
 
 
-def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float, tl: _GpuTimeline,
-          gaps_out: list[dict[str, Any]]) -> dict[str, Any]:
-    """One step's row: its time (the longer of its CPU window and GPU period), exclusive category
-    times, idle gaps and their causes (the largest appended to ``gaps_out``)."""
+def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
+          tl: _GpuTimeline) -> tuple[GpuStep, list[IdleGap]]:
+    """One step's GPU row: its time (the longer of its CPU window and GPU period), exclusive category
+    times, idle time by cause; and its idle gaps of at least GAP_LIST_US."""
     gpu, att, trace = A.gpu, A.att, A.trace
     number, a, b = A.windows[k]
     cpu_us, period = b - a, g1 - g0
@@ -248,6 +302,7 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float, tl: _GpuTim
     busy = sum(excl)
     idle = max(0.0, total - busy)
     reasons: dict[str, float] = defaultdict(float)
+    gaps_out: list[IdleGap] = []
     if gpu and period > 0:
         lo = max(0, bisect_left(tl.busy_ends, g0) - 1)
         for s, e in gaps(tl.busy, g0, g1, lo):
@@ -256,20 +311,20 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float, tl: _GpuTim
             why = cpu.gap_reason(s, e, launch, A.cs)
             reasons[why] += e - s
             if e - s >= GAP_LIST_US:
-                gaps_out.append({"start_ms": _ms(s - A.windows[0][1]), "duration_ms": _ms(e - s), "step": number,
-                                 "reason": why, "before": _neighbour(gpu, tl.starts, s, True),
-                                 "after": classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""})
+                gaps_out.append(IdleGap(_ms(s - A.windows[0][1]), _ms(e - s), number, why,
+                                        _neighbour(gpu, tl.starts, s, True),
+                                        classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""))
     unexplained = idle - sum(reasons.values())
     if unexplained > 0.5:
         # the CPU window outlasted the GPU period: the GPU was fed from a queue built up before
         reasons["cpu dispatch" if period else "unknown"] += unexplained
     categories = {c: _ms(excl[CAT_INDEX[c]]) for c in classify.CATEGORIES if excl[CAT_INDEX[c]] > 0}
     categories["idle" if gpu else "cpu"] = _ms(idle if gpu else total)
-    return {"step": number, "total_ms": _ms(total), "cpu_ms": _ms(cpu_us), "gpu_ms": _ms(period),
-            "busy_ms": _ms(busy), "busy_pct": _pct(busy, total), "idle_ms": _ms(idle),
-            "categories": categories, "idle_by_reason_ms": {r: _ms(v) for r, v in reasons.items() if v > 0},
-            "kernels": sum(1 for i in idx if gpu[i].kind == "kernel"), "comm_ms": _ms(excl[comm_idx] + comm_ov),
-            "comm_exposed_ms": _ms(comm_ex), "comm_overlapped_ms": _ms(comm_ov)}
+    row = GpuStep(number, _ms(total), _ms(cpu_us), _ms(period), _ms(busy), _pct(busy, total), _ms(idle),
+                  categories, {r: _ms(v) for r, v in reasons.items() if v > 0},
+                  sum(1 for i in idx if gpu[i].kind == "kernel"), _ms(excl[comm_idx] + comm_ov), _ms(comm_ex),
+                  _ms(comm_ov))
+    return row, gaps_out
 
 
 def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu_ms: float) -> str:
@@ -282,11 +337,11 @@ def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu
     return "gpu" if gpu_ms > cpu_ms and idle.get("gpu queued", 0.0) >= 0.5 * idle_ms else "cpu"
 
 
-def _cpu_counts(A: Analysis, steps: list[dict]) -> None:
+def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     """Per-step CPU-side counts: launches, syncs, allocator calls, data waits, recorded events."""
     t = A.trace
     starts = [a for _, a, _ in A.windows]
-    acc = [defaultdict(float) for _ in steps]
+    acc: list[dict[str, float]] = [defaultdict(float) for _ in A.windows]
 
     def win(ts: float) -> int:
         k = bisect_left(starts, ts + 1e-9) - 1
@@ -294,22 +349,8 @@ def _cpu_counts(A: Analysis, steps: list[dict]) -> None:
 
     for r in t.runtime:
         k = win(r.ts)
-        if k < 0:
-            continue
-        a = acc[k]
-        a["cpu_events"] += 1
-        if r.name in cpu.KERNEL_LAUNCHES or r.name in cpu.GRAPH_LAUNCHES:
-            a["launches"] += 1
-            a["launch_cpu_ms"] += r.dur / 1e3
-            a["_launch_us"] += r.dur
-        if r.name in cpu.GRAPH_LAUNCHES:
-            a["graph_launches"] += 1
-        if r.name in cpu.SYNC_CALLS or r.name in cpu.BLOCKING_COPIES:
-            a["syncs"] += 1
-            a["sync_wait_ms"] += r.dur / 1e3
-        if r.name in cpu.ALLOC_CALLS:
-            a["alloc_calls"] += 1
-            a["alloc_ms"] += r.dur / 1e3
+        if k >= 0:
+            _count_runtime(acc[k], r.name, r.dur)
     for o in t.ops:
         k = win(o.ts)
         if k < 0:
@@ -319,12 +360,28 @@ def _cpu_counts(A: Analysis, steps: list[dict]) -> None:
             acc[k]["data_wait_ms"] += o.dur / 1e3
         elif "empty_cache" in o.name:
             acc[k]["alloc_ms"] += o.dur / 1e3
-    for s, a in zip(steps, acc):
-        for key in ("launches", "graph_launches", "syncs", "alloc_calls", "cpu_events"):
-            s[key] = int(a[key])
-        for key in ("launch_cpu_ms", "sync_wait_ms", "alloc_ms", "data_wait_ms"):
-            s[key] = round(a[key], 4)
-        s["launch_call_us"] = round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0
+    return [CpuCounts(int(a["launches"]), int(a["graph_launches"]), int(a["syncs"]), int(a["alloc_calls"]),
+                      int(a["cpu_events"]), round(a["launch_cpu_ms"], 4), round(a["sync_wait_ms"], 4),
+                      round(a["alloc_ms"], 4), round(a["data_wait_ms"], 4),
+                      round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0)
+            for a in acc]
+
+
+def _count_runtime(a: dict[str, float], name: str, dur: float) -> None:
+    """Count one CUDA runtime call into its step's accumulator."""
+    a["cpu_events"] += 1
+    if name in cpu.KERNEL_LAUNCHES or name in cpu.GRAPH_LAUNCHES:
+        a["launches"] += 1
+        a["launch_cpu_ms"] += dur / 1e3
+        a["_launch_us"] += dur
+    if name in cpu.GRAPH_LAUNCHES:
+        a["graph_launches"] += 1
+    if name in cpu.SYNC_CALLS or name in cpu.BLOCKING_COPIES:
+        a["syncs"] += 1
+        a["sync_wait_ms"] += dur / 1e3
+    if name in cpu.ALLOC_CALLS:
+        a["alloc_calls"] += 1
+        a["alloc_ms"] += dur / 1e3
 
 
 def _per_step_names(A: Analysis, names: set[str]) -> dict[str, float]:

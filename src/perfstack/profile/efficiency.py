@@ -23,54 +23,81 @@ def _ms(us: float) -> float:
     return round(us / 1e3, 4)
 
 
-def kernels(A: Analysis, out: dict[str, Any]) -> None:
-    """Fill ``out`` with top_kernels, ops, gemms, memcpy, phases_ms and compiled, per step."""
-    gpu, att, trace = A.gpu, A.att, A.trace
+def kernels(A: Analysis) -> dict[str, Any]:
+    """The per-kernel and per-operator pass: top_kernels, ops (and ``_ops_all``, every row, for the
+    summary's MFU and roofline), gemms, memcpy, phases_ms and compiled, per step."""
+    gpu, att = A.gpu, A.att
     n = max(1, len(A.windows))
-    precision = trace.meta.get("float32_matmul_precision")
-    op_time: dict[int, float] = defaultdict(float)
-    op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
+    acc = _Rows(A)
     for i, g in enumerate(gpu):
-        if att.step[i] >= 0 and att.op[i] >= 0:
-            op_time[att.op[i]] += g.dur
-            if att.category[i] in classify.COMPUTE:
-                op_compute[att.op[i]] += g.dur
-    names: dict[str, dict[str, Any]] = {}
-    ops: dict[tuple, dict[str, Any]] = {}
-    gemms: dict[tuple, dict[str, Any]] = {}
-    memcpy: dict[tuple, dict[str, Any]] = {}
-    phases: dict[str, float] = defaultdict(float)
-    triton_us = 0.0
-    busy_us = 0.0
-    for i, g in enumerate(gpu):
-        if att.step[i] < 0:
-            continue
+        if att.step[i] >= 0:
+            acc.add(i, g)
+    top = sorted(acc.names.values(), key=lambda k: -k["time_us"])[:15]
+    for k in top:
+        k["time_ms_per_step"] = _ms(k.pop("time_us") / n)
+    rows = sorted((_finish_op(r, n) for r in acc.ops.values()), key=lambda r: -r["time_ms_per_step"])
+    return {"top_kernels": top, "ops": rows[:40], "_ops_all": rows, "gemms": _finish_gemms(acc.gemms, n),
+            "memcpy": [_finish_memcpy(m, n) for m in acc.memcpy.values()],
+            "phases_ms": {k: _ms(v / n) for k, v in sorted(acc.phases.items(), key=lambda kv: -kv[1])},
+            "compiled": compiled(A, acc.triton_us, acc.busy_us)}
+
+
+class _Rows:
+    """The kernel pass's accumulators over the GPU events of the steps: by kernel name, by operator
+    (with FLOPs and bytes shared among an op's kernels), GEMM classes, copies by direction, phases."""
+
+    def __init__(self, A: Analysis) -> None:
+        self.A = A
+        self.precision = A.trace.meta.get("float32_matmul_precision")
+        self.op_time: dict[int, float] = defaultdict(float)
+        self.op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
+        att = A.att
+        for i, g in enumerate(A.gpu):
+            if att.step[i] >= 0 and att.op[i] >= 0:
+                self.op_time[att.op[i]] += g.dur
+                if att.category[i] in classify.COMPUTE:
+                    self.op_compute[att.op[i]] += g.dur
+        self.names: dict[str, dict[str, Any]] = {}
+        self.ops: dict[tuple, dict[str, Any]] = {}
+        self.gemms: dict[tuple, dict[str, Any]] = {}
+        self.memcpy: dict[tuple, dict[str, Any]] = {}
+        self.phases: dict[str, float] = defaultdict(float)
+        self.triton_us = 0.0
+        self.busy_us = 0.0
+
+    def add(self, i: int, g: GpuEvent) -> None:
+        att = self.A.att
         c = att.category[i]
-        busy_us += g.dur
-        k = names.get(g.name)
+        self.busy_us += g.dur
+        k = self.names.get(g.name)
         if k is None:
-            k = names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
+            k = self.names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
         k["count"] += 1
         k["time_us"] += g.dur
-        phases[att.phase[i] or "unknown"] += g.dur
+        self.phases[att.phase[i] or "unknown"] += g.dur
         if g.name.startswith("triton_"):
-            triton_us += g.dur
+            self.triton_us += g.dur
         if g.kind == "memcpy":
             key = classify.memcpy_kind(g.name)
-            m = memcpy.setdefault(key, {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0})
+            m = self.memcpy.setdefault(key, {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0,
+                                             "time_us": 0.0})
             m["count"] += 1
             m["bytes"] += g.bytes or 0
             m["time_us"] += g.dur
-            continue
-        o = att.op[i]
-        cost = A.cost(o)
-        share = g.dur / op_time[o] if o >= 0 and op_time[o] else 0.0
-        fshare = g.dur / op_compute[o] if c in classify.COMPUTE and op_compute.get(o) else 0.0
+            return
+        self._add_op(i, g, c)
+
+    def _add_op(self, i: int, g: GpuEvent, c: str) -> None:
+        o = self.A.att.op[i]
+        cost = self.A.cost(o)
+        share = g.dur / self.op_time[o] if o >= 0 and self.op_time[o] else 0.0
+        fshare = g.dur / self.op_compute[o] if c in classify.COMPUTE and self.op_compute.get(o) else 0.0
         f = cost.flops * fshare if cost and cost.flops and fshare else None
         b = cost.bytes * share if cost and cost.bytes else None
-        opname = trace.ops[o].name if o >= 0 else "(no operator)"
-        row = ops.setdefault((opname, c, cost.dtype if cost else None), {
-            "op": opname, "category": c, "dtype": cost.dtype if cost else None, "kernels": 0, "time_us": 0.0,
+        opname = self.A.trace.ops[o].name if o >= 0 else "(no operator)"
+        dtype = cost.dtype if cost else None
+        row = self.ops.setdefault((opname, c, dtype), {
+            "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
             "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()})
         row["kernels"] += 1
         row["time_us"] += g.dur
@@ -82,36 +109,28 @@ def kernels(A: Analysis, out: dict[str, Any]) -> None:
             row["bytes"] += b
             row["bytes_us"] += g.dur
         if c in ("gemm", "attention") and cost and cost.gemm:
-            _gemm_row(gemms, g, c, cost, f, b, precision)
-    top = sorted(names.values(), key=lambda k: -k["time_us"])[:15]
-    for k in top:
-        k["time_ms_per_step"] = _ms(k.pop("time_us") / n)
-    out["top_kernels"] = top
-    rows = []
-    for r in ops.values():
-        t, ft, bt = r.pop("time_us"), r.pop("counted_us"), r.pop("bytes_us")
-        r["calls_per_step"] = round(len(r.pop("calls")) / n, 2)
-        r["kernels_per_step"] = round(r.pop("kernels") / n, 2)
-        r["time_ms_per_step"] = _ms(t / n)
-        r["flops_per_step"] = r.pop("flops") / n
-        r["bytes_per_step"] = r.pop("bytes") / n
-        r["tflops"] = round(r["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft and r["flops_per_step"] else None
-        r["gbps"] = round(r["bytes_per_step"] * n / (bt * 1e-6) / 1e9, 1) if bt and r["bytes_per_step"] else None
-        rows.append(r)
-    rows.sort(key=lambda r: -r["time_ms_per_step"])
-    out["ops"] = rows[:40]
-    out["_ops_all"] = rows
-    out["gemms"] = _finish_gemms(gemms, n)
-    mc = []
-    for m in memcpy.values():
-        t_us = m.pop("time_us")
-        m["time_ms_per_step"] = _ms(t_us / n)
-        m["bytes_per_step"] = int(m["bytes"] / n)
-        m["gbps"] = round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None
-        mc.append(m)
-    out["memcpy"] = mc
-    out["phases_ms"] = {k: _ms(v / n) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])}
-    out["compiled"] = compiled(A, triton_us, busy_us)
+            _gemm_row(self.gemms, g, c, cost, f, b, self.precision)
+
+
+def _finish_op(r: dict[str, Any], n: int) -> dict[str, Any]:
+    """An operator row per step, with its achieved TFLOP/s and GB/s over the time its FLOPs and bytes ran."""
+    t, ft, bt = r.pop("time_us"), r.pop("counted_us"), r.pop("bytes_us")
+    r["calls_per_step"] = round(len(r.pop("calls")) / n, 2)
+    r["kernels_per_step"] = round(r.pop("kernels") / n, 2)
+    r["time_ms_per_step"] = _ms(t / n)
+    r["flops_per_step"] = r.pop("flops") / n
+    r["bytes_per_step"] = r.pop("bytes") / n
+    r["tflops"] = round(r["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft and r["flops_per_step"] else None
+    r["gbps"] = round(r["bytes_per_step"] * n / (bt * 1e-6) / 1e9, 1) if bt and r["bytes_per_step"] else None
+    return r
+
+
+def _finish_memcpy(m: dict[str, Any], n: int) -> dict[str, Any]:
+    t_us = m.pop("time_us")
+    m["time_ms_per_step"] = _ms(t_us / n)
+    m["bytes_per_step"] = int(m["bytes"] / n)
+    m["gbps"] = round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None
+    return m
 
 
 def compiled(A: Analysis, triton_us: float, busy_us: float) -> dict[str, Any]:
@@ -191,32 +210,22 @@ def peak_for(spec: GpuSpec | None, dtype: str | None, tensor_cores: bool | None)
     return spec.peak_tflops(d) if d else None
 
 
-def against_peaks(p: dict[str, Any], spec: GpuSpec | None) -> None:
-    """Achieved figures against the SKU's peaks; ``kernel_classes`` for the HTML roofline."""
+def against_peaks(gemms: list[dict[str, Any]], ops: list[dict[str, Any]], ops_all: list[dict[str, Any]],
+                  spec: GpuSpec | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The efficiency pass: GEMM and operator rows with their achieved figures against the SKU's peaks
+    (new rows; the kernel pass's are left as they are), and ``kernel_classes`` for the HTML roofline."""
     hbm = spec.hbm_tbps * 1e3 if spec and spec.hbm_tbps else None  # GB/s
-    for g in p["gemms"]:
-        peak = peak_for(spec, g["dtype"], g["tensor_cores"])
-        g["peak_tflops"] = peak
-        g["pct_of_peak"] = round(100 * g["tflops"] / peak, 1) if peak and g["tflops"] else None
-        g["pct_of_hbm"] = round(100 * g["gbps"] / hbm, 1) if hbm and g.get("gbps") else None
-    for r in p["ops"]:
-        peak = peak_for(spec, r["dtype"], True) if r["tflops"] else None
-        r["pct_of_peak"] = round(100 * r["tflops"] / peak, 1) if peak and r["tflops"] else None
-        r["pct_of_hbm"] = round(100 * r["gbps"] / hbm, 1) if hbm and r["gbps"] else None
-        if r["flops_per_step"] and r["bytes_per_step"] and peak and hbm:
-            ridge = peak * 1e3 / hbm  # FLOP per byte where compute and memory take equally long
-            r["bound"] = "compute" if r["flops_per_step"] / r["bytes_per_step"] >= ridge else "memory"
-        elif r["bytes_per_step"] and not r["flops_per_step"]:
-            r["bound"] = "memory"
+    gemms = [_gemm_peaks(g, spec, hbm) for g in gemms]
+    ops = [_op_peaks(r, spec, hbm) for r in ops]
     classes = []
-    for g in p["gemms"]:
+    for g in gemms:
         label = f"{g['category'].upper() if g['category'] != 'gemm' else 'GEMM'} {g['dtype'] or '?'} " + \
                 {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
         label += " GEMV" if g["gemv"] else " misaligned" if g["misaligned"] else ""
         classes.append({"name": label, "time_ms": g["time_ms_per_step"], "flops": g["flops_per_step"] or None,
                         "bytes": g["bytes_per_step"] or None, "tflops": g["tflops"], "peak_tflops": g["peak_tflops"]})
     by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in p["_ops_all"]:
+    for r in ops_all:
         if r["category"] in ("gemm",):
             continue
         d = by_cat[r["category"]]
@@ -228,4 +237,25 @@ def against_peaks(p: dict[str, Any], spec: GpuSpec | None) -> None:
         classes.append({"name": cat, "time_ms": round(t, 4), "flops": d["flops"] or None, "bytes": d["bytes"] or None,
                         "tflops": round(d["flops"] / (t * 1e-3) / 1e12, 2) if d["flops"] and t else None,
                         "gbps": round(d["bytes"] / (t * 1e-3) / 1e9, 1) if d["bytes"] and t else None})
-    p["kernel_classes"] = classes
+    return gemms, ops, classes
+
+
+def _gemm_peaks(g: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> dict[str, Any]:
+    peak = peak_for(spec, g["dtype"], g["tensor_cores"])
+    return {**g, "peak_tflops": peak,
+            "pct_of_peak": round(100 * g["tflops"] / peak, 1) if peak and g["tflops"] else None,
+            "pct_of_hbm": round(100 * g["gbps"] / hbm, 1) if hbm and g.get("gbps") else None}
+
+
+def _op_peaks(r: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> dict[str, Any]:
+    """An operator row with its share of the peaks and what bounds it (by arithmetic intensity
+    against the ridge point, where both are known)."""
+    peak = peak_for(spec, r["dtype"], True) if r["tflops"] else None
+    r = {**r, "pct_of_peak": round(100 * r["tflops"] / peak, 1) if peak and r["tflops"] else None,
+         "pct_of_hbm": round(100 * r["gbps"] / hbm, 1) if hbm and r["gbps"] else None}
+    if r["flops_per_step"] and r["bytes_per_step"] and peak and hbm:
+        ridge = peak * 1e3 / hbm  # FLOP per byte where compute and memory take equally long
+        r["bound"] = "compute" if r["flops_per_step"] / r["bytes_per_step"] >= ridge else "memory"
+    elif r["bytes_per_step"] and not r["flops_per_step"]:
+        r["bound"] = "memory"
+    return r

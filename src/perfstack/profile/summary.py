@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from perfstack.errors import InputError
-from perfstack.model import Run, run_meta
+from perfstack.model import Finding, Run, run_meta
 from perfstack.profile import classify, comm, cpu, efficiency, rules, waste
-from perfstack.profile.analyze import analyze
-from perfstack.profile.simulate import Scenario, replay, solve_scale
+from perfstack.profile.analyze import Analysis, analyze
+from perfstack.profile.records import Mfu, Straggler
+from perfstack.profile.simulate import Scenario, Timeline, replay, solve_scale
 from perfstack.profile.trace import load
+
+if TYPE_CHECKING:
+    from perfstack.specs.table import GpuSpec
 
 # The profiler's CPU cost per recorded CPU-side event (an operator or a CUDA runtime call) with
 # record_shapes=True, measured on the project's H100 host with torch 2.11 (record_validation.py
@@ -22,7 +26,7 @@ PROFILER_US_PER_EVENT = 3.0
 MIN_SCALE = 0.2
 
 
-def _spec(name: str | None):
+def _spec(name: str | None) -> GpuSpec | None:
     if not name:
         return None
     try:
@@ -32,7 +36,7 @@ def _spec(name: str | None):
         return None
 
 
-def overhead(p: dict, tl, unprofiled_ms: float | None, note: str | None) -> dict[str, Any]:
+def overhead(p: dict[str, Any], tl: Timeline | None, unprofiled_ms: float | None, note: str | None) -> dict[str, Any]:
     """How much of the profiled step is the profiler, and the CPU scale that removes it."""
     n = max(1, p["n_steps"])
     profiled = p["step_ms"]
@@ -76,28 +80,46 @@ def overhead(p: dict, tl, unprofiled_ms: float | None, note: str | None) -> dict
     return out
 
 
-def whatifs(p: dict, A, tl, spec) -> None:
-    """The recoverable time of each candidate fix: replayed at the corrected CPU speed and as recorded."""
-    n = max(1, p["n_steps"])
+def whatifs(p: dict[str, Any], A: Analysis, tl: Timeline | None,
+            spec: GpuSpec | None) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
+    fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
     found = waste.detect(A, spec)
-    p["waste"] = {w.id: w.evidence for w in found}
-    out: dict[str, dict[str, float]] = {}
+    evidence = {w.id: w.evidence for w in found}
     if tl is None:
-        step = p["overhead"]["step_ms"]
-        for w in found:
-            ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if p["timeline"]["bound"] == "gpu" else 0.0
-            out[w.id] = {"ms": round(ms, 4), "pct": round(100 * ms / step, 1) if step else 0.0,
-                         "ms_profiled": round(ms, 4), "pct_profiled": round(100 * ms / p["step_ms"], 1) if p["step_ms"] else 0.0}
-        p["whatif"] = out
-        return
-    pos = {gi: k for k, gi in enumerate(tl.g_index)}
+        return evidence, _whatifs_unreplayed(p, A, found)
+    n = max(1, p["n_steps"])
     scale = p["overhead"]["cpu_scale"]
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
     cpu_free = replay(tl, scale) < replay(tl, MIN_SCALE) * 1.05
-    # CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
-    # on large traces)
+    scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found}}
+    base_c, base_p = replay(tl, scale), replay(tl, 1.0)
+    out: dict[str, dict[str, float]] = {}
+    for name, sc in scenarios.items():
+        rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
+        out[name] = {"ms": round(max(0.0, rc) / 1e3 / n, 4), "pct": round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
+                     "ms_profiled": round(max(0.0, rp) / 1e3 / n, 4),
+                     "pct_profiled": round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0}
+    return evidence, out
+
+
+def _whatifs_unreplayed(p: dict[str, Any], A: Analysis, found: list[waste.Waste]) -> dict[str, dict[str, float]]:
+    """Without a replay model: a waste's GPU time saved counts only on a GPU-bound step."""
+    n = max(1, p["n_steps"])
+    step = p["overhead"]["step_ms"]
+    out: dict[str, dict[str, float]] = {}
+    for w in found:
+        ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if p["timeline"]["bound"] == "gpu" else 0.0
+        out[w.id] = {"ms": round(ms, 4), "pct": round(100 * ms / step, 1) if step else 0.0,
+                     "ms_profiled": round(ms, 4), "pct_profiled": round(100 * ms / p["step_ms"], 1) if p["step_ms"] else 0.0}
+    return out
+
+
+def _cpu_scenarios(p: dict[str, Any]) -> dict[str, Scenario]:
+    """CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
+    on large traces)."""
     scenarios: dict[str, Scenario] = {}
     if p["sync"]["calls_per_step"] > 1:
         scenarios["host-sync"] = Scenario("one sync per step", keep_sync="last-per-step")
@@ -107,66 +129,70 @@ def whatifs(p: dict, A, tl, spec) -> None:
         scenarios["allocator-churn"] = Scenario("no allocator calls", no_allocator=True)
     if p["launch"]["kernels_per_step"] >= 50 and not p["launch"]["graph_launches_per_step"]:
         scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True)
-    for w in found:
-        d = list(tl.g_dur)
-        for gi, new in w.new_dur.items():
-            k = pos.get(gi)
-            if k is not None:
-                d[k] = new
-        bub = None
-        if w.id in ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused"):
-            # kernels the fix merges into one: the bubbles between them go with them
-            bub = list(tl.g_bubble)
-            prev: dict[int, int] = {}
-            for k, gi in enumerate(tl.g_index):  # in start order
-                st = A.gpu[gi].stream
-                if gi in w.new_dur and prev.get(st) in w.new_dur:
-                    bub[k] = 0.0
-                prev[st] = gi
-        gone: set[int] = set()
-        if w.merged and cpu_free:
-            # an action whose every event is fused into another no longer dispatches anything
-            per_action: dict[int, list[int]] = {}
-            for k, gi in enumerate(tl.g_index):
-                per_action.setdefault(tl.g_action[k], []).append(gi)
-            gone = {a for a, gis in per_action.items() if a >= 0 and all(gi in w.merged for gi in gis)}
-        scenarios[w.id] = Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
-    base_c, base_p = replay(tl, scale), replay(tl, 1.0)
-    for name, sc in scenarios.items():
-        rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
-        out[name] = {"ms": round(max(0.0, rc) / 1e3 / n, 4), "pct": round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
-                     "ms_profiled": round(max(0.0, rp) / 1e3 / n, 4),
-                     "pct_profiled": round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0}
-    p["whatif"] = out
+    return scenarios
 
 
-def _mfu(p: dict, spec, model_flops: float | None) -> None:
-    comp = [r for r in p["_ops_all"] if r["category"] in classify.COMPUTE and r["flops_per_step"]]
+# kernels a fix merges into one: the bubbles between them go with them
+_MERGING = ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused")
+
+
+def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
+    """The timeline with one busy-GPU fix applied: its kernels' new durations, the bubbles between
+    merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
+    pos = {gi: k for k, gi in enumerate(tl.g_index)}
+    d = list(tl.g_dur)
+    for gi, new in w.new_dur.items():
+        k = pos.get(gi)
+        if k is not None:
+            d[k] = new
+    bub = None
+    if w.id in _MERGING:
+        bub = list(tl.g_bubble)
+        prev: dict[int, int] = {}
+        for k, gi in enumerate(tl.g_index):  # in start order
+            st = A.gpu[gi].stream
+            if gi in w.new_dur and prev.get(st) in w.new_dur:
+                bub[k] = 0.0
+            prev[st] = gi
+    gone: set[int] = set()
+    if w.merged and cpu_free:
+        # an action whose every event is fused into another no longer dispatches anything
+        per_action: dict[int, list[int]] = {}
+        for k, gi in enumerate(tl.g_index):
+            per_action.setdefault(tl.g_action[k], []).append(gi)
+        gone = {a for a, gis in per_action.items() if a >= 0 and all(gi in w.merged for gi in gis)}
+    return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
+
+
+def _mfu(p: dict[str, Any], ops_all: list[dict[str, Any]], spec: GpuSpec | None,
+         model_flops: float | None) -> dict[str, Any]:
+    """GEMM-class FLOPs per step, the TFLOP/s they make over the unprofiled step, and MFU."""
+    comp = [r for r in ops_all if r["category"] in classify.COMPUTE and r["flops_per_step"]]
     flops = sum(r["flops_per_step"] for r in comp)
     main = max(comp, key=lambda r: r["time_ms_per_step"], default=None)
     peak = efficiency.peak_for(spec, main["dtype"], True) if main else None
     if main and main["dtype"] == "fp32" and spec:
         peak = spec.peak_tflops("tf32")  # what fp32 math can reach on Tensor Cores
     step_s = p["overhead"]["step_ms"] / 1e3
-    p["gemm_flops_per_step"] = flops
-    p["model_tflops"] = round(flops / step_s / 1e12, 2) if step_s and flops else None
-    p["mfu"] = None
+    mfu = None
     cats = sorted({r["category"] for r in comp})
     if model_flops and peak and step_s:
-        p["mfu"] = {"value": round(model_flops / step_s / (peak * 1e12), 4), "source": "--model-flops-per-step",
-                    "peak_tflops": peak, "dtype": main["dtype"] if main else None}
-    elif flops and peak and step_s:
-        p["mfu"] = {"value": round(flops / step_s / (peak * 1e12), 4),
-                    "source": f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
-                              f"{'measured' if p['overhead']['method'] == 'measured' else 'estimated'} step without "
-                              "the profiler", "peak_tflops": peak, "dtype": main["dtype"]}
+        mfu = Mfu(round(model_flops / step_s / (peak * 1e12), 4), "--model-flops-per-step", peak,
+                  main["dtype"] if main else None)
+    elif main and flops and peak and step_s:
+        mfu = Mfu(round(flops / step_s / (peak * 1e12), 4),
+                  f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
+                  f"{'measured' if p['overhead']['method'] == 'measured' else 'estimated'} step without "
+                  "the profiler", peak, main["dtype"])
+    return {"gemm_flops_per_step": flops, "model_tflops": round(flops / step_s / 1e12, 2) if step_s and flops else None,
+            "mfu": mfu.to_dict() if mfu else None}
 
 
-def _straggler(ranks: list[dict]) -> dict | None:
+def _straggler(ranks: list[dict]) -> Straggler | None:
     if len(ranks) < 2:
         return None
     nc = {r["rank"]: r["step_ms"] - r["comm"]["ms_per_step"] for r in ranks}
-    worst = max(nc, key=nc.get)
+    worst = max(nc, key=lambda k: nc[k])
     others = [v for k, v in nc.items() if k != worst]
     med = statistics.median(others)
     w = next(r for r in ranks if r["rank"] == worst)
@@ -178,27 +204,28 @@ def _straggler(ranks: list[dict]) -> dict | None:
         comps[f"idle ({key})"] = w["idle_by_reason_ms"].get(key, 0.0) - statistics.median(
             [r["idle_by_reason_ms"].get(key, 0.0) for r in ranks if r["rank"] != worst])
     cause, delta = max(comps.items(), key=lambda kv: kv[1]) if comps else ("unknown", 0.0)
-    return {"rank": worst, "non_comm_ms": round(nc[worst], 4), "others_median_ms": round(med, 4),
-            "excess_ms": round(max(0.0, nc[worst] - med), 4), "cause": f"{cause} (+{delta:.2f} ms per step)"}
+    return Straggler(worst, round(nc[worst], 4), round(med, 4), round(max(0.0, nc[worst] - med), 4),
+                     f"{cause} (+{delta:.2f} ms per step)")
 
 
 def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms: float | None = None,
-              unprofiled_note: str | None = None, model_flops: float | None = None) -> dict[str, Any]:
-    """One trace's summary, with overhead, what-ifs, efficiency and MFU (JSON-able)."""
-    p = analyze(load(path))
-    A = p.pop("_analysis")
-    spec = _spec(spec_name or p["device_name"])
-    p["gpu_spec"] = spec.name if spec else None
-    efficiency.against_peaks(p, spec)
+              unprofiled_note: str | None = None,
+              model_flops: float | None = None) -> tuple[dict[str, Any], GpuSpec | None]:
+    """One trace's summary (JSON-able), with overhead, what-ifs, efficiency and MFU, and the spec of its
+    GPU. Each pass returns its own part; this function puts them together in the section's order."""
+    analysed = analyze(load(path))
+    A: Analysis = analysed["_analysis"]
+    ops_all: list[dict[str, Any]] = analysed["_ops_all"]
+    spec = _spec(spec_name or analysed["device_name"])
+    p = {k: v for k, v in analysed.items() if k not in ("_analysis", "_ops_all")}
+    gemms, ops, classes = efficiency.against_peaks(p["gemms"], p["ops"], ops_all, spec)
+    p = {**p, "gemms": gemms, "ops": ops, "gpu_spec": spec.name if spec else None, "kernel_classes": classes}
     tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
     p["overhead"] = overhead(p, tl, unprofiled_step_ms, unprofiled_note)
-    whatifs(p, A, tl, spec)
+    p["waste"], p["whatif"] = whatifs(p, A, tl, spec)
     if p["comm"]["ms_per_step"]:
-        p["comm"]["if_overlapped"] = comm.overlap_model(A, p)
-    _mfu(p, spec, model_flops)
-    p.pop("_ops_all", None)
-    p["_spec"] = spec
-    return p
+        p["comm"] = {**p["comm"], "if_overlapped": comm.overlap_model(A, p)}
+    return {**p, **_mfu(p, ops_all, spec, model_flops)}, spec
 
 
 def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None = None,
@@ -206,47 +233,68 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
                 unprofiled_step_ms: float | None = None, unprofiled_note: str | None = None) -> Run:
     """``unprofiled_step_ms``: the step time measured without the profiler (capture mode measures it
     around the profiled window; ``--step-ms`` gives it in trace mode); ``unprofiled_note`` says how."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise InputError("no trace files given", hint="perfstack profile --trace FILE [FILE...]")
+    summaries, spec = _ranks(files, unprofiled_step_ms, unprofiled_note, model_flops_per_step)
+    main = _combined(summaries, spec, telemetry)
+    findings = _findings(summaries, main, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step))
+    meta = run_meta(command, traces=[str(p) for p in files], gpu=summaries[0]["device_name"])
+    warnings = [w for s in summaries for w in s["warnings"]]
+    if warnings:
+        meta["warnings"] = warnings
+    return Run(meta=meta, findings=findings, profile=main)
+
+
+def _ranks(files: list[Path], unprofiled_step_ms: float | None, unprofiled_note: str | None,
+           model_flops: float | None) -> tuple[list[dict[str, Any]], GpuSpec | None]:
+    """Each trace's summary in rank order (a trace that names no rank takes its place in the list),
+    and the first rank's GPU spec; two traces of one rank are refused."""
     summaries = []
-    for i, path in enumerate(paths):
-        s = summarize(path, None, unprofiled_step_ms, unprofiled_note, model_flops_per_step)
+    spec = None
+    for i, path in enumerate(files):
+        s, s_spec = summarize(path, None, unprofiled_step_ms, unprofiled_note, model_flops)
         if s["rank"] is None:
-            s["rank"] = i if len(paths) > 1 else 0
-        summaries.append(s)
-    ranks = sorted({s["rank"] for s in summaries})
-    if len(ranks) != len(summaries):
+            s = {**s, "rank": i if len(files) > 1 else 0}
+        summaries.append((s, s_spec))
+    if len({s["rank"] for s, _ in summaries}) != len(summaries):
         raise InputError("several traces claim the same rank: " + ", ".join(f"{s['file']} (rank {s['rank']})"
-                                                                          for s in summaries),
+                                                                          for s, _ in summaries),
                          hint="give one trace per rank of the same run")
-    summaries.sort(key=lambda s: s["rank"])
-    spec = summaries[0].pop("_spec")
-    for s in summaries[1:]:
-        s.pop("_spec", None)
+    summaries.sort(key=lambda ss: ss[0]["rank"])
+    spec = summaries[0][1]
+    return [s for s, _ in summaries], spec
+
+
+RANK_FIELDS = ("rank", "file", "step_ms", "busy_pct", "idle_ms", "compute_ms", "breakdown_ms", "idle_by_reason_ms",
+               "comm", "device_name")
+
+
+def _combined(summaries: list[dict[str, Any]], spec: GpuSpec | None,
+              telemetry: list[dict] | None) -> dict[str, Any]:
+    """The Run's profile section: the first rank's summary, with every rank's row, the straggler and
+    the files where there are several, and the GPU telemetry sampled during a capture."""
     main = dict(summaries[0])
     if len(summaries) > 1:
-        main["ranks"] = [{k: s[k] for k in ("rank", "file", "step_ms", "busy_pct", "idle_ms", "compute_ms",
-                                            "breakdown_ms", "idle_by_reason_ms", "comm", "device_name")}
-                         for s in summaries]
-        main["straggler"] = _straggler(summaries)
+        straggler = _straggler(summaries)
+        main["ranks"] = [{k: s[k] for k in RANK_FIELDS} for s in summaries]
+        main["straggler"] = straggler.to_dict() if straggler else None
         main["files"] = [s["file"] for s in summaries]
     if telemetry:
         main["telemetry"] = rules.telemetry_summary(telemetry, spec)
-    by_id: dict[str, Any] = {}
+    return main
+
+
+def _findings(summaries: list[dict[str, Any]], main: dict[str, Any], ctx: rules.Context) -> list[Finding]:
+    """Every rank's findings (the straggler and telemetry are the run's); where ranks share an id, the
+    one that recovers most."""
+    by_id: dict[str, Finding] = {}
     for s in summaries:
-        p = dict(s)
-        p["straggler"] = main.get("straggler")
-        p["telemetry"] = main.get("telemetry")
-        for f in rules.evaluate(p, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step)):
+        p = {**s, "straggler": main.get("straggler"), "telemetry": main.get("telemetry")}
+        for f in rules.evaluate(p, ctx):
             if len(summaries) > 1 and f.id not in ("straggler-rank", "throttled-during-run"):
                 f.subject = f.subject or f"rank{s['rank']}"
             prev = by_id.get(f.id)
             if prev is None or (f.recoverable_ms or 0) > (prev.recoverable_ms or 0):
                 by_id[f.id] = f
-    findings = rules.rank(list(by_id.values()))
-    meta = run_meta(command, traces=[str(p) for p in paths], gpu=summaries[0]["device_name"])
-    warnings = [w for s in summaries for w in s["warnings"]]
-    if warnings:
-        meta["warnings"] = warnings
-    return Run(meta=meta, findings=findings, profile=main)
+    return rules.rank(list(by_id.values()))

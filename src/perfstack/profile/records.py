@@ -1,0 +1,282 @@
+"""The typed records of a profile: what each analysis pass produces, and how it is written to a Run.
+
+``analyze`` and ``summary`` build these; ``to_dict`` writes exactly the JSON a profile Run has always
+held (field order, names and values), so Runs saved before load unchanged and the JSON schema of the
+``profile`` section does not move. ``from_dict`` reads one back from a loaded Run: the fields are
+checked by the same checks ``Run.from_dict`` applies to the whole section (``sections.py``, the one
+validation path: a wrong type is exit 2 naming the field), a field that is absent takes its default,
+and fields this version does not know are kept in ``extra`` and written back, so a round trip is
+lossless.
+
+Times are milliseconds per step unless the name says otherwise (``_us``: microseconds). Annotations use
+``Optional`` rather than ``X | None``: ``from_dict`` reads them at run time, on every supported Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Optional, TypeVar
+
+from perfstack import sections
+
+R = TypeVar("R", bound="Record")
+
+
+@dataclass
+class Record:
+    """A piece of the profile section. Subclasses name their JSON check (``CHECK``) and, where a JSON
+    key is not a Python name, the key (``KEYS``: field name -> key)."""
+
+    CHECK: ClassVar[sections.Check] = sections.obj({})
+    KEYS: ClassVar[dict[str, str]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            out[self.KEYS.get(f.name, f.name)] = _plain(getattr(self, f.name))
+        out.update(getattr(self, "extra", {}))
+        return out
+
+    @classmethod
+    def from_dict(cls: type[R], d: Any, where: str) -> R:
+        cls.CHECK(d, where)
+        hints = typing.get_type_hints(cls)
+        names = {cls.KEYS.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}
+        args: dict[str, Any] = {}
+        for key, name in names.items():
+            if key in d:
+                args[name] = _typed(hints[name], d[key], f"{where}.{key}")
+        extra = {k: v for k, v in d.items() if k not in names}
+        if "extra" in {f.name for f in dataclasses.fields(cls)}:
+            args["extra"] = extra
+        return cls(**args)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Record):
+        return v.to_dict()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _typed(hint: Any, v: Any, where: str) -> Any:
+    """``v`` as the annotation ``hint`` asks where that is a record (or a list or optional one)."""
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(v, where)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and args and isinstance(args[0], type) and issubclass(args[0], Record):
+        return [args[0].from_dict(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if origin is typing.Union and v is not None:
+        recs = [a for a in args if isinstance(a, type) and issubclass(a, Record)]
+        if recs:
+            return recs[0].from_dict(v, where)
+    return v
+
+
+# -- one step ---------------------------------------------------------------------------------------
+
+@dataclass
+class GpuStep:
+    """A step as the GPU timeline sees it (the ``steps`` pass): its time, busy and idle, exclusive
+    category times, idle by cause, kernels and NCCL time."""
+
+    step: int
+    total_ms: float
+    cpu_ms: float
+    gpu_ms: float
+    busy_ms: float
+    busy_pct: float
+    idle_ms: float
+    categories: dict[str, float]
+    idle_by_reason_ms: dict[str, float]
+    kernels: int
+    comm_ms: float
+    comm_exposed_ms: float
+    comm_overlapped_ms: float
+
+
+@dataclass
+class CpuCounts:
+    """A step's CPU-side counts (the ``cpu counts`` pass): launches, syncs, allocator calls, data
+    waits and the number of recorded CPU events (the profiler's overhead grows with it)."""
+
+    launches: int = 0
+    graph_launches: int = 0
+    syncs: int = 0
+    alloc_calls: int = 0
+    cpu_events: int = 0
+    launch_cpu_ms: float = 0.0
+    sync_wait_ms: float = 0.0
+    alloc_ms: float = 0.0
+    data_wait_ms: float = 0.0
+    launch_call_us: float = 0.0  # mean duration of one launch call
+
+
+@dataclass
+class Step(Record):
+    """One row of ``profile.steps``: the GPU view of the step, then its CPU-side counts."""
+
+    CHECK = sections.STEP
+
+    step: int = 0
+    total_ms: float = 0.0
+    cpu_ms: float = 0.0
+    gpu_ms: float = 0.0
+    busy_ms: float = 0.0
+    busy_pct: float = 0.0
+    idle_ms: float = 0.0
+    categories: dict[str, float] = field(default_factory=dict)
+    idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
+    kernels: int = 0
+    comm_ms: float = 0.0
+    comm_exposed_ms: float = 0.0
+    comm_overlapped_ms: float = 0.0
+    launches: int = 0
+    graph_launches: int = 0
+    syncs: int = 0
+    alloc_calls: int = 0
+    cpu_events: int = 0
+    launch_cpu_ms: float = 0.0
+    sync_wait_ms: float = 0.0
+    alloc_ms: float = 0.0
+    data_wait_ms: float = 0.0
+    launch_call_us: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def join(cls, gpu: GpuStep, cpu: CpuCounts) -> Step:
+        return cls(**dataclasses.asdict(gpu), **dataclasses.asdict(cpu))
+
+
+@dataclass
+class IdleGap(Record):
+    """An interval of a step's GPU period with nothing running, at least ``analyze.GAP_LIST_US`` long;
+    ``reason`` comes from the launch of the event that ends it."""
+
+    CHECK = sections.IDLE_GAP
+
+    start_ms: float = 0.0  # from the first step's CPU start
+    duration_ms: float = 0.0
+    step: Optional[int] = None
+    reason: str = ""
+    before: str = ""  # the kernel that ran last before the gap
+    after: str = ""  # the kernel that ends it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- means over the steps -----------------------------------------------------------------------------
+
+@dataclass
+class Timeline(Record):
+    """The CPU and GPU timelines compared: which one sets the step time, and how far the CPU runs ahead."""
+
+    CHECK = sections.TIMELINE
+
+    cpu_step_ms: float = 0.0
+    gpu_step_ms: float = 0.0
+    bound: Optional[str] = None  # "gpu" | "cpu" | "syncs"
+    attribution: str = ""  # how GPU work was attributed to steps: "launch" | "gpu annotations" | "timestamps"
+    cpu_ahead_ms: Optional[float] = None  # median launch-return to kernel-start delay
+    unattributed_events: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchToStart(Record):
+    """Launch-return to kernel-start delay (µs), measured as HTA does."""
+
+    CHECK = sections.obj({"median": sections.NUM_})
+    KEYS = {"origin": "from"}
+
+    median: Optional[float] = None
+    p90: Optional[float] = None
+    n: int = 0
+    origin: str = "launch return"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Launch(Record):
+    CHECK = sections.LAUNCH
+
+    kernels_per_step: float = 0.0
+    launches_per_step: float = 0.0
+    graph_launches_per_step: float = 0.0
+    median_kernel_us: Optional[float] = None
+    short_kernel_pct: float = 0.0  # kernels under 10 µs
+    launch_to_start_us: LaunchToStart = field(default_factory=LaunchToStart)
+    launch_call_us: Optional[float] = None
+    launch_cpu_ms_per_step: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sync(Record):
+    CHECK = sections.SYNC
+
+    calls_per_step: float = 0.0
+    wait_ms_per_step: float = 0.0
+    by_name: dict[str, float] = field(default_factory=dict)  # calls per step by runtime call
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Allocator(Record):
+    CHECK = sections.ALLOCATOR
+
+    calls_per_step: float = 0.0
+    ms_per_step: float = 0.0
+    idle_ms_per_step: float = 0.0  # GPU idle caused by allocator calls
+    by_name: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comm(Record):
+    """NCCL time per step; ``if_overlapped`` (summary's overlap model) only where there is NCCL time."""
+
+    CHECK = sections.COMM
+
+    ms_per_step: float = 0.0
+    exposed_ms_per_step: float = 0.0
+    overlapped_ms_per_step: float = 0.0
+    overlap_pct: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def with_overlap_model(self, model: dict[str, Any]) -> Comm:
+        return dataclasses.replace(self, extra={**self.extra, "if_overlapped": model})
+
+
+@dataclass
+class Mfu(Record):
+    CHECK = sections.MFU
+
+    value: float = 0.0
+    source: str = ""
+    peak_tflops: Optional[float] = None
+    dtype: Optional[str] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Straggler(Record):
+    """The rank whose non-communication time per step is the longest, against the others' median."""
+
+    CHECK = sections.STRAGGLER
+
+    rank: int = 0
+    non_comm_ms: float = 0.0
+    others_median_ms: float = 0.0
+    excess_ms: float = 0.0
+    cause: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def steps_of(profile: Mapping[str, Any]) -> list[Step]:
+    """The typed steps of a loaded profile section."""
+    return [Step.from_dict(s, f"profile.steps[{i}]") for i, s in enumerate(profile.get("steps") or [])]

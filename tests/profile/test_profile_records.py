@@ -1,0 +1,70 @@
+"""The profile's typed records write exactly the JSON a profile Run holds, and read it back losslessly,
+checked by the same field checks as a loaded Run (sections.py)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfstack.errors import InputError
+from perfstack.profile import records
+from perfstack.profile.summary import profile_run
+
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
+DDP = [TRACES / "h200x2" / f"ddp-not-overlapped.rank{r}.pt.trace.json.gz" for r in (0, 1)]
+SYNC = [TRACES / "h100" / "host-sync.pt.trace.json.gz"]
+
+# section key -> (record, is a list of them)
+PIECES = {
+    "steps": (records.Step, True), "idle_gaps": (records.IdleGap, True), "timeline": (records.Timeline, False),
+    "launch": (records.Launch, False), "sync": (records.Sync, False), "allocator": (records.Allocator, False),
+    "comm": (records.Comm, False), "mfu": (records.Mfu, False), "straggler": (records.Straggler, False),
+}
+
+
+@pytest.fixture(scope="module", params=[DDP, SYNC], ids=["ddp-2-ranks", "host-sync"])
+def profile(request):
+    return profile_run(request.param).to_dict()["profile"]
+
+
+def test_every_piece_reads_back_to_the_same_json_in_the_same_order(profile):
+    seen = 0
+    for key, (rec, many) in PIECES.items():
+        value = profile.get(key)
+        if value is None:
+            continue
+        for i, d in enumerate(value if many else [value]):
+            r = rec.from_dict(d, f"profile.{key}[{i}]")
+            assert json.dumps(r.to_dict()) == json.dumps(d), key
+            seen += 1
+    assert seen >= 7
+
+
+def test_the_steps_are_typed(profile):
+    steps = records.steps_of(profile)
+    assert len(steps) == profile["n_steps"] and all(isinstance(s.total_ms, float) for s in steps)
+    assert isinstance(steps[0].categories, dict) and steps[0].kernels == profile["steps"][0]["kernels"]
+
+
+def test_the_ddp_run_has_the_overlap_model_and_the_straggler_typed():
+    p = profile_run(DDP).to_dict()["profile"]
+    comm = records.Comm.from_dict(p["comm"], "profile.comm")
+    assert "if_overlapped" in comm.extra and comm.to_dict() == p["comm"]
+    s = records.Straggler.from_dict(p["straggler"], "profile.straggler")
+    assert s.rank in (0, 1) and s.excess_ms >= 0 and s.cause
+
+
+def test_a_wrong_type_is_refused_naming_the_field_as_a_loaded_run_would_be():
+    with pytest.raises(InputError, match=r"profile.steps\[0\].total_ms must be a number, not '12'"):
+        records.Step.from_dict({"step": 1, "total_ms": "12"}, "profile.steps[0]")
+    with pytest.raises(InputError, match=r"profile.launch.launch_to_start_us.median must be a number or null"):
+        records.Launch.from_dict({"launch_to_start_us": {"median": "x"}}, "profile.launch")
+
+
+def test_absent_fields_take_their_defaults_and_unknown_ones_are_kept():
+    s = records.Step.from_dict({"step": 3, "total_ms": 1.5, "from_a_newer_perfstack": [1]}, "profile.steps[0]")
+    assert (s.step, s.total_ms, s.kernels, s.categories) == (3, 1.5, 0, {})
+    assert s.to_dict()["from_a_newer_perfstack"] == [1]
+    launch = records.Launch.from_dict({"launch_to_start_us": {"median": 4.0, "from": "launch return"}}, "l")
+    assert launch.launch_to_start_us.median == 4.0 and launch.launch_to_start_us.origin == "launch return"
+    assert launch.to_dict()["launch_to_start_us"]["from"] == "launch return"
