@@ -17,7 +17,7 @@ correlation ids, a kernel replayed from a CUDA graph, Triton kernels of compiled
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "copy", "optimizer", "memcpy", "memset", "comm", "other")
 # When kernels of several categories run at once (several streams), the instant is counted once,
@@ -168,44 +168,55 @@ def numel(shape: Sequence[int]) -> int:
     return n
 
 
-def gemm_shape(op: str, dims_: Sequence | None) -> tuple[int, int, int, int] | None:
+Gemm = tuple[int, int, int, int]  # (batch, M, N, K)
+Dims = Optional[tuple[int, ...]]
+
+
+def _mm(a: Dims, b: Dims) -> Gemm | None:
+    return (1, a[0], b[1], a[1]) if a and b and len(a) == 2 and len(b) == 2 else None
+
+
+def _bmm(a: Dims, b: Dims) -> Gemm | None:
+    return (a[0], a[1], b[2], a[2]) if a and b and len(a) == 3 and len(b) == 3 else None
+
+
+def _linear(x: Dims, w: Dims) -> Gemm | None:
+    return (1, numel(x[:-1]), w[0], w[1]) if x and w and len(w) == 2 else None
+
+
+def _mv(a: Dims, _: Dims) -> Gemm | None:
+    return (1, 1, a[0], a[1]) if a and len(a) == 2 else None
+
+
+def _matmul(a: Dims, b: Dims) -> Gemm | None:
+    if a and b and len(a) >= 2 and len(b) == 2:
+        return 1, numel(a[:-1]), b[1], b[0]
+    if a and b and len(a) >= 3 and len(b) >= 3 and a[:-2] == b[:-2]:
+        return numel(a[:-2]), a[-2], b[-1], a[-1]
+    return None
+
+
+# GEMM operator -> (its A operand's position in Input Dims, B's (None: a vector), the shape from the two)
+GEMM_OPERANDS: dict[str, tuple[int, int | None, Callable[[Dims, Dims], Gemm | None]]] = {
+    "aten::mm": (0, 1, _mm), "aten::_scaled_mm": (0, 1, _mm), "aten::_int_mm": (0, 1, _mm),
+    "aten::addmm": (1, 2, _mm), "aten::_addmm_activation": (1, 2, _mm),
+    "aten::bmm": (0, 1, _bmm), "aten::baddbmm": (1, 2, _bmm),
+    "aten::linear": (0, 1, _linear),
+    "aten::mv": (0, None, _mv), "aten::addmv": (1, None, _mv),
+    "aten::matmul": (0, 1, _matmul),
+}
+
+
+def gemm_shape(op: str, dims_: Sequence | None) -> Gemm | None:
     """(batch, M, N, K) of a GEMM operator from its Input Dims, or None."""
-    if not dims_:
+    operands = GEMM_OPERANDS.get(op)
+    if not dims_ or operands is None:
         return None
+    ia, ib, shape = operands
     try:
-        if op in ("aten::mm", "aten::_scaled_mm", "aten::_int_mm"):
-            a, b = dims(dims_[0]), dims(dims_[1])
-            if a and b and len(a) == 2 and len(b) == 2:
-                return 1, a[0], b[1], a[1]
-        elif op in ("aten::addmm", "aten::_addmm_activation"):
-            a, b = dims(dims_[1]), dims(dims_[2])
-            if a and b and len(a) == 2 and len(b) == 2:
-                return 1, a[0], b[1], a[1]
-        elif op == "aten::bmm":
-            a, b = dims(dims_[0]), dims(dims_[1])
-            if a and b and len(a) == 3 and len(b) == 3:
-                return a[0], a[1], b[2], a[2]
-        elif op == "aten::baddbmm":
-            a, b = dims(dims_[1]), dims(dims_[2])
-            if a and b and len(a) == 3 and len(b) == 3:
-                return a[0], a[1], b[2], a[2]
-        elif op == "aten::linear":
-            x, w = dims(dims_[0]), dims(dims_[1])
-            if x and w and len(w) == 2:
-                return 1, numel(x[:-1]), w[0], w[1]
-        elif op in ("aten::mv", "aten::addmv"):
-            a = dims(dims_[0 if op == "aten::mv" else 1])
-            if a and len(a) == 2:
-                return 1, 1, a[0], a[1]
-        elif op == "aten::matmul":
-            a, b = dims(dims_[0]), dims(dims_[1])
-            if a and b and len(a) >= 2 and len(b) == 2:
-                return 1, numel(a[:-1]), b[1], b[0]
-            if a and b and len(a) >= 3 and len(b) >= 3 and a[:-2] == b[:-2]:
-                return numel(a[:-2]), a[-2], b[-1], a[-1]
+        return shape(dims(dims_[ia]), dims(dims_[ib]) if ib is not None else None)
     except (IndexError, TypeError):
         return None
-    return None
 
 
 def itemsize(dtype: str | None) -> int:

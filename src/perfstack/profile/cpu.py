@@ -93,14 +93,28 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
     """The replayable action sequence of the profiled steps, or None when launches are unknown."""
     if att.method != "launch" or not windows:
         return None
-    gpu = att.gpu
     by_launch: dict[int, list[int]] = {}
     for i, j in enumerate(att.launch):
         if j >= 0 and att.step[i] >= 0:
             by_launch.setdefault(j, []).append(i)
     t0, t_end = windows[0][1], windows[-1][2]
-    starts = [a for _, a, _ in windows]
-    rts = trace.runtime
+    cand = _actions(trace.runtime, att.gpu, by_launch, t0, t_end)
+    tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
+    remap = _gpu_events(tl, att.gpu, by_launch)
+    tl.latency_us = _latency(att.gpu, att, trace.runtime)
+    _bubbles(tl, att, trace.runtime, remap)
+    cursor = _add_actions(tl, cand, trace.runtime, by_launch, remap, [a for _, a, _ in windows], cs)
+    tl.tail_us = max(0.0, t_end - cursor)
+    return tl
+
+
+Action = tuple[float, int, int]  # (start, index into trace.runtime, kind: LAUNCH, COPY_SYNC or SYNC)
+
+
+def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list[int]], t0: float,
+             t_end: float) -> list[Action]:
+    """The runtime calls of the profiled steps that the replay models, in start order: launches of
+    attributed GPU work (a launch that waits for its work to begin is a copy-sync) and syncs."""
     lo = bisect_left([r.ts for r in rts], t0) if rts else 0
     cand = []
     for j in range(lo, len(rts)):
@@ -120,8 +134,12 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
             continue
         cand.append((r.ts, j, kind))
     cand.sort()
-    tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
-    # GPU events: durations, streams, and the bubble neither the launch nor the stream explains
+    return cand
+
+
+def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> dict[int, int]:
+    """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
+    dependencies are filled by ``_bubbles``); their position there by index into ``gpu``."""
     idx = {e: k for k, e in enumerate(i for evs in by_launch.values() for i in evs)}
     order = sorted(idx, key=lambda i: gpu[i].ts)
     remap = {}
@@ -133,8 +151,12 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
         tl.g_dep.append(False)
         tl.g_index.append(i)
         tl.g_action.append(-1)
-    lat = _latency(gpu, att, rts)
-    tl.latency_us = lat
+    return remap
+
+
+def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[int, int]) -> None:
+    """Each GPU event's bubble: the idle before it that neither its launch nor its stream explains."""
+    gpu, lat = att.gpu, tl.latency_us
     prev_end: dict[int, float] = {}
     pending: list[float] = []  # ends of started events, soonest first
     last_done = -1e300  # the latest end, on any stream, at or before the current start
@@ -154,6 +176,12 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
                 tl.g_bubble[k] = max(0.0, g.ts - own)
         prev_end[g.stream] = max(prev_end.get(g.stream, -1e300), g.ts + g.dur)
         heapq.heappush(pending, g.ts + g.dur)
+
+
+def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launch: dict[int, list[int]],
+                 remap: dict[int, int], starts: list[float], cs: CpuSpans) -> float:
+    """The actions into the timeline, each with the CPU gap before it and what filled that gap; the
+    end of the last one."""
     # A launch call that blocks because the launch queue is full is waiting for the GPU, not working:
     # count each call at most a few times the typical cost of its kind, and let the replay's GPU
     # timeline supply the wait.
@@ -162,7 +190,7 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
         if kind == LAUNCH:
             typical.setdefault(rts[j].name, []).append(rts[j].dur)
     cap = {name: max(4 * sorted(v)[len(v) // 2], sorted(v)[len(v) // 2] + 30.0) for name, v in typical.items()}
-    cursor = t0
+    cursor = tl.t0
     for ts, j, kind in cand:
         r = rts[j]
         gap_a, gap_b = cursor, max(cursor, ts)
@@ -176,8 +204,7 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
                max(0.0, cs.ops.overlap(gap_a, gap_b) - cs.dataloader.overlap(gap_a, gap_b)), evs,
                alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
         cursor = max(cursor, ts + r.dur)
-    tl.tail_us = max(0.0, t_end - cursor)
-    return tl
+    return cursor
 
 
 def _latency(gpu: list[GpuEvent], att: Attribution, rts: list[CpuEvent]) -> float:

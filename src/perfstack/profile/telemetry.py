@@ -18,24 +18,34 @@ def telemetry_summary(samples: list[dict], spec: Any = None) -> dict | None:
     reasons: set[str] = set()
     thr = []
     for s in busy:
-        r = s.get("clocks_event_reasons")
-        names = []
-        if isinstance(r, (int, float)) and not isinstance(r, bool):
-            names = [n for b, n in THROTTLE_BITS.items() if int(r) & b]
-        elif isinstance(r, (list, tuple)):
-            names = [str(x) for x in r if any(k in str(x).lower() for k in ("power", "thermal", "slowdown", "brake"))]
+        names = _throttle_reasons(s.get("clocks_event_reasons"))
         if names:
             reasons.update(names)
             thr.append(s)
-    clocks = [c for c in (_num(s.get("sm_clock_mhz")) for s in rows) if c]
+    clocks = _values(rows, "sm_clock_mhz", nonzero=True)
     max_clock = max([*clocks, float(getattr(spec, "boost_clock_mhz", 0) or 0)]) if clocks else 0.0
-    tclk = [c for c in (_num(s.get("sm_clock_mhz")) for s in thr) if c]
-    temps = [t for t in (_num(s.get("temperature_c")) for s in rows) if t is not None]
-    power = [w for w in (_num(s.get("power_w")) for s in rows) if w is not None]
+    tclk = _values(thr, "sm_clock_mhz", nonzero=True)
+    temps, power = _values(rows, "temperature_c"), _values(rows, "power_w")
     return {"samples": len(rows), "busy_samples": len(busy), "throttled_pct": round(100 * len(thr) / len(busy), 1),
             "reasons": sorted(reasons), "throttled_clock_mhz": (sum(tclk) / len(tclk)) if tclk else max_clock,
             "max_clock_mhz": max_clock, "max_temperature_c": max(temps) if temps else None,
             "max_power_w": max(power) if power else None}
+
+
+def _values(rows: list[dict], key: str, nonzero: bool = False) -> list[float]:
+    """The numbers the samples hold under ``key`` (with ``nonzero``: those that are not 0)."""
+    vs = [_num(s.get(key)) for s in rows]
+    return [v for v in vs if v is not None and (v or not nonzero)]
+
+
+def _throttle_reasons(r: Any) -> list[str]:
+    """The throttle reasons in one sample's clocks_event_reasons: NVML's bitmask, or a list of names
+    (those that slow the clocks: power, thermal, slowdown, brake)."""
+    if isinstance(r, (int, float)) and not isinstance(r, bool):
+        return [n for b, n in THROTTLE_BITS.items() if int(r) & b]
+    if isinstance(r, (list, tuple)):
+        return [str(x) for x in r if any(k in str(x).lower() for k in ("power", "thermal", "slowdown", "brake"))]
+    return []
 
 
 def _num(v: Any) -> float | None:

@@ -235,38 +235,9 @@ def _generic(raw: Any) -> Any:
 def _decode(p: Path, buf: Buffer, first: int, warnings: list[str]) -> tuple[dict, Any]:
     """(the metadata that is used, the events: a list of raw slices of buf or, on the stdlib path,
     an iterator of objects)."""
-    patches = 0
-    bulk = False
-    while True:
-        try:
-            top = _TOP.decode(buf)
-            break
-        except msgspec.ValidationError:
-            _not_a_trace(p, buf)
-        except RecursionError:
-            raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-        except UnicodeDecodeError:
-            return _stdlib(p, buf, warnings)
-        except msgspec.DecodeError as e:
-            msg = str(e)
-            m = _BYTE.search(msg)
-            pos = int(m.group(1)) if m else None
-            if pos is not None and "invalid character" in msg and _nonfinite(buf, pos, patch=False):
-                if patches >= _MAX_PATCHES:
-                    if bulk:
-                        return _stdlib(p, buf, warnings)
-                    # many of them (a writer that emits NaN for some field of every event): patch every
-                    # such token that stands where a value does, then go on one at a time
-                    for t in _NONFINITE_VALUE.finditer(buf, pos):
-                        buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
-                    bulk, patches = True, 0
-                _nonfinite(buf, pos, patch=True)
-                patches += 1
-                continue
-            top = _salvage(p, buf, first, msg, pos, warnings)
-            if top is None:
-                return _stdlib(p, buf, warnings)
-            break
+    top = _decode_top(p, buf, first, warnings)
+    if top is None:
+        return _stdlib(p, buf, warnings)
     if isinstance(top, list):
         return {}, top
     if top.traceEvents is None:
@@ -279,6 +250,38 @@ def _decode(p: Path, buf: Buffer, first: int, warnings: list[str]) -> tuple[dict
             if v is not _BAD:
                 head[k] = v
     return head, top.traceEvents
+
+
+def _decode_top(p: Path, buf: Buffer, first: int, warnings: list[str]) -> Any:
+    """The document as msgspec decodes it, NaN and Infinity tokens patched in place and a document
+    cut short salvaged; None where only the standard library can read it."""
+    patches = 0
+    bulk = False
+    while True:
+        try:
+            return _TOP.decode(buf)
+        except msgspec.ValidationError:
+            _not_a_trace(p, buf)
+        except RecursionError:
+            raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
+        except UnicodeDecodeError:
+            return None
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            m = _BYTE.search(msg)
+            pos = int(m.group(1)) if m else None
+            if pos is None or "invalid character" not in msg or not _nonfinite(buf, pos, patch=False):
+                return _salvage(p, buf, first, msg, pos, warnings)
+            if patches >= _MAX_PATCHES:
+                if bulk:
+                    return None
+                # many of them (a writer that emits NaN for some field of every event): patch every
+                # such token that stands where a value does, then go on one at a time
+                for t in _NONFINITE_VALUE.finditer(buf, pos):
+                    buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
+                bulk, patches = True, 0
+            _nonfinite(buf, pos, patch=True)
+            patches += 1
 
 
 def _nonfinite(buf: Buffer, pos: int, patch: bool) -> bool:
@@ -320,7 +323,7 @@ def _where(buf: Buffer, msg: str, pos: int | None) -> str:
 
 
 def _salvage(p: Path, buf: Buffer, first: int, msg: str, pos: int | None,
-             warnings: list[str]) -> tuple[dict, Any] | None:
+             warnings: list[str]) -> Any:
     """A document cut short or broken at pos: decode it up to the last whole event before the
     problem, closing the event list there (in place). None when that does not work out."""
     where = _where(buf, msg, pos)

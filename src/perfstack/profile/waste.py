@@ -197,33 +197,10 @@ def attention(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     peak = spec.peak_tflops("bf16") if spec else None
     if not peak:
         return None
-    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
-    region, gemm_flops = [], 0.0
-    math_path = masked = False
-    for i, g in enumerate(gpu):
-        o = att.op[i]
-        if att.step[i] < 0 or o < 0 or g.kind != "kernel" or att.phase[i] == "optimizer":
-            continue
-        if att.category[i] == "attention" and not flags[o] & ATTN_MATH:
-            continue  # a fused attention kernel already
-        op = A.trace.ops[o]
-        c = A.cost(o)
-        hit = bool(flags[o] & ATTN_MATH)
-        math_path = math_path or hit
-        if c and c.gemm:
-            b, m, nn, k = c.gemm
-            if (m == nn and m >= 128 and k <= 256 and b > 1) or (k >= 128 and k == m and nn <= 256 and b > 1) or \
-                    (k >= 128 and k == nn and m <= 256 and b > 1):
-                hit = True
-                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
-        elif not hit and op.dims:
-            hit = any(_scores_like(classify.dims(d)) for d in op.dims)
-            masked = masked or (hit and op.name in ("aten::masked_fill", "aten::masked_fill_", "aten::where",
-                                                    "aten::tril", "aten::triu"))
-        if hit:
-            region.append(i)
+    region, gemm_flops, math_path, masked = _attention_region(A)
     if len(region) < 4 or not gemm_flops:
         return None
+    gpu = A.gpu
     n = max(1, len(A.windows))
     t = sum(gpu[i].dur for i in region)
     # a mask over the scores is taken for a causal one: a flash kernel skips the masked half
@@ -240,6 +217,42 @@ def attention(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     return w
 
 
+MASKS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::tril", "aten::triu")
+
+
+def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
+    """The kernels of unfused attention in the steps (its score GEMMs, and what reads or writes the
+    scores), the FLOPs of those GEMMs, whether SDPA's math path ran, and whether the scores were masked."""
+    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    region, gemm_flops = [], 0.0
+    math_path = masked = False
+    for i, g in enumerate(gpu):
+        o = att.op[i]
+        if att.step[i] < 0 or o < 0 or g.kind != "kernel" or att.phase[i] == "optimizer":
+            continue
+        if att.category[i] == "attention" and not flags[o] & ATTN_MATH:
+            continue  # a fused attention kernel already
+        op = A.trace.ops[o]
+        c = A.cost(o)
+        hit = bool(flags[o] & ATTN_MATH)
+        math_path = math_path or hit
+        if c and c.gemm:
+            if _scores_gemm(c.gemm):
+                hit = True
+                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
+        elif not hit and op.dims:
+            hit = any(_scores_like(classify.dims(d)) for d in op.dims)
+            masked = masked or (hit and op.name in MASKS)
+        if hit:
+            region.append(i)
+    return region, gemm_flops, math_path, masked
+
+
+def _scores_gemm(gemm: tuple[int, int, int, int]) -> bool:
+    """A batched GEMM that makes the S×S scores (Q·Kᵀ: M = N = S, K = head dim) or reads them (P·V)."""
+    b, m, nn, k = gemm
+    return (m == nn and m >= 128 and k <= 256 and b > 1) or (k >= 128 and k == m and nn <= 256 and b > 1) or \
+        (k >= 128 and k == nn and m <= 256 and b > 1)
 
 
 def fp32_conv(A: Analysis, spec: GpuSpec | None) -> Waste | None:
