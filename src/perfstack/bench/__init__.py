@@ -9,7 +9,7 @@ and errors: one benchmark failing costs only its own figures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from perfstack.discover import import_submodules
 from perfstack.errors import CannotRunHere, UsageError
@@ -18,12 +18,21 @@ from perfstack.model import Facts, Measurement
 # The order benchmarks run and are listed in: compute, then memory, the host link, launch cost, then the
 # multi-GPU, host and storage figures. A registered benchmark missing here stops ``load`` loudly.
 ORDER = ("gemm", "hbm", "h2d", "d2h", "launch", "p2p", "collectives", "host", "storage")
-SUITES = ("quick", "full")
+Suite = Literal["quick", "full"]
+SUITES: tuple[Suite, ...] = ("quick", "full")
+
+
+def suite_named(name: str) -> Suite:
+    """The suite of that name (a command-line value); UsageError for any other."""
+    for suite in SUITES:
+        if suite == name:
+            return suite
+    raise UsageError(f"unknown suite {name}", hint="choose quick or full")
 
 
 @dataclass
 class BenchContext:
-    suite: str  # "quick" or "full"
+    suite: Suite
     facts: Facts  # the doctor's facts: GPU name, PCIe link, NUMA nodes, ...
     device: int = 0
     storage_path: str | None = None
@@ -95,8 +104,7 @@ def select(names: Iterable[str], suite: str, storage_path: str | None) -> list[B
     unknown = [n for n in names if n not in benches]
     if unknown:
         raise UsageError(f"unknown benchmark {', '.join(unknown)}", hint=f"choose from: {', '.join(benches)}")
-    if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite}", hint="choose quick or full")
+    suite_named(suite)
     if names:
         chosen = [benches[n] for n in names]
     else:

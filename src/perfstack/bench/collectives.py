@@ -41,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from perfstack.bench import BenchContext, _gpu, batched, benchmark, regime, timing
+from perfstack.bench import BenchContext, Suite, _gpu, batched, benchmark, regime, timing
 from perfstack.bench.p2p import peer_peak
 from perfstack.model import Measurement
 
@@ -51,7 +51,7 @@ SIZES_QUICK = (4 * KIB, MIB, 64 * MIB, GIB)
 # 1 KiB, 4 KiB, ... 1 GiB as nccl-tests -b 1K -e 1G -f 4, then 8 GiB (skipped where it does not fit)
 SIZES_FULL = tuple(KIB * 4**i for i in range(11)) + (8 * GIB,)
 ELEM = 4  # float32, as nccl-tests' default
-TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
+TIMING: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.1, "warmup_s": 0.02}, "full": {"budget_s": 0.15, "warmup_s": 0.03}}
 MIN_REPS, MAX_REPS = 20, 500  # batches
 WARMUP_CALLS = 5  # eager calls before the estimate (NCCL connects lazily; the first calls set up channels)
 PROBE_OPS = 8  # calls in the batches that estimate one call's time
@@ -80,7 +80,7 @@ def busbw_gbps(op: str, n: int, nbytes: int, seconds: float) -> float:
     return algbw_gbps(nbytes, seconds) * busbw_factor(op, n)
 
 
-def sizes(suite: str) -> tuple[int, ...]:
+def sizes(suite: Suite) -> tuple[int, ...]:
     return SIZES_FULL if suite == "full" else SIZES_QUICK
 
 

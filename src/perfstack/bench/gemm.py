@@ -20,7 +20,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, Suite, _gpu, benchmark, timing
 from perfstack.model import Measurement
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -35,9 +35,9 @@ SEARCH_QUICK: tuple[Shape, ...] = ((4096, 4096, 8192), (8192, 8192, 8192), (8192
                                    (4096, 4096, 16384), (16384, 16384, 8192), (8192, 8192, 4096))
 SEARCH_FULL: tuple[Shape, ...] = SEARCH_QUICK + ((16384, 16384, 16384), (16384, 16384, 4096), (4096, 4096, 4096),
                                                  (4096, 8192, 8192), (8192, 4096, 16384))
-SEARCH_BUDGET_S = {"quick": 4.0, "full": 10.0}  # per dtype
+SEARCH_BUDGET_S: dict[Suite, float] = {"quick": 4.0, "full": 10.0}  # per dtype
 # The same window per shape in both suites, so quick and full give the same figure for a shape.
-PER_SHAPE: dict[str, timing.Budget] = {"quick": {"budget_s": 0.25, "warmup_s": 0.1}, "full": {"budget_s": 0.25, "warmup_s": 0.1}}
+PER_SHAPE: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.25, "warmup_s": 0.1}, "full": {"budget_s": 0.25, "warmup_s": 0.1}}
 ELEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 OUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # fp8 GEMMs write bf16
 MISALIGNED: Shape = (8191, 8191, 8191)
@@ -64,11 +64,11 @@ def shape_label(shape: Shape) -> str:
     return "x".join(str(d) for d in shape)
 
 
-def ref_shape(dtype: str, suite: str) -> Shape:
+def ref_shape(dtype: str, suite: Suite) -> Shape:
     return REF_FP32_QUICK if dtype == "fp32" and suite == "quick" else REF
 
 
-def search_plan(dtype: str, suite: str) -> tuple[Shape, ...]:
+def search_plan(dtype: str, suite: Suite) -> tuple[Shape, ...]:
     """The shapes searched for ``dtype``: bf16 only in the quick suite, every dtype in the full one."""
     if suite == "quick":
         return SEARCH_QUICK if dtype == "bf16" else ()
@@ -153,7 +153,7 @@ def make_gemm(torch: Any, dtype: str, shape: Shape, device: int) -> Callable[[],
     return lambda: torch.mm(a, b, out=c)
 
 
-def time_shape(torch: Any, dtype: str, shape: Shape, device: int, suite: str, min_reps: int) -> list[float] | str:
+def time_shape(torch: Any, dtype: str, shape: Shape, device: int, suite: Suite, min_reps: int) -> list[float] | str:
     """Raw seconds per GEMM, or the reason this shape was not run."""
     need = bytes_needed(dtype, shape)
     free = _gpu.free_bytes(torch, device)

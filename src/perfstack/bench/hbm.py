@@ -13,12 +13,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, Suite, _gpu, benchmark, timing
 from perfstack.model import Measurement
 
 GIB, MIB = _gpu.GIB, _gpu.MIB
 BUFFER_SIZES = (4 * GIB, 2 * GIB, GIB, 512 * MIB, 256 * MIB, 128 * MIB)
-TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 0.8, "warmup_s": 0.2}}
+TIMING: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 0.8, "warmup_s": 0.2}}
 # (figure, buffers it needs, bytes moved per repetition as a multiple of the buffer size)
 KERNELS = (("copy", 2, 2), ("read", 1, 1), ("write", 1, 1))
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, Suite, _gpu, benchmark, timing
 from perfstack.bench.verdict import lower_is_better
 from perfstack.model import Measurement
 from perfstack.sources import BOOK
 
 KERNELS = 1000
-TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 1.0, "warmup_s": 0.2}}
+TIMING: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.3, "warmup_s": 0.1}, "full": {"budget_s": 1.0, "warmup_s": 0.2}}
 EAGER_REF_US, EAGER_REF = 20.0, f"≈20 µs per eager launch from Python (the book {BOOK})"
 GRAPH_REF_US, GRAPH_REF = 2.0, "≈2 µs per kernel replayed from a CUDA graph"
 
@@ -34,7 +34,7 @@ def launch_bound(gpu_samples: list[float], host_samples: list[float]) -> tuple[s
     return ("host", host_samples) if h >= g else ("gpu", gpu_samples)
 
 
-def _both(torch: Any, fn: Callable[[], Any], suite: str) -> tuple[list[float], list[float]]:
+def _both(torch: Any, fn: Callable[[], Any], suite: Suite) -> tuple[list[float], list[float]]:
     gpu = timing.measure(fn, timing.CudaTimer(torch), min_reps=20, max_reps=1000, **TIMING[suite])
 
     def synced() -> None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, Suite, _gpu, benchmark, timing
 from perfstack.model import Facts, Measurement
 
 MIB, GIB = _gpu.MIB, _gpu.GIB
 BYTES = {"quick": 256 * MIB, "full": GIB}
-TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.2, "warmup_s": 0.05}, "full": {"budget_s": 0.5, "warmup_s": 0.1}}
+TIMING: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.2, "warmup_s": 0.05}, "full": {"budget_s": 0.5, "warmup_s": 0.1}}
 
 
 def pair_link(facts: Facts, a: int, b: int) -> str | None:
@@ -112,7 +112,7 @@ def _pair(torch: Any, ctx: BenchContext, i: int, j: int, nbytes: int, entries: l
     return m
 
 
-def _copy(torch: Any, i: int, j: int, nbytes: int, suite: str) -> tuple[list[float], bool]:
+def _copy(torch: Any, i: int, j: int, nbytes: int, suite: Suite) -> tuple[list[float], bool]:
     """Raw seconds per copy of ``nbytes`` from GPU i to GPU j, and whether the bytes arrived intact."""
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=f"cuda:{i}")
     dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")

@@ -13,15 +13,15 @@ import os
 import time
 from pathlib import Path
 
-from perfstack.bench import BenchContext, benchmark
+from perfstack.bench import BenchContext, Suite, benchmark
 from perfstack.bench.timing import summarize
 from perfstack.bench.verdict import judge
 from perfstack.errors import UsageError
 from perfstack.model import Measurement
 
 BLOCK = 4 << 20  # 4 MiB requests: large enough for NVMe queues, aligned for O_DIRECT
-BUDGET_BYTES = {"quick": 2 << 30, "full": 16 << 30}
-BUDGET_S = {"quick": 10.0, "full": 60.0}
+BUDGET_BYTES: dict[Suite, int] = {"quick": 2 << 30, "full": 16 << 30}
+BUDGET_S: dict[Suite, float] = {"quick": 10.0, "full": 60.0}
 
 
 def files_to_read(path: str) -> list[Path]:

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from perfstack.bench import BenchContext, _gpu, benchmark, timing
+from perfstack.bench import BenchContext, Suite, _gpu, benchmark, timing
 from perfstack.model import Facts, Measurement
 
 KIB, MIB, GIB = _gpu.KIB, _gpu.MIB, _gpu.GIB
@@ -33,13 +33,13 @@ SIZES_QUICK = (64 * KIB, MIB, 16 * MIB, 256 * MIB)
 SIZES_FULL = tuple(4 * KIB * 4**i for i in range(10))  # 4 KiB, 16 KiB, ... 1 GiB
 HEADLINE_MIN = 16 * MIB
 MEMORY = ("pinned", "pageable")
-TIMING: dict[str, timing.Budget] = {"quick": {"budget_s": 0.12, "warmup_s": 0.04}, "full": {"budget_s": 0.3, "warmup_s": 0.08}}
+TIMING: dict[Suite, timing.Budget] = {"quick": {"budget_s": 0.12, "warmup_s": 0.04}, "full": {"budget_s": 0.3, "warmup_s": 0.08}}
 NUMA_BYTES = 256 * MIB
 NUMA_TIMEOUT_S = 120.0
 RESULT = "PERFSTACK_RESULT "
 
 
-def sizes(suite: str) -> tuple[int, ...]:
+def sizes(suite: Suite) -> tuple[int, ...]:
     return SIZES_FULL if suite == "full" else SIZES_QUICK
 
 
@@ -62,7 +62,7 @@ def link_peak(entry: dict[str, Any]) -> tuple[float | None, str, list[str]]:
 
 
 # -- the sweep ------------------------------------------------------------------------------
-def _sweep(torch: Any, direction: str, suite: str, dev: int) -> list[Measurement]:
+def _sweep(torch: Any, direction: str, suite: Suite, dev: int) -> list[Measurement]:
     todo = sizes(suite)
     top = max(todo)
     free = _gpu.free_bytes(torch, dev)
@@ -197,7 +197,7 @@ def numa_compare(ctx: BenchContext, entry: dict[str, Any]) -> list[Measurement]:
     return out
 
 
-def _numa_child_run(device: int, cpus: list[int], suite: str) -> list[float] | str:
+def _numa_child_run(device: int, cpus: list[int], suite: Suite) -> list[float] | str:
     """Run the pinned H2D measurement in a child bound to ``cpus``; its raw samples, or the error."""
     cfg = json.dumps({"device": device, "cpus": cpus, "bytes": NUMA_BYTES, "timing": TIMING[suite]})
     env = dict(os.environ)

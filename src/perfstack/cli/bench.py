@@ -48,6 +48,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
              storage_path: str | None) -> Callable[[Facts], list[Measurement]]:
     """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
     chosen = benches.select(names, suite, storage_path)
+    run_suite = benches.suite_named(suite)
     options = {"graph": getattr(args, "graph", True)}
     if getattr(args, "sizes", None):
         try:
@@ -70,7 +71,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
                 if not show and verbose:
                     err.print(f"bench {name}…")
 
-            ctx = benches.BenchContext(suite=suite, facts=facts, device=getattr(args, "device", 0),
+            ctx = benches.BenchContext(suite=run_suite, facts=facts, device=getattr(args, "device", 0),
                                        storage_path=storage_path, progress=step, options=options)
             return benches.run(chosen, ctx)
 

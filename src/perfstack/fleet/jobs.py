@@ -76,5 +76,5 @@ class BenchJob:
             return []
 
         def run_benches(facts: Facts) -> list[Measurement]:  # device 0: the only one a per-GPU task sees
-            return benches.run(chosen, benches.BenchContext(suite=self.suite, facts=facts, device=0))
+            return benches.run(chosen, benches.BenchContext(suite=benches.suite_named(self.suite), facts=facts, device=0))
         return [audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=run_benches, command="bench")]
