@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from perfstack.compare.diff import step_breakdown, step_time
 from perfstack.model import Run, Severity
 from perfstack.profile.summary import profile_run
+from perfstack.sections import step_breakdown, step_time
 
 T = Path(__file__).parents[1] / "fixtures" / "traces"
 H100 = T / "h100"

@@ -28,6 +28,7 @@ from perfstack.compare import facts as factdiff
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.errors import InputError
 from perfstack.model import Finding, Measurement, Run
+from perfstack.sections import step_breakdown, step_time, unprofiled_step_ms
 
 if TYPE_CHECKING:
     from perfstack.compare.loadtest import LoadtestDiff
@@ -284,45 +285,6 @@ def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: fl
 
 
 # -- profile ----------------------------------------------------------------------------------
-def step_breakdown(profile: Mapping[str, Any] | None) -> dict[str, float] | None:
-    """Mean time per step by category (ms) from a profile section, or None.
-    Reads ``breakdown_ms`` when present, else averages ``steps[*].categories``."""
-    if not isinstance(profile, Mapping):
-        return None
-    mean = profile.get("breakdown_ms")
-    if isinstance(mean, Mapping) and mean:
-        return {str(k): float(v) for k, v in mean.items() if isinstance(v, (int, float))}
-    steps = [s for s in profile.get("steps") or [] if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping)]
-    if not steps:
-        return None
-    cats: dict[str, float] = {}
-    for s in steps:
-        for k, v in s["categories"].items():
-            if isinstance(v, (int, float)):
-                cats[str(k)] = cats.get(str(k), 0.0) + float(v)
-    return {k: v / len(steps) for k, v in cats.items()}
-
-
-def step_time(profile: Mapping[str, Any] | None, breakdown: dict[str, float] | None) -> float | None:
-    if isinstance(profile, Mapping):
-        for key in ("step_ms", "mean_step_ms"):
-            if isinstance(profile.get(key), (int, float)):
-                return float(profile[key])
-        totals = [s.get("total_ms") for s in profile.get("steps") or [] if isinstance(s, Mapping)]
-        steps = [float(t) for t in totals if isinstance(t, (int, float))]
-        if steps:
-            return statistics.fmean(steps)
-    return sum(breakdown.values()) if breakdown else None
-
-
-def _unprofiled(profile: Mapping[str, Any] | None) -> float | None:
-    """The step time measured without the profiler (capture mode, --step-ms), or None."""
-    o = profile.get("overhead") if isinstance(profile, Mapping) else None
-    if isinstance(o, Mapping) and o.get("method") == "measured" and isinstance(o.get("step_ms"), (int, float)):
-        return float(o["step_ms"])
-    return None
-
-
 def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
     bb, ba = step_breakdown(before.profile), step_breakdown(after.profile)
     if bb is None and ba is None:
@@ -331,7 +293,7 @@ def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dic
     cats = list(bb) + [c for c in ba if c not in bb]
     rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
              "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
-    ub, ua = _unprofiled(before.profile), _unprofiled(after.profile)
+    ub, ua = unprofiled_step_ms(before.profile), unprofiled_step_ms(after.profile)
     sb: float | None
     sa: float | None
     if ub is not None and ua is not None:

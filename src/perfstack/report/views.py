@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
-from perfstack.compare.diff import step_breakdown, step_time
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
+from perfstack.sections import step_breakdown, step_time
 
 MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
 
