@@ -12,7 +12,7 @@ from perfstack.bench import SUITES
 from perfstack.cli import output
 from perfstack.cli.bench import bench_fn
 from perfstack.errors import UsageError
-from perfstack.host.bundle import BundleHost
+from perfstack.host.bundle import PARTIAL_FLAG, BundleHost
 from perfstack.host.live import LiveHost
 from perfstack.model import Run
 from perfstack.report.bench_text import render_measurements
@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("doctor", parents=[common], help="audit this machine (or a bundle), bottom-up",
                        description="Audit the stack layer by layer: findings with evidence and the fix.")
     p.add_argument("--bundle", metavar="DIR", help="audit a recorded bundle instead of this machine")
+    p.add_argument(PARTIAL_FLAG, action="store_true",
+                   help="with --bundle: audit a bundle some of whose captured files are missing or cut short "
+                        "(a partial copy) instead of refusing it; findings that need those files say so")
     output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="critical",
                    help="exit 1 when a finding at or above this severity exists (default: critical)")
@@ -44,15 +47,22 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
     checks = select_checks(_ids(args.select), _ids(args.ignore))
     if args.bench and args.bundle:
         raise UsageError("--bench measures this machine; it cannot be combined with --bundle")
-    host = BundleHost.given(args.bundle) if args.bundle else LiveHost()
+    if args.partial_bundle and not args.bundle:
+        raise UsageError(f"{PARTIAL_FLAG} is for auditing a bundle; give it with --bundle DIR")
+    host = BundleHost.given(args.bundle, partial=args.partial_bundle) if args.bundle else LiveHost()
     source = f"bundle {args.bundle}" if args.bundle else "live machine"
     if args.bench:
         return audit(host, checks, source, bench=bench_fn(args, err, args.bench, [], None))
+    if isinstance(host, BundleHost) and host.manifest and (host.manifest.lost or host.manifest.edited):
+        err.print(f"perfstack: warning: bundle {args.bundle}: {host.integrity}", markup=False, soft_wrap=True)
     status = err.status("auditing the stack…") if err.is_terminal and not args.quiet else nullcontext()
     if isinstance(host, LiveHost) and not isinstance(status, nullcontext):
         host.on_wait = lambda what: status.update(f"auditing the stack… {what}")
     with status:
-        return audit(host, checks, source)
+        result = audit(host, checks, source)
+    if isinstance(host, BundleHost):
+        result.meta["bundle"] = host.integrity  # how complete it was, shown under the report's header
+    return result
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -155,8 +155,9 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
 
     The files go to a hidden sibling directory that is renamed to ``out`` only once every file is
     written, so an interrupted capture (Ctrl-C, a full disk) leaves no directory that looks like a
-    bundle; it is removed on the way out. meta.json says ``complete: true`` as well, for bundles that
-    were copied or unpacked half-way: the doctor refuses one that says false."""
+    bundle; it is removed on the way out. meta.json says ``complete: true`` as well, and lists every
+    file of the bundle with its size and sha256 (``manifest``), for bundles that were copied or
+    unpacked half-way: the doctor refuses one that says false or lacks a listed file (host.bundle)."""
     root = Path(out)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{out} exists and is not an empty directory", hint="give a new directory for the bundle")
@@ -177,14 +178,21 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
 
 
 def _write_files(rec: RecordingHost, red: Redactor, root: Path, meta: dict[str, Any]) -> dict[str, int]:
+    manifest: dict[str, dict[str, Any]] = {}
+
+    def put(rel: str, text: str) -> None:
+        # The manifest is of the bytes as written: redacted, exactly what the doctor will read.
+        data = text.encode("utf-8")
+        (root / rel).write_bytes(data)
+        manifest[rel] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
     def dump(name: str, obj: Any) -> None:
-        (root / name).write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        put(name, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
     dump("meta.json", dict(meta, complete=False))
     for rel, text in rec.files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(red.text(text), encoding="utf-8")
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        put(rel, red.text(text))
     if rec.env is not None:
         dump("env.json", red.env(rec.env))
     if rec.nvml_answers is not None:
@@ -196,6 +204,10 @@ def _write_files(rec: RecordingHost, red: Redactor, root: Path, meta: dict[str, 
         dump("listdir.json", {k: v for k, v in sorted(rec.listings.items())})
     if rec.failed:
         dump("unavailable.json", {k: red.text(v) for k, v in sorted(rec.failed.items())})
-    dump("meta.json", dict(meta, complete=True))
+    # Written last, so it can list every other file: its relative path, size and sha256 (hashing the
+    # ~100 files of a capture, a few hundred KB, takes about a millisecond). The doctor checks it
+    # before auditing, so a copy that lost or cut short some files is not audited as if whole.
+    del manifest["meta.json"]
+    dump("meta.json", dict(meta, complete=True, manifest=dict(sorted(manifest.items()))))
     return {"files": len(rec.files), "unavailable": len(rec.failed), "redacted_files": red.count,
             "gpu_uuids": len(red.uuids)}

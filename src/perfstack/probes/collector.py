@@ -36,6 +36,7 @@ class Collector:
         self.host = host
         self.facts = Facts()
         self._env: dict[str, str] | None = None
+        self.env_missing = ""  # why env() is None: the host's reason
 
     # -- recording -------------------------------------------------------------------------
     def put(self, key: str, value: Any, source: str) -> None:
@@ -116,8 +117,8 @@ class Collector:
         if self._env is None:
             try:
                 self._env = self.host.environ()
-            except Unavailable:
-                self._env = None
+            except Unavailable as e:
+                self._env, self.env_missing = None, e.reason
         return self._env
 
 

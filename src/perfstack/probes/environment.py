@@ -26,6 +26,7 @@ def environment(c: Collector) -> None:
     """Source: the audited process's environment (env.json in a bundle). Shell: env"""
     env = c.env()
     if env is None:
-        c.missing("env", "environment not available (env.json missing from bundle)", "environment")
+        c.missing("env", f"environment not available ({c.env_missing or 'env.json missing from bundle'})",
+                  "environment")
     else:
         c.put("env", relevant(env), "environment")

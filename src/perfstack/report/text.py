@@ -68,6 +68,10 @@ def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], c
     meta = run.meta
     gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
     console.print(Text.assemble(("perfstack doctor", "bold"), f"  {meta.get('source', '')}  ·  {gpus}"))
+    note = str(meta.get("bundle") or "")  # how complete the audited bundle was (host.bundle)
+    if note:
+        as_captured = note.startswith(("all ", "no manifest"))
+        console.print(Text(f"  bundle: {note}", style="dim" if as_captured else "yellow"))
     if fix_first:
         items = "\n".join(f"• {f.id}{f' [{f.subject}]' if f.subject else ''}: {f.evidence}" for f in fix_first)
         console.print(Panel(Text(items), title=f"Fix this first — {LAYERS[fix_first[0].layer]}",

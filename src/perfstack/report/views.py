@@ -376,7 +376,8 @@ def profile_timing(p: Mapping[str, Any]) -> list[tuple[str, str]]:
 # -- the whole report -------------------------------------------------------------------------
 def build(run: Run) -> RunView:
     spec = gpu_spec(run)
-    meta = [(k, str(run.meta[k])) for k in ("command", "created", "source", "host_id", "tool_version", "elapsed_s")
+    keys = ("command", "created", "source", "bundle", "host_id", "tool_version", "elapsed_s")
+    meta = [(k, str(run.meta[k])) for k in keys
             if run.meta.get(k) not in (None, "")]
     facts = [(label, _fact_text(run.facts.value(key))) for label, key in KEY_FACTS
              if run.facts.value(key) not in (None, "", [], {})]
