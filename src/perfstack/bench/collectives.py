@@ -252,7 +252,7 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     rows = []
     for op in cfg["ops"]:
         for nbytes in cfg["sizes"]:
-            rows.append(_one(torch, dist, timer, cfg, op, nbytes, rank, n, device))
+            rows.append(time_size(torch, dist, timer, cfg, op, nbytes, rank, n, device))
     dist.destroy_process_group()
     return {"meta": meta, "rows": rows}
 
@@ -270,8 +270,11 @@ def _flags(torch: Any, dist: Any, value: bool, device: Any) -> list[bool]:
     return [bool(x.item()) for x in out]
 
 
-def _one(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes: int, rank: int, n: int,
-         device: Any) -> dict[str, Any]:
+def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes: int, rank: int, n: int,
+              device: Any) -> dict[str, Any]:
+    """One op at one size on this rank, as the module's docstring says: the check, the batch plan from
+    rank 0, the timed batches; the row rank 0 reports (its ``samples`` the slowest rank's per batch).
+    Also the fleet's all-reduce between machines (``fleet.allreduce_ray``), with one rank per machine."""
     count = count_for(nbytes, n)
     row: dict[str, Any] = {"op": op, "requested_bytes": nbytes, "bytes": count * ELEM}
     need = bytes_needed(op, count, n)

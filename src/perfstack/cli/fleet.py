@@ -56,10 +56,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     d.add_argument("--ignore", action="append", metavar="IDS", help="skip these check ids or layers")
     _outputs(d)
     d.set_defaults(func=run_doctor)
-    b = fs.add_parser("bench", parents=[common], help="benchmark every GPU of every node of the Ray cluster")
+    b = fs.add_parser("bench", parents=[common], help="benchmark every GPU of every node of the Ray cluster, then "
+                                                       "the all-reduce between its machines")
     b.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: the suite)")
     b.add_argument("--suite", choices=SUITES, default="quick", help="quick (default) or full")
     _ray_args(b, "bench")
+    b.add_argument("--no-allreduce", action="store_true",
+                   help="skip the all-reduce between machines (run by default when the cluster has 2 or more "
+                        "machines: the fleet's bus bandwidth, node pairs, a bisection to the slow node)")
+    b.add_argument("--allreduce-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds each machine gets to join an all-reduce's rendezvous (default 60)")
     _outputs(b)
     b.set_defaults(func=run_bench)
     r = fs.add_parser("report", parents=[common], help="analyse a directory of Runs or bundles gathered any way")
@@ -78,6 +84,8 @@ def _check(args: argparse.Namespace) -> None:
     outfile.check_all(args.output, args.html)  # before the work: a typo costs a second, not a fleet's audit
     if getattr(args, "timeout", None) is not None and not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g}: give a positive number of seconds")
+    if getattr(args, "allreduce_timeout", None) is not None and not args.allreduce_timeout > 0:
+        raise UsageError(f"--allreduce-timeout {args.allreduce_timeout:g}: give a positive number of seconds")
 
 
 def _emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -154,6 +162,8 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
         written = collect.save_runs(results, args.save_runs)
         err.print(f"saved {len(written)} node Runs in {args.save_runs}", markup=False)
     analysis = analyze(collect.summaries(results))
+    if what == "bench" and not args.no_allreduce:
+        _allreduce(ray, analysis, args, err)
     overheads = [r.overhead_s for r in results if r.overhead_s is not None]
     fanout = {"tasks": len(results), "failed": sum(1 for r in results if r.error),
               "overhead_s_median": round(statistics.median(overheads), 4) if overheads else None,
@@ -164,6 +174,18 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
                        {"fanout": fanout})
     return _emit(result, analysis, args, out, err)
+
+
+def _allreduce(ray: object, analysis: FleetAnalysis, args: argparse.Namespace, err: Console) -> None:
+    """The all-reduce between machines after the benchmarks (nothing else of the fleet runs then), into
+    the analysis; a failure of the whole step is a note, never the end of the bench."""
+    from perfstack.fleet import allreduce, allreduce_ray
+    with err.status("all-reduce between machines…") if err.is_terminal and not args.quiet else _null():
+        comms = allreduce_ray.run(ray, join_timeout_s=args.allreduce_timeout)
+    if comms is None:
+        analysis.notes.append("one machine: no all-reduce between machines was measured")
+        return
+    allreduce.attach(analysis, comms)
 
 
 def run_doctor(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -57,7 +57,7 @@ def render_fleet_html(a: FleetAnalysis, meta: dict[str, Any]) -> str:
            + (f", {s['failed']} failed" if s["failed"] else "") + " · "
            + e("; ".join(f"{k} ×{len(v)}" for k, v in a.skus.items())))
     sections: list[Section] = [("", "", STYLE), _nodes(a, s)]
-    for part in (_heatmaps, _drift, _outliers, _uneven, _failed):
+    for part in (_heatmaps, _drift, _outliers, _uneven, _comms, _failed):
         section = part(a)
         if section is not None:
             sections.append(section)
@@ -126,6 +126,29 @@ def _uneven(a: FleetAnalysis) -> Section | None:
         html += ('<p class="muted">On every node (fix once, in the image or the node setup): '
                  + e(", ".join(sorted({x.id for x in a.shared}))) + "</p>")
     return ("findings", "Findings", html)
+
+
+def _comms(a: FleetAnalysis) -> Section | None:
+    c = a.comms
+    if not isinstance(c, dict):
+        return None
+    names = c.get("names") or {}
+    fleet = c.get("fleet_gbps")
+    head = (f"<p>{len(names)} machines, {e(c.get('backend', ''))}, one rank each; fleet busbw "
+            + (f"<b>{fleet:.2f} GB/s</b>" if isinstance(fleet, (int, float)) else "not measured")
+            + f"; {e(c.get('method', ''))}.</p>")
+    items = [e(s.get("text", "")) for s in c.get("suspects") or []]
+    items += [f"{e(names.get(m, m))}: {e(why)}" for m, why in (c.get("failed") or {}).items()]
+    rows = []
+    for g in c.get("groups") or []:
+        best = max((p.get("busbw_gbps", 0) for p in g.get("points") or []), default=None)
+        rows.append((e(g.get("why", "")), e(", ".join(names.get(m, m) for m in g.get("machines", []))),
+                     e(g.get("error")) if g.get("error") else (f"{best:.2f} GB/s" if best is not None else "")))
+    notes = "".join(f"<li>{e(n)}</li>" for n in c.get("notes") or [])
+    return ("allreduce", "All-reduce", "<h2>All-reduce between machines</h2>" + head
+            + (f'<ul class="regressed">{"".join(f"<li>{x}</li>" for x in items)}</ul>' if items else "")
+            + _table(("all-reduce", "machines", "busbw (best of sweep)"), rows)
+            + (f'<ul class="muted">{notes}</ul>' if notes else ""))
 
 
 def _failed(a: FleetAnalysis) -> Section | None:

@@ -52,6 +52,7 @@ def render_fleet(a: FleetAnalysis, meta: dict[str, Any], console: Console, verbo
     _drift(a, console, verbose)
     _outliers(a, console, verbose)
     _uneven(a, console, verbose)
+    _comms(a, console, verbose)
     failed = [m for m in a.members if m.status != "ok"]
     if failed:
         _section(console, "Did not report")
@@ -127,6 +128,33 @@ def _uneven(a: FleetAnalysis, console: Console, verbose: bool) -> None:
     if a.shared:
         ids = ", ".join(inert(x.id) for x in a.shared)
         console.print(Text(f"On every node (fix once, in the image or the node setup): {ids}", style="dim"))
+
+
+def _comms(a: FleetAnalysis, console: Console, verbose: bool) -> None:
+    """The all-reduce between machines: the fleet's figure, what stands out, each group with -v."""
+    c = a.comms
+    if not isinstance(c, dict):
+        return
+    names = c.get("names") or {}
+    _section(console, "All-reduce between machines")
+    fleet = c.get("fleet_gbps")
+    med = c.get("median_gbps")
+    console.print(Text(f"  fleet ({len(names)} machines, {inert(c.get('backend', ''))}, one rank each): "
+                       + (f"busbw {fleet:.2f} GB/s" if isinstance(fleet, (int, float)) else "not measured")
+                       + (f"  ·  machines' median {med:.2f} GB/s" if isinstance(med, (int, float)) else "")
+                       + f"  ·  {inert(c.get('method', ''))}, {len(c.get('groups') or [])} all-reduces"))
+    for s in c.get("suspects") or []:
+        console.print(Text(f"  {inert(s.get('text', ''), 200)}", style="red"))
+    for m, why in (c.get("failed") or {}).items():
+        console.print(Text(f"  {inert(names.get(m, m))}: {inert(why, 200)}", style="red"))
+    if verbose:
+        for g in c.get("groups") or []:
+            who = ", ".join(inert(names.get(m, m)) for m in g.get("machines", []))
+            best = max((p.get("busbw_gbps", 0) for p in g.get("points") or []), default=None)
+            fig = inert(g.get("error"), 120) if g.get("error") else (f"{best:.2f} GB/s" if best is not None else "-")
+            console.print(Text(f"    {inert(g.get('why', '')):<6} {who}: {fig}", style="dim"))
+    for note in c.get("notes") or []:
+        console.print(Text(f"  note: {inert(note)}", style="dim"))
 
 
 def _totals(a: FleetAnalysis, s: dict[str, Any], console: Console) -> None:
