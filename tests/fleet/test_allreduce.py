@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from fixtures.ray_cluster import local_cluster
 
 from perfstack.fleet import allreduce as ar
 from perfstack.fleet.allreduce import Group, Point, halves, localize, point, slower
@@ -162,25 +163,14 @@ HEALTHY = ("mach-a", "mach-b", "mach-c")
 
 @pytest.fixture(scope="module")
 def machines_cluster():
-    ray = pytest.importorskip("ray")
     pytest.importorskip("torch")
-    from ray.cluster_utils import Cluster
-
     from perfstack.fleet.allreduce_ray import DELAY_ENV, NO_JOIN_ENV
     from perfstack.fleet.ray_engine import MACHINE_ENV
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "env_vars": {MACHINE_ENV: HEALTHY[0]}})
-    for m in HEALTHY[1:]:
-        c.add_node(num_cpus=1, env_vars={MACHINE_ENV: m})
-    c.add_node(num_cpus=1, env_vars={MACHINE_ENV: SLOW, DELAY_ENV: "0.02"})
-    c.add_node(num_cpus=1, env_vars={MACHINE_ENV: NO_JOIN, NO_JOIN_ENV: "1"})
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
-    try:
+    nodes = [{"num_cpus": 1, "env_vars": {MACHINE_ENV: m}} for m in HEALTHY[1:]]
+    nodes += [{"num_cpus": 1, "env_vars": {MACHINE_ENV: SLOW, DELAY_ENV: "0.02"}},
+              {"num_cpus": 1, "env_vars": {MACHINE_ENV: NO_JOIN, NO_JOIN_ENV: "1"}}]
+    with local_cluster(sys.modules[__name__], {"num_cpus": 1, "env_vars": {MACHINE_ENV: HEALTHY[0]}}, nodes) as ray:
         yield ray
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 @pytest.mark.ray

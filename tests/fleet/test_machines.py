@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from fixtures.ray_cluster import local_cluster
 
 from perfstack import bench as benches
 from perfstack.fleet import analyze
@@ -92,21 +93,13 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def two_machines():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     # machine A: a head without Ray GPUs and two nodes of two (simulated) GPUs; machine B: one node, one GPU
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "env_vars": {MACHINE_ENV: "A"}})
-    c.add_node(num_cpus=1, num_gpus=2, env_vars={MACHINE_ENV: "A"})
-    c.add_node(num_cpus=1, num_gpus=2, env_vars={MACHINE_ENV: "A"})
-    c.add_node(num_cpus=1, num_gpus=1, env_vars={MACHINE_ENV: "B"})
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
-    try:
+    nodes = [{"num_cpus": 1, "num_gpus": 2, "env_vars": {MACHINE_ENV: "A"}},
+             {"num_cpus": 1, "num_gpus": 2, "env_vars": {MACHINE_ENV: "A"}},
+             {"num_cpus": 1, "num_gpus": 1, "env_vars": {MACHINE_ENV: "B"}}]
+    with local_cluster(sys.modules[__name__], {"num_cpus": 1, "num_gpus": 0, "env_vars": {MACHINE_ENV: "A"}},
+                       nodes) as ray:
         yield ray
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 def _overlap(a: dict, b: dict) -> bool:

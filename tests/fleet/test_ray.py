@@ -16,8 +16,7 @@ import time
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
-
+from fixtures.ray_cluster import local_cluster  # noqa: E402
 from fixtures.variants import VARIANTS, healthy  # noqa: E402
 from perfstack.cli.main import main  # noqa: E402
 from perfstack.fleet import analyze, collect  # noqa: E402
@@ -50,17 +49,10 @@ def cluster(tmp_path_factory):
         healthy(root / name)
         if name in VARIANTS:
             VARIANTS[name][1](root / name)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "env_vars": {"FLEET_TEST_BUNDLE": str(root / BUNDLES[0])}})
-    for name in BUNDLES[1:]:
-        c.add_node(num_cpus=1, env_vars={"FLEET_TEST_BUNDLE": str(root / name)})
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
-    try:
+    nodes = [{"num_cpus": 1, "env_vars": {"FLEET_TEST_BUNDLE": str(root / name)}} for name in BUNDLES[1:]]
+    with local_cluster(sys.modules[__name__], {"num_cpus": 1, "env_vars": {"FLEET_TEST_BUNDLE": str(root / BUNDLES[0])}},
+                       nodes):
         yield root
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 def _by_bundle(results):
