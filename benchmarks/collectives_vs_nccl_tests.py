@@ -22,7 +22,7 @@ CUDA graph and issued eagerly, and prints one Markdown table per collective:
   out-of-place call) timed from the stream and replayed from a CUDA graph, to tell a graph
   replay's own cost for large copies from NCCL's.
 
-    python benchmarks/collectives_vs_nccl_tests.py --world 1 --logs DIR [--out table.md]
+    python benchmarks/collectives_vs_nccl_tests.py --world 1 --logs DIR [--also-torch] [--out table.md]
 
 ``collectives_vs_nccl_tests.sh`` builds nccl-tests, writes the logs and calls this.
 """
@@ -46,8 +46,9 @@ LOG_SUFFIX = {"eager": ".log", "graph": ".graph.log"}
 
 
 def perfstack_rows(world: int, sizes: tuple[int, ...], graph: bool, budget_s: float,
-                   backend: str) -> tuple[dict[tuple[str, int], dict], dict]:
-    results, why = collectives.launch(world, collectives.OPS, sizes, budget_s, backend, deadline_s=540, graph=graph)
+                   backend: str, via: str = "nccl") -> tuple[dict[tuple[str, int], dict], dict]:
+    results, why = collectives.launch(world, collectives.OPS, sizes, budget_s, backend, deadline_s=540, graph=graph,
+                                      via=via)
     if results is None:
         sys.exit(f"perfstack collectives failed: {why}")
     out = {}
@@ -156,11 +157,13 @@ def judged_on(op: str, world: int, eager: dict | None, nt_eager: Any) -> str:
 
 
 def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: dict[str, str],
-          meta: dict, copies: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+          meta: dict, copies: list[dict[str, Any]], via_torch: dict | None = None) -> tuple[str, dict[str, Any]]:
+    how = ("NCCL called directly on a communicator of its own" if meta.get("via") == "nccl" else
+           "through torch.distributed" + (f" ({meta['via_why_not_nccl']})" if meta.get("via_why_not_nccl") else ""))
     lines = [f"perfstack collectives vs nccl-tests, {world} rank(s)", "",
              f"- nccl-tests eager: {settings.get('eager', 'no logs')}; graph: {settings.get('graph', 'no logs')}",
-             (f"- perfstack: torch {meta.get('torch', '?')}, NCCL {meta.get('nccl_version', '?')}; "
-             "median over batches of back-to-back calls between two CUDA events"),
+             (f"- perfstack: torch {meta.get('torch', '?')}, NCCL {meta.get('nccl_version', '?')}, {how}, one process "
+              "per GPU; median over batches of back-to-back calls between two CUDA events"),
              ("- µs per call; ratio = nccl-tests time / perfstack time (bar 0.95: ✗ below it; ▲ perfstack more than "
              "5% faster); in-place ops (all_reduce, broadcast) against nccl-tests' in-place column, the others "
              "against its out-of-place column; nccl-tests figures are medians over its cycles"),
@@ -178,8 +181,8 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
         col = "in-place" if collectives.in_place(op) else "out-of-place"
         lines += [f"### {op} (nccl-tests {col})", "",
                   ("| size | nccl-tests graph | perfstack graph | ratio | nccl-tests eager | perfstack eager | ratio "
-                  "| judged on | busbw GB/s nccl-tests / perfstack |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| judged on | busbw GB/s nccl-tests / perfstack |" + (" torch.distributed graph |" if via_torch else "")),
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if via_torch else "")]
         for size in sizes:
             key, nkey = (op, size), (op, _nccl_size(size, world))
             nt = {m: ref[m].get(nkey) for m in MODES}
@@ -207,6 +210,9 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
                 mine = "—" if me[m] is None else f"{me[m]['time_us']:.2f}" + (" host" if me[m]["host_bound"] else "")
                 cells += [mine, _mark(r[m]) if on != "none" else "—"]
             cells += [{"none": "not judged", "eager": "**eager**", "graph": "**graph**"}[on], _busbw(op, world, on, nt, me)]
+            if via_torch is not None:
+                t = via_torch.get(key)
+                cells.append(f"{t['time_us']:.2f}" if t else "—")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     j, g, e = counts["judged"], counts["graph"], counts["eager"]
@@ -218,6 +224,9 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
         lines.append(f"- {counts['none']} sizes not judged: with one rank all_reduce and broadcast are in place "
                      "and NCCL moves no data; both tools then time the call's overhead (eager: the host's; "
                      "graph: an empty replay), and no bandwidth is printed")
+    if via_torch is not None:
+        lines.append("- torch.distributed graph: the same calls made through torch.distributed (`--via torch`), "
+                     "replayed from a CUDA graph: what the process group adds per call")
     if outside:
         lines += ["", "Outside the bar, with each tool's spread:", ""] + [f"- {w}" for w in outside]
     if copies:
@@ -234,6 +243,7 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
     notes = sorted({r["why_eager"] for m in ours.values() for r in m.values() if r.get("why_eager")})
     lines += [f"note: {n}" for n in notes]
     raw = {"world": world, "counts": counts, "copy_check": copies, "perfstack_meta": meta,
+           "perfstack_via_torch_graph": {f"{k[0]}/{k[1]}": v for k, v in (via_torch or {}).items()},
            "nccl_tests": {m: {f"{k[0]}/{k[1]}": v.__dict__ for k, v in rows.items()} for m, rows in ref.items()},
            "perfstack": {m: {f"{k[0]}/{k[1]}": v for k, v in rows.items()} for m, rows in ours.items()}}
     return "\n".join(lines), raw
@@ -273,6 +283,10 @@ def main() -> int:
     ap.add_argument("--copy-check", default="16M,64M,256M,1G",
                     help="sizes of the stream vs graph copy check ('' to skip)")
     ap.add_argument("--backend", default="nccl", help="nccl; gloo runs the script's plumbing on CPUs")
+    ap.add_argument("--via", choices=("nccl", "torch"), default="nccl",
+                    help="how perfstack issues the calls: NCCL directly (default) or through torch.distributed")
+    ap.add_argument("--also-torch", action="store_true",
+                    help="add a column of the calls made through torch.distributed, graph-replayed")
     ap.add_argument("--out", type=Path, help="also write the tables (Markdown) and raw figures (.json) here")
     args = ap.parse_args()
 
@@ -284,12 +298,15 @@ def main() -> int:
         if args.backend != "nccl" and mode == "graph":
             continue
         t0 = time.monotonic()
-        ours[mode], meta = perfstack_rows(args.world, sizes, mode == "graph", args.budget, args.backend)
+        ours[mode], meta = perfstack_rows(args.world, sizes, mode == "graph", args.budget, args.backend, args.via)
         print(f"perfstack collectives ({mode}) took {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    via_torch = None
+    if args.also_torch and args.backend == "nccl":
+        via_torch, _ = perfstack_rows(args.world, sizes, True, args.budget, args.backend, "torch")
     copies = []
     if args.copy_check and args.backend == "nccl":
         copies = copy_check(collectives.parse_sizes(args.copy_check), args.budget)
-    text, raw = build(args.world, sizes, ref, ours, settings, meta, copies)
+    text, raw = build(args.world, sizes, ref, ours, settings, meta, copies, via_torch)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

@@ -103,4 +103,4 @@ for b in $BINARIES; do
   grep -m1 "nccl-library" "$OUTDIR/$b.log" >&2 || true
 done
 "$PY" "$ROOT/benchmarks/collectives_vs_nccl_tests.py" --world "$GPUS" --logs "$OUTDIR" \
-  --out "$OUTDIR/collectives-vs-nccl-tests-${GPUS}gpu.md"
+  --also-torch --out "$OUTDIR/collectives-vs-nccl-tests-${GPUS}gpu.md"

@@ -85,3 +85,19 @@ def test_one_rank_collectives_replay_from_a_cuda_graph_and_time_nccl_not_python(
         assert row["ops_per_batch"] > 1  # a small call is far shorter than the 1 ms batch target
     eager, why = collectives.launch(1, ("all_reduce",), (4 * 2**10,), 0.05, "nccl", deadline_s=180, graph=False)
     assert why == "" and eager["rows"][0]["mode"] == "eager" and "issue_s_per_op" in eager["rows"][0]
+
+
+def test_direct_nccl_and_torch_paths_agree_on_results_and_the_direct_one_is_not_slower():
+    """Both paths check every op's result; at a small size the direct calls (what nccl-tests times)
+    take no longer per call than the same calls through torch.distributed."""
+    import torch
+
+    n = torch.cuda.device_count()
+    runs = {via: collectives.launch(n, collectives.OPS, (4 * 2**10,), 0.05, "nccl", deadline_s=180, via=via)
+            for via in ("nccl", "torch")}
+    for via, (results, why) in runs.items():
+        assert why == "" and results["meta"]["via"] == via, (via, results and results["meta"])
+        assert all(r["wrong_ranks"] == [] for r in results["rows"]), results["rows"]
+    per_call = {via: {r["op"]: min(r["samples"]) for r in res["rows"]} for via, (res, _) in runs.items()}
+    for op in collectives.OPS:
+        assert per_call["nccl"][op] <= per_call["torch"][op] * 1.1, (op, per_call)

@@ -11,7 +11,10 @@ Per op and size S, every rank: checks one result against its analytic value, war
 estimates the time of one call from a short batch. As nccl-tests does, calls are then timed in
 batches issued back to back between two CUDA events (``batched``), so that a small message measures
 NCCL rather than Python and the launch path; by default each batch is captured once in a CUDA graph
-and replayed. Rank 0 decides the batch length and the number of batches and broadcasts them (every
+and replayed. The calls go straight to the NCCL library torch loaded, on a communicator the workers
+open for the purpose (``nccl_lib``), so that a small message measures what nccl-tests measures and
+not torch.distributed's own per-call work; ``via="torch"`` (``--via torch``) times the
+torch.distributed calls a training loop makes instead. Rank 0 decides the batch length and the number of batches and broadcasts them (every
 rank must issue the same collectives); if any rank cannot capture the graph, all time eagerly. The
 time of a batch is the slowest rank's (all ranks' samples are gathered to rank 0), divided by the
 calls in it. algbw = S / t; busbw = algbw × factor, where the factor is 2(n−1)/n for all_reduce,
@@ -36,12 +39,13 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from perfstack.bench import BenchContext, Suite, _gpu, batched, benchmark, regime, timing
+from perfstack.bench import BenchContext, Suite, _gpu, batched, benchmark, nccl_lib, regime, timing
 from perfstack.bench.p2p import peer_peak
 from perfstack.model import Measurement
 
@@ -206,6 +210,53 @@ def call(dist: Any, op: str, inp: Any, out: Any) -> Any:
     raise ValueError(f"unknown collective {op}")
 
 
+def direct(torch: Any, comm: nccl_lib.Comm, op: str, inp: Any, out: Any) -> Callable[[], Any]:
+    """The call of ``op`` made straight to NCCL on ``comm`` (see nccl_lib), on whatever stream is current
+    when it is issued (a graph capture has its own); returns a function that issues one call and gives
+    the tensor holding this rank's result. Pointers and counts are worked out once, not per call."""
+    cur = torch.cuda.current_stream
+    src, count = inp.data_ptr(), inp.numel()
+    dst = out.data_ptr() if out is not None else src
+    chunk = count // comm.n
+    issue: Callable[[int], None] = {
+        "all_reduce": lambda s: comm.all_reduce(src, src, count, s),
+        "all_gather": lambda s: comm.all_gather(src, dst, count, s),
+        "reduce_scatter": lambda s: comm.reduce_scatter(src, dst, chunk, s),
+        "all_to_all": lambda s: comm.all_to_all(src, dst, chunk, s),
+        "broadcast": lambda s: comm.broadcast(src, src, count, 0, s),
+        "sendrecv": lambda s: comm.sendrecv(src, dst, count, s),
+    }[op]
+    result = inp if out is None else out
+
+    def fn() -> Any:
+        issue(cur().cuda_stream)
+        return result
+    return fn
+
+
+def open_direct(torch: Any, dist: Any, device: Any, rank: int, n: int) -> tuple[nccl_lib.Comm | None, str]:
+    """A communicator of our own on the libnccl torch loaded, opened by every rank, or (None, why not)
+    on every rank when any rank cannot: the ranks must all time the same way."""
+    lib, why = None, ""
+    path = nccl_lib.loaded_path()
+    if path is None:
+        why = "no libnccl is mapped into the process (NCCL linked into torch?)"
+    else:
+        try:
+            lib = nccl_lib.Library(path)
+        except (OSError, AttributeError) as e:
+            why = f"{path} could not be bound: {e}"
+    able = _flags(torch, dist, lib is not None, device)
+    if not all(able):
+        return None, why or f"ranks {[r for r, a in enumerate(able) if not a]} could not load libnccl"
+    assert lib is not None
+    uid = torch.zeros(nccl_lib.ID_BYTES, dtype=torch.uint8, device=device)
+    if rank == 0:
+        uid.copy_(torch.tensor(list(lib.unique_id()), dtype=torch.uint8))
+    dist.broadcast(uid, src=0)
+    return lib.open(bytes(uid.tolist()), n, rank), ""
+
+
 def slowest(per_rank: list[list[float]]) -> list[float]:
     """Per repetition, the slowest rank's time."""
     return [max(x) for x in zip(*per_rank)]
@@ -249,10 +300,18 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
     for _ in range(5):
         dist.all_reduce(warm)
     dist.barrier()
+    comm = None
+    if gpu and cfg.get("via", "nccl") == "nccl":
+        comm, why = open_direct(torch, dist, device, rank, n)
+        meta["via_why_not_nccl"] = why or None
+    meta["via"] = "nccl" if comm else "torch"
     rows = []
     for op in cfg["ops"]:
         for nbytes in cfg["sizes"]:
-            rows.append(time_size(torch, dist, timer, cfg, op, nbytes, rank, n, device))
+            rows.append(time_size(torch, dist, timer, cfg, op, nbytes, rank, n, device, comm))
+    if comm:
+        torch.cuda.synchronize()
+        comm.close()
     dist.destroy_process_group()
     return {"meta": meta, "rows": rows}
 
@@ -271,9 +330,10 @@ def _flags(torch: Any, dist: Any, value: bool, device: Any) -> list[bool]:
 
 
 def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes: int, rank: int, n: int,
-              device: Any) -> dict[str, Any]:
+              device: Any, comm: nccl_lib.Comm | None = None) -> dict[str, Any]:
     """One op at one size on this rank, as the module's docstring says: the check, the batch plan from
     rank 0, the timed batches; the row rank 0 reports (its ``samples`` the slowest rank's per batch).
+    The calls go straight to NCCL on ``comm`` when given, else through ``dist``.
     Also the fleet's all-reduce between machines (``fleet.allreduce_ray``), with one rank per machine."""
     count = count_for(nbytes, n)
     row: dict[str, Any] = {"op": op, "requested_bytes": nbytes, "bytes": count * ELEM}
@@ -286,10 +346,10 @@ def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, n
     i_elems, o_elems = buffer_elems(op, count, n)
     inp = make_input(torch, op, rank, n, count, device)
     out = torch.empty(o_elems, device=device) if o_elems else None
-    got = call(dist, op, inp, out)
+    fn = direct(torch, comm, op, inp, out) if comm else (lambda: call(dist, op, inp, out))
+    got = fn()
     good = _flags(torch, dist, bool(torch.equal(got, expected(torch, op, rank, n, count, device))), device)
     row["wrong_ranks"] = [r for r, g in enumerate(good) if not g]
-    fn = lambda: call(dist, op, inp, out)  # noqa: E731
     for _ in range(WARMUP_CALLS):
         timer.call(fn)
     probe = batched.Batch(None, fn, PROBE_OPS, graph=False)
@@ -340,14 +400,15 @@ def child_env(base: dict[str, str], rank: int, n: int, cfg_path: str) -> dict[st
 def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: float, backend: str = "nccl",
            deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S,
            fail_rank: int | None = None, graph: bool = True,
-           batch_s: float = batched.TARGET_BATCH_S) -> tuple[dict[str, Any] | None, str]:
+           batch_s: float = batched.TARGET_BATCH_S, via: str = "nccl") -> tuple[dict[str, Any] | None, str]:
     """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank).
-    ``graph``: capture each batch in a CUDA graph (GPU only); ``batch_s``: target duration of a batch."""
+    ``graph``: capture each batch in a CUDA graph (GPU only); ``batch_s``: target duration of a batch;
+    ``via``: "nccl" calls NCCL directly where it can (as nccl-tests), "torch" through torch.distributed."""
     tmp = tempfile.mkdtemp(prefix="perfstack-coll-")
     try:
         cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(ops),
                "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp,
-               "fail_rank": fail_rank, "graph": graph, "batch_s": batch_s}
+               "fail_rank": fail_rank, "graph": graph, "batch_s": batch_s, "via": via}
         cfg_path = os.path.join(tmp, "cfg.json")
         Path(cfg_path).write_text(json.dumps(cfg))
         procs = []
@@ -436,12 +497,13 @@ def _why(tmp: str, rank: int, procs: list[subprocess.Popen]) -> str:
 def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
     """Rank 0's rows -> sweep figures and two headlines per op (best busbw, smallest-size latency)."""
     out: list[Measurement] = []
-    nccl = results.get("meta", {}).get("nccl_version")
+    meta = results.get("meta", {})
+    nccl, via = meta.get("nccl_version"), meta.get("via", "torch")
     for row in results["rows"]:
         op, nbytes = row["op"], row["bytes"]
         name = f"collective.{op}.{_gpu.size_label(row['requested_bytes'])}"
         params: dict[str, Any] = {"op": op, "bytes": nbytes, "world_size": n, "sweep": True, "dtype": "float32",
-                                  "busbw_factor": round(busbw_factor(op, n), 4), "nccl_version": nccl}
+                                  "busbw_factor": round(busbw_factor(op, n), 4), "nccl_version": nccl, "via": via}
         if row.get("skipped"):
             out.append(_gpu.skip("collective", name, row["skipped"], "GB/s", params))
             continue
@@ -450,7 +512,7 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
                       time_us=round(med * 1e6, 2), ops_per_batch=row.get("ops_per_batch", 1),
                       timing=row.get("mode", "eager"))
         m = _gpu.measurement("collective", name, row["samples"], partial(busbw_gbps, op, n, nbytes),
-                             "GB/s", params, notes=[batch_note(row)])
+                             "GB/s", params, notes=[batch_note(row, via, meta.get("via_why_not_nccl"))])
         if row.get("why_eager"):
             m.notes.append(f"timed eagerly: {row['why_eager']}")
         issue = row.get("issue_s_per_op")
@@ -480,11 +542,13 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
     return out
 
 
-def batch_note(row: dict[str, Any]) -> str:
+def batch_note(row: dict[str, Any], via: str = "torch", why_not: str | None = None) -> str:
     how = "replayed from a CUDA graph" if row.get("mode") == "graph" else "issued eagerly"
     k = row.get("ops_per_batch", 1)
-    return (f"{k} calls back to back between two CUDA events per sample ({how}); time per call is the slowest "
-            "rank's batch time divided by the calls in it")
+    path = ("straight to NCCL on a communicator of the benchmark's own, as nccl-tests" if via == "nccl" else
+            "through torch.distributed" + (f" (NCCL could not be called directly: {why_not})" if why_not else ""))
+    return (f"{k} calls back to back between two CUDA events per sample ({how}, {path}); time per call is the "
+            "slowest rank's batch time divided by the calls in it")
 
 
 def judge_sweep(m: Measurement, peak: float | None, source: str, practical: float | None, link: str) -> Measurement:
@@ -538,7 +602,8 @@ def run(ctx: BenchContext) -> list[Measurement]:
     deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 3.0) + 60
     torch.cuda.empty_cache()  # leave the workers the memory this process cached
     tels = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
-    results, why = launch(n, OPS, todo, budget, "nccl", deadline, graph=bool(ctx.options.get("graph", True)))
+    results, why = launch(n, OPS, todo, budget, "nccl", deadline, graph=bool(ctx.options.get("graph", True)),
+                          via=str(ctx.options.get("via", "nccl")))
     after = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
     if results is None:
         return [_gpu.error("collective", "collective", why, "GB/s", {"world_size": n})]

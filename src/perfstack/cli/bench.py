@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--sizes", metavar="LIST", help="collectives: message sizes, e.g. 1K,64M,1G (default: the suite's)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="collectives: issue each batch eagerly instead of replaying it from a CUDA graph")
+    p.add_argument("--via", choices=("nccl", "torch"), default="nccl",
+                   help="collectives: call NCCL directly as nccl-tests does (default), or through "
+                        "torch.distributed, which adds its own per-call work (what a training loop pays)")
     output.add_arguments(p)
     p.add_argument("--fail-on", choices=FAIL_ON, default="never", help="exit 1 on findings at or above this")
     p.set_defaults(func=run)
@@ -49,7 +52,7 @@ def bench_fn(args: argparse.Namespace, err: Console, suite: str, names: list[str
     """A function of the doctor's facts that runs the benchmarks with a progress line on stderr."""
     chosen = benches.select(names, suite, storage_path)
     run_suite = benches.suite_named(suite)
-    options = {"graph": getattr(args, "graph", True)}
+    options = {"graph": getattr(args, "graph", True), "via": getattr(args, "via", "nccl")}
     if getattr(args, "sizes", None):
         try:
             options["sizes"] = parse_sizes(args.sizes)
