@@ -15,7 +15,8 @@
 # then perfstack's collectives over the same sizes, graph-replayed and eager, and a copy check.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
-# Environment: ITERS (20, nccl-tests' default), WARMUP (5), CYCLES (5), GRAPH_LAUNCHES (10).
+# Environment: ITERS (20, nccl-tests' default), WARMUP (5), CYCLES (5), GRAPH_LAUNCHES (10); BUILD_ONLY=1
+# stops after the build.
 set -euo pipefail
 
 GPUS=${1:-1}
@@ -91,6 +92,7 @@ make -C "$SRC/src" -j"$(nproc)" MPI=0 CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HO
   $TARGETS > "$OUTDIR/build.log" 2>&1 \
   || { tail -40 "$OUTDIR/build.log" >&2; exit 1; }
 echo "built nccl-tests in $(( $(date +%s) - t0 )) s (sm_${SM})" >&2
+[ -n "${BUILD_ONLY:-}" ] && { echo "BUILD_ONLY: binaries in $BUILD, libnccl in $NCCL_LIB" >&2; exit 0; }
 
 # -- nccl-tests, then perfstack ---------------------------------------------------------------------
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUTDIR/gpus.txt"
