@@ -13,7 +13,8 @@ import pytest
 from perfstack import bench, probes, rules
 from perfstack.bench import benchmark
 from perfstack.probes.collector import PROBES, probe
-from perfstack.profile.rules import ORDER, PROFILE_CHECKS, profile_check
+from perfstack.profile.registry import PROFILE_CHECKS, profile_check
+from perfstack.profile.rules import ORDER
 from perfstack.rules.registry import check
 
 SRC = Path(__file__).parent.parent / "src" / "perfstack"

@@ -9,7 +9,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from perfstack.profile import comm
-from perfstack.profile.rules import Context, comm_not_overlapped
+from perfstack.profile.registry import Context
+from perfstack.profile.rules import comm_not_overlapped
 from perfstack.profile.summary import profile_run
 
 MIB = 2**20

@@ -16,7 +16,8 @@ import pytest
 
 from perfstack.errors import InputError, UsageError
 from perfstack.profile import capture
-from perfstack.profile.capture import TelemetrySampler, parse_argv
+from perfstack.profile.capture import parse_argv
+from perfstack.profile.sampler import TelemetrySampler
 
 torch = pytest.importorskip("torch")
 

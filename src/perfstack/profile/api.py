@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 from perfstack.errors import UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, StepClock, export, quiet_profiler
-from perfstack.profile.capture import INTERVAL_S, TelemetrySampler, unprofiled_note
+from perfstack.profile.capture import unprofiled_note
+from perfstack.profile.sampler import INTERVAL_S, TelemetrySampler
 
 
 class Profile:

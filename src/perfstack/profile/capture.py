@@ -43,16 +43,15 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from perfstack.errors import InputError, UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, WARMUP_STEPS
+from perfstack.profile.sampler import INTERVAL_S, TelemetrySampler
 
 BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
-INTERVAL_S = 0.1
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun", "colossalai")
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
                     "deepspeed.launcher.runner")
@@ -199,109 +198,6 @@ def _script(path: str) -> str:
     return path
 
 
-# -- telemetry -----------------------------------------------------------------------------
-
-def visible_gpus() -> list[int]:
-    """NVML indices of the GPUs a child would see: all of them, narrowed by CUDA_VISIBLE_DEVICES
-    (indices or GPU-UUIDs). [] where NVML is unusable (a CPU-only machine)."""
-    from perfstack.host import nvml
-    try:
-        with nvml._session() as nv:
-            count = nv.nvmlDeviceGetCount()
-            spec = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if spec is None:
-                return list(range(count))
-            uuids: dict[str, int] = {}
-            for i in range(count):
-                try:
-                    u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
-                    uuids[u.decode() if isinstance(u, bytes) else u] = i
-                except Exception:
-                    pass
-    except Exception:
-        return []
-    out: list[int] = []
-    for item in (s.strip() for s in spec.split(",")):
-        if item.isdigit():
-            idx = int(item)
-            if idx >= count:
-                break  # CUDA stops at the first invalid entry
-            out.append(idx)
-        else:
-            match = [i for u, i in uuids.items() if item and u.startswith(item if item.startswith("GPU-") else "GPU-" + item)]
-            if len(match) != 1:
-                break
-            out.append(match[0])
-    return out
-
-
-def _nvml_sampler() -> Callable[[int], dict[str, Any]]:
-    from perfstack.host import nvml
-    return nvml.telemetry
-
-
-class TelemetrySampler:
-    """Calls ``sample(index)`` for each GPU every ``interval`` seconds in a daemon thread; each
-    record is the sample plus ``gpu`` (NVML index), ``time`` (Unix seconds, to line up with trace
-    timestamps) and ``t`` (seconds since start). ``stop()`` ends it and returns the records.
-    Errors from ``sample`` are data (``{"error": ...}``), never an exception."""
-
-    def __init__(self, gpus: Sequence[int] | None = None, sample: Callable[[int], dict[str, Any]] | None = None,
-                 interval: float = INTERVAL_S) -> None:
-        self.gpus = list(visible_gpus() if gpus is None else gpus)
-        self.sample = sample
-        self.interval = interval
-        self.records: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "TelemetrySampler":
-        if self.gpus and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="perfstack-telemetry", daemon=True)
-            self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        keep_open = None
-        if self.sample is None:
-            self.sample = _nvml_sampler()
-            try:  # hold one NVML session so each telemetry() call's init/shutdown is a refcount bump
-                from perfstack.host import nvml
-                keep_open = nvml._session()
-                keep_open.__enter__()
-            except Exception:
-                keep_open = None
-        t0 = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                tick = time.monotonic()
-                for i in self.gpus:
-                    try:
-                        s = dict(self.sample(i))
-                    except Exception as e:  # an injected sampler may raise; keep it as data
-                        s = {"error": f"{type(e).__name__}: {e}"}
-                    self.records.append({"gpu": i, "time": time.time(), "t": round(time.monotonic() - t0, 4), **s})
-                self._stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
-        finally:
-            if keep_open is not None:
-                try:
-                    keep_open.__exit__(None, None, None)
-                except Exception:
-                    pass
-
-    def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.records
-
-    def __enter__(self) -> "TelemetrySampler":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
 # -- the child's stderr: shown live, tail kept ---------------------------------------------
 
 class _Tee(threading.Thread):
@@ -377,19 +273,8 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     called from this thread as soon as the trace files exist (the script may still be running).
     """
     target = parse_argv(argv)
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
-    if skip_first is not None and skip_first < 0:
-        raise UsageError(f"--skip-first must be 0 or more, got {skip_first}")
-    if timed_steps < 0:
-        raise UsageError(f"timed_steps must be 0 or more, got {timed_steps}")
-    if window is not None and window <= 0:
-        raise UsageError(f"--window must be a positive number of seconds, got {window}")
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    _check_plan(steps, skip_first, timed_steps, window)
+    out_dir = _output_dir(Path(out_dir))
     fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
     os.close(fd)
     cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
@@ -398,73 +283,116 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
                            "timed_steps": timed_steps, "timed_budget_s": timed_budget_s}
     cfg["module" if target.module else "script"] = target.module or target.script
     cmd = [sys.executable, *target.python_options, str(BOOTSTRAP), json.dumps(cfg)]
-    sampler = TelemetrySampler(gpus, sample, interval)
     try:
         proc = subprocess.Popen(cmd, stdout=_stdout_target(), stderr=subprocess.PIPE, env=env)
     except OSError as e:
         os.unlink(status_path)
         raise UsageError(f"cannot start {sys.executable}: {e.strerror}") from None
-    tee = _Tee(proc.stderr)
-    tee.start()
-    sampler.start()
-    interrupts = 0
-    terminal = _terminal_sends_sigint()
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if proc.poll() is None:  # a third Ctrl-C kills a script that ignores the first two
-            if interrupts >= 3:
-                proc.kill()
-            elif not terminal:  # the script got this one from the terminal already: a second would cut its clean-up
-                proc.send_signal(signal.SIGINT)
-
-    old = None
-    if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGINT, on_sigint)
-    announced = False
-    try:
-        while True:
-            try:
-                rc = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if not announced:
-                    status = _read_status(status_path)
-                    if status.get("done") and status.get("traces"):
-                        announced = True
-                        sampler.stop()  # the window is over: telemetry covers start-up and the window
-                        if on_trace:
-                            on_trace([Path(p) for p in status["traces"]])
-            except KeyboardInterrupt:  # not the main thread, or the handler could not be set
-                on_sigint(signal.SIGINT, None)
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGINT, old)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        telemetry = sampler.stop()
-        tee.join(5)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    child = _Child(proc, status_path, TelemetrySampler(gpus, sample, interval), on_trace)
+    rc = child.wait()
     status = _read_status(status_path)
     try:
         os.unlink(status_path)
     except OSError:
         pass
-    tail = tee.text()
     traces = [Path(p) for p in status.get("traces", []) if os.path.exists(p)]
-    interrupted = interrupts > 0 or rc in (130, -signal.SIGINT)
+    interrupted = child.interrupts > 0 or rc in (130, -signal.SIGINT)
     unprofiled = _unprofiled(status.get("unprofiled"))
-    result = CaptureResult(traces, telemetry, rc, int(status.get("steps", 0)), tail, interrupted, unprofiled)
+    result = CaptureResult(traces, child.telemetry, rc, int(status.get("steps", 0)), child.tee.text(), interrupted,
+                           unprofiled)
     if traces:
-        if on_trace and not announced:
+        if on_trace and not child.announced:
             on_trace(traces)
         return result
     if interrupted:
         raise KeyboardInterrupt
     raise _no_trace_error(result, status, target, steps, skip_first, window, timed_steps)
+
+
+def _check_plan(steps: int, skip_first: int | None, timed_steps: int, window: int | None) -> None:
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    if skip_first is not None and skip_first < 0:
+        raise UsageError(f"--skip-first must be 0 or more, got {skip_first}")
+    if timed_steps < 0:
+        raise UsageError(f"timed_steps must be 0 or more, got {timed_steps}")
+    if window is not None and window <= 0:
+        raise UsageError(f"--window must be a positive number of seconds, got {window}")
+
+
+def _output_dir(out_dir: Path) -> Path:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the output directory {out_dir}: {e.strerror}") from None
+    return out_dir
+
+
+class _Child:
+    """The script's process until it ends: its stderr shown live with the tail kept, telemetry
+    sampled until the trace is written, Ctrl-C passed on where the terminal does not deliver it, and
+    ``on_trace`` called as soon as the trace files exist."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], status_path: str, sampler: TelemetrySampler,
+                 on_trace: Callable[[list[Path]], None] | None) -> None:
+        self.proc = proc
+        self.status_path = status_path
+        self.sampler = sampler
+        self.on_trace = on_trace
+        self.tee = _Tee(proc.stderr)
+        self.telemetry: list[dict[str, Any]] = []
+        self.interrupts = 0
+        self.announced = False  # on_trace was called while the script ran
+        self.terminal = False
+
+    def wait(self) -> int:
+        """The script's exit code, once it has ended (killed if it outlives an exception here);
+        ``telemetry`` and ``tee`` hold what was gathered meanwhile."""
+        self.tee.start()
+        self.sampler.start()
+        self.terminal = _terminal_sends_sigint()
+        old = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, self.on_sigint)
+        try:
+            while True:
+                try:
+                    return self.proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    self._announce()
+                except KeyboardInterrupt:  # not the main thread, or the handler could not be set
+                    self.on_sigint(signal.SIGINT, None)
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+            self._end()
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+        if self.proc.poll() is None:  # a third Ctrl-C kills a script that ignores the first two
+            if self.interrupts >= 3:
+                self.proc.kill()
+            elif not self.terminal:  # the script got this one from the terminal already: a second would cut its clean-up
+                self.proc.send_signal(signal.SIGINT)
+
+    def _announce(self) -> None:
+        if self.announced:
+            return
+        status = _read_status(self.status_path)
+        if status.get("done") and status.get("traces"):
+            self.announced = True
+            self.sampler.stop()  # the window is over: telemetry covers start-up and the window
+            if self.on_trace:
+                self.on_trace([Path(p) for p in status["traces"]])
+
+    def _end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.telemetry = self.sampler.stop()
+        self.tee.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 def _read_status(path: str) -> dict[str, Any]:

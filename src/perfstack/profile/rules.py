@@ -1,8 +1,8 @@
 """Profile rules: pure functions of a profile summary (``summary.summarize``) to findings, each with
 the time per step its fix would recover, ranked by it.
 
-Registered in their own registry (``PROFILE_CHECKS``), not in ``perfstack.rules.CHECKS``:
-``perfstack doctor`` runs every check of that registry and profile rules need a trace.
+Each is registered with ``@profile_check`` in the profile checks' own registry (``registry.py``,
+which says what a check, a hit and its context are); ``evaluate`` runs them in ``ORDER``.
 
 Recoverable time. Each fix is replayed through the CPU/GPU model (``simulate``; the scenarios are
 computed in ``summary.whatifs``): the step without the change minus the step with it, with
@@ -15,67 +15,10 @@ trace and the corrected one says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
-
-from perfstack.model import LAYERS, Finding, Severity
+from perfstack.model import Finding, Severity
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
+from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
-
-
-
-@dataclass
-class PHit:
-    evidence: str
-    recoverable_ms: float
-    fix: str | None = None
-    severity: str | None = None
-    why: str | None = None
-    subject: str = ""
-    claims: dict[str, float] = field(default_factory=dict)  # idle reasons this finding explains (ms/step)
-
-
-@dataclass(frozen=True)
-class ProfileCheck:
-    id: str
-    layer: str
-    title: str
-    doc: str  # when it fires and the recoverable-time model
-    why: str
-    fix: str
-    fn: Callable[[dict, "Context"], PHit | None]
-
-
-@dataclass
-class Context:
-    spec: Any = None  # specs.GpuSpec of the traced GPU, or None
-    model_flops_per_step: float | None = None
-    claimed: dict[str, float] = field(default_factory=dict)
-
-
-PROFILE_CHECKS: dict[str, ProfileCheck] = {}
-
-
-CheckFn = Callable[[dict, "Context"], "PHit | None"]
-
-
-def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str) -> Callable[[CheckFn], CheckFn]:
-    if layer not in LAYERS:
-        raise ValueError(f"profile check {id}: unknown layer {layer}")
-
-    def register(fn: CheckFn) -> CheckFn:
-        if id in PROFILE_CHECKS:
-            raise ValueError(f"profile check {id} registered twice")
-        PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),
-                                          fix.strip(), fn)
-        return fn
-    return register
-
-
-def severity_for(recoverable_ms: float, step_ms: float) -> str:
-    """critical ≥ 50% of the step (the step could run 2× faster), warning ≥ 5%, info below."""
-    pct = 100 * recoverable_ms / step_ms if step_ms else 0
-    return "critical" if pct >= 50 else "warning" if pct >= 5 else "info"
 
 
 def _f(x: float, nd: int = 2) -> str:

@@ -1,0 +1,74 @@
+"""The profile checks' registry: what a check is, what it finds, and what it is given.
+
+    @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
+                   doc="...when it fires and its recoverable-time model...", why="...", fix="...")
+    def host_sync(p: dict, ctx: Context) -> PHit | None:
+        ...
+
+A check is a pure function of one profile summary (and the ``Context``) returning a ``PHit`` (what
+it found and the time per step its fix would recover) or None; ``rules.evaluate`` runs them in its
+``ORDER`` and turns each hit into a Finding. Profile checks have a registry of their own, apart
+from ``perfstack.rules.CHECKS``: ``perfstack doctor`` runs every check of that one, and these need
+a trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from perfstack.model import LAYERS
+
+
+@dataclass
+class PHit:
+    evidence: str
+    recoverable_ms: float
+    fix: str | None = None
+    severity: str | None = None
+    why: str | None = None
+    subject: str = ""
+    claims: dict[str, float] = field(default_factory=dict)  # idle reasons this finding explains (ms/step)
+
+
+@dataclass(frozen=True)
+class ProfileCheck:
+    id: str
+    layer: str
+    title: str
+    doc: str  # when it fires and the recoverable-time model
+    why: str
+    fix: str
+    fn: Callable[[dict, "Context"], PHit | None]
+
+
+@dataclass
+class Context:
+    spec: Any = None  # specs.GpuSpec of the traced GPU, or None
+    model_flops_per_step: float | None = None
+    claimed: dict[str, float] = field(default_factory=dict)
+
+
+PROFILE_CHECKS: dict[str, ProfileCheck] = {}
+
+
+CheckFn = Callable[[dict, "Context"], "PHit | None"]
+
+
+def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str) -> Callable[[CheckFn], CheckFn]:
+    if layer not in LAYERS:
+        raise ValueError(f"profile check {id}: unknown layer {layer}")
+
+    def register(fn: CheckFn) -> CheckFn:
+        if id in PROFILE_CHECKS:
+            raise ValueError(f"profile check {id} registered twice")
+        PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),
+                                          fix.strip(), fn)
+        return fn
+    return register
+
+
+def severity_for(recoverable_ms: float, step_ms: float) -> str:
+    """critical ≥ 50% of the step (the step could run 2× faster), warning ≥ 5%, info below."""
+    pct = 100 * recoverable_ms / step_ms if step_ms else 0
+    return "critical" if pct >= 50 else "warning" if pct >= 5 else "info"
