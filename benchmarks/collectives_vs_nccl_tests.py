@@ -98,6 +98,10 @@ def _settings(text: str) -> str:
         parts.append(f"nccl-tests {ver.group(1)}, NCCL {ver.group(2)}")
     if its:
         parts.append(f"-w {its.group(1)} -n {its.group(2)}" + (f" -G {its.group(3)}" if its.group(3) != "0" else ""))
+    # "#  Rank  0 Group  0 Pid   1234 on host device  0 [...]": one process per GPU or one for all
+    pids = set(re.findall(r"#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+(\d+)", text))
+    if pids:
+        parts.append("one process" if len(pids) == 1 else f"{len(pids)} processes")
     return ", ".join(parts)
 
 

@@ -16,7 +16,8 @@
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
 #
 # Environment: ITERS (20, nccl-tests' default), WARMUP (5), CYCLES (5), GRAPH_LAUNCHES (10); BUILD_ONLY=1
-# stops after the build.
+# stops after the build; PROCS=gpu runs nccl-tests one process per GPU (mpirun) instead of one
+# process driving them all.
 set -euo pipefail
 
 GPUS=${1:-1}
@@ -87,7 +88,20 @@ SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d 
 TARGETS=""
 for b in $BINARIES; do TARGETS="$TARGETS $BUILD/$b"; done
 t0=$(date +%s)
-make -C "$SRC/src" -j"$(nproc)" MPI=0 CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME" \
+# PROCS=gpu: one process per GPU, as PyTorch runs (mpirun; needs an MPI with mpicc). Otherwise one
+# process drives every GPU (-g GPUS), nccl-tests' usual way, where NCCL can use direct pointers
+# between GPUs of one process.
+MPI_ARGS="MPI=0"
+RUN=()
+if [ "${PROCS:-}" = gpu ]; then
+  MPI_INC=$(mpicc -showme:incdirs 2>/dev/null | awk '{print $1}')
+  [ -n "$MPI_INC" ] || { echo "error: PROCS=gpu needs an MPI (mpicc -showme:incdirs found nothing)" >&2; exit 2; }
+  MPI_ARGS="MPI=1 MPI_HOME=$(dirname "$MPI_INC")"
+  BUILD=$BUILD-mpi
+  mkdir -p "$BUILD"
+  RUN=(mpirun -np "$GPUS" --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
+fi
+make -C "$SRC/src" -j"$(nproc)" $MPI_ARGS CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME" \
   NVCC_GENCODE="-gencode=arch=compute_${SM},code=sm_${SM}" BUILDDIR="$BUILD" \
   $TARGETS > "$OUTDIR/build.log" 2>&1 \
   || { tail -40 "$OUTDIR/build.log" >&2; exit 1; }
@@ -96,11 +110,13 @@ echo "built nccl-tests in $(( $(date +%s) - t0 )) s (sm_${SM})" >&2
 
 # -- nccl-tests, then perfstack ---------------------------------------------------------------------
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$OUTDIR/gpus.txt"
-COMMON="-b 1K -e 1G -f 4 -g $GPUS -w $WARMUP -n $ITERS -N $CYCLES"
+PER_PROC_GPUS=$GPUS
+[ "${PROCS:-}" = gpu ] && PER_PROC_GPUS=1
+COMMON="-b 1K -e 1G -f 4 -g $PER_PROC_GPUS -w $WARMUP -n $ITERS -N $CYCLES"
 echo "nccl-tests: $COMMON (eager), and with -G $GRAPH_LAUNCHES (graph)" >&2
 for b in $BINARIES; do
-  "$BUILD/$b" $COMMON > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
-  "$BUILD/$b" $COMMON -G "$GRAPH_LAUNCHES" > "$OUTDIR/$b.graph.log" 2>&1 \
+  "${RUN[@]}" "$BUILD/$b" $COMMON > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
+  "${RUN[@]}" "$BUILD/$b" $COMMON -G "$GRAPH_LAUNCHES" > "$OUTDIR/$b.graph.log" 2>&1 \
     || echo "warning: $b -G $GRAPH_LAUNCHES exited $?" >&2
   grep -m1 "nccl-library" "$OUTDIR/$b.log" >&2 || true
 done
