@@ -85,9 +85,6 @@ echo "NCCL from $NCCL_HOME ($NCCL_LIB)" >&2
 
 # -- build the six binaries for this GPU only ---------------------------------------------------
 SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
-TARGETS=""
-for b in $BINARIES; do TARGETS="$TARGETS $BUILD/$b"; done
-t0=$(date +%s)
 # PROCS=gpu: one process per GPU, as PyTorch runs (mpirun; needs an MPI with mpicc). Otherwise one
 # process drives every GPU (-g GPUS), nccl-tests' usual way, where NCCL can use direct pointers
 # between GPUs of one process.
@@ -101,6 +98,9 @@ if [ "${PROCS:-}" = gpu ]; then
   mkdir -p "$BUILD"
   RUN=(mpirun -np "$GPUS" --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
 fi
+TARGETS=""
+for b in $BINARIES; do TARGETS="$TARGETS $BUILD/$b"; done
+t0=$(date +%s)
 make -C "$SRC/src" -j"$(nproc)" $MPI_ARGS CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME" \
   NVCC_GENCODE="-gencode=arch=compute_${SM},code=sm_${SM}" BUILDDIR="$BUILD" \
   $TARGETS > "$OUTDIR/build.log" 2>&1 \
