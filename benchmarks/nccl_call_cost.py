@@ -14,15 +14,17 @@ and counts the node types of each graph (cudaGraphDebugDotPrint). Prints µs per
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 import tempfile
 
 VARIANTS = {
-    "default": {},
+    "default": {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"},
     "NCCL_GRAPH_MIXING_SUPPORT=0": {"NCCL_GRAPH_MIXING_SUPPORT": "0"},
     "no flight recorder, no timing events": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0", "TORCH_NCCL_ENABLE_TIMING": "0"},
 }
@@ -52,6 +54,8 @@ def node_types(graph, dot: str) -> dict:
 def rank_main(rank: int, world: int, nbytes: int, port: int, env: dict, result_path: str) -> None:
     os.environ.update(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0",
                       TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    import time
+
     import torch
     import torch.distributed as dist
 
@@ -65,45 +69,54 @@ def rank_main(rank: int, world: int, nbytes: int, port: int, env: dict, result_p
     paths = {"torch": lambda: dist.all_reduce(x)}
     if comm:
         paths["direct"] = collectives.direct(torch, comm, "all_reduce", x, None)
+        handle = torch.cuda.current_stream().cuda_stream
+        ptr, count = x.data_ptr(), x.numel()
+        paths["direct, stream looked up once"] = lambda: comm.all_reduce(ptr, ptr, count, handle)
+    res: dict = {"direct_unavailable": why or None}
 
-    def timed(fn, reps: int) -> float:
+    def timed(fn, reps: int) -> tuple[float, float]:
+        """(GPU µs, host issue µs) for ``reps`` calls of fn."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         dist.barrier()
         torch.cuda.synchronize()
         start.record()
+        t0 = time.perf_counter()
         for _ in range(reps):
             fn()
+        issue = time.perf_counter() - t0
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3  # µs
+        return start.elapsed_time(end) * 1e3, issue * 1e6
 
-    res: dict = {"direct_unavailable": why or None}
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        torch.cuda.current_stream()
+    res["current_stream_us"] = (time.perf_counter() - t0) * 1e3
     for name, fn in paths.items():
         for _ in range(20):
             fn()
-        eager = min(timed(lambda: [fn() for _ in range(CALLS)], 10) / (10 * CALLS) for _ in range(5))
-        row = {"eager_us": eager}
-        for calls in (CALLS, 10 * CALLS):
-            g = torch.cuda.CUDAGraph()
-            if hasattr(g, "enable_debug_mode"):
-                g.enable_debug_mode()  # keeps the graph's description for debug_dump
-            with torch.cuda.graph(g):
-                for _ in range(calls):
-                    fn()
-            g.replay()
-            reps = max(1, REPLAYS * CALLS // calls)
-            row[f"graph{calls}_us"] = min(timed(g.replay, reps) / (reps * calls) for _ in range(5))
-            if calls == CALLS:
-                row["nodes"] = node_types(g, f"{result_path}.{name}.rank{rank}.dot")
-            del g
+        eager = [timed(fn, CALLS) for _ in range(20)]
+        row = {"eager_us": min(g for g, _ in eager) / CALLS, "issue_us": min(h for _, h in eager) / CALLS}
+        if name != "direct, stream looked up once":  # a graph captures on its own stream
+            for calls in (CALLS, 10 * CALLS):
+                g = torch.cuda.CUDAGraph()
+                dump = rank == 0 and calls == CALLS and hasattr(g, "enable_debug_mode")
+                if dump:
+                    g.enable_debug_mode()  # keeps the graph's description for debug_dump
+                with torch.cuda.graph(g):
+                    for _ in range(calls):
+                        fn()
+                g.replay()
+                reps = max(1, REPLAYS * CALLS // calls)
+                row[f"graph{calls}_us"] = min(timed(g.replay, reps)[0] / (reps * calls) for _ in range(5))
+                if dump:
+                    row["nodes"] = node_types(g, f"{result_path}.{name}.dot")
         res[name] = row
-    if rank == 0:
-        with open(result_path, "w") as f:
-            json.dump(res, f)
-    if comm:
-        torch.cuda.synchronize()
-        comm.close()
-    dist.destroy_process_group()
+    with open(f"{result_path}.rank{rank}", "w") as f:
+        json.dump(res, f)
+    torch.cuda.synchronize()
+    dist.barrier()
+    os._exit(0)  # skip teardown: only the figures matter, and a communicator's teardown can wait on peers
 
 
 def main() -> int:
@@ -118,12 +131,17 @@ def main() -> int:
     for name, env in VARIANTS.items():
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             mp.spawn(rank_main, args=(args.world, args.bytes, free_port(), env, f.name), nprocs=args.world)
-            rows[name] = {**json.load(open(f.name)), "env": env}
-        for path in ("torch", "direct"):
-            r = rows[name].get(path)
-            if r:
-                print(f"{name:38s} {path:6s} eager {r['eager_us']:6.2f}  graph of {CALLS} {r[f'graph{CALLS}_us']:6.2f}"
-                      f"  graph of {10 * CALLS} {r[f'graph{10 * CALLS}_us']:6.2f} µs/call   nodes {r['nodes']}", flush=True)
+            rows[name] = {"env": env, **{f"rank{r}": json.load(open(f"{f.name}.rank{r}")) for r in range(args.world)}}
+            if args.out:
+                for dot in glob.glob(f"{f.name}.*.dot"):
+                    shutil.move(dot, f"{os.path.splitext(args.out)[0]}.{len(rows)}.{dot[len(f.name) + 1:]}")
+        r0 = rows[name]["rank0"]
+        print(f"{name}: torch.cuda.current_stream() {r0['current_stream_us']:.2f} µs", flush=True)
+        for path, r in r0.items():
+            if isinstance(r, dict):
+                print(f"  {path:32s} eager {r['eager_us']:6.2f} (issue {r['issue_us']:6.2f})  graph of {CALLS} "
+                      f"{r.get(f'graph{CALLS}_us', float('nan')):6.2f}  of {10 * CALLS} "
+                      f"{r.get(f'graph{10 * CALLS}_us', float('nan')):6.2f} µs/call  nodes {r.get('nodes')}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"world": args.world, "bytes": args.bytes, "calls_per_graph": CALLS, "rows": rows}, f, indent=1)
