@@ -171,6 +171,8 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
              ("- µs per call; ratio = nccl-tests time / perfstack time (bar 0.95: ✗ below it; ▲ perfstack more than "
              "5% faster); in-place ops (all_reduce, broadcast) against nccl-tests' in-place column, the others "
              "against its out-of-place column; nccl-tests figures are medians over its cycles"),
+             ("- graph replays on both sides with NCCL_GRAPH_MIXING_SUPPORT=0 (what perfstack's graph-replaying workers "
+              "set; collectives_vs_nccl_tests.sh passes it to nccl-tests' -G runs)"),
              ("- judged on: eager vs eager where perfstack's eager calls are not host-bound, graph vs graph elsewhere; "
              "'host' marks a perfstack eager figure set by Python issuing the calls, not by NCCL")]
     theirs = {nccl_release(m.group(1)) for m in re.finditer(r"NCCL (\d+)", " ".join(settings.values()))}

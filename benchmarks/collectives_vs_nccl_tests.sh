@@ -90,6 +90,7 @@ SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d 
 # between GPUs of one process.
 MPI_ARGS="MPI=0"
 RUN=()
+GRAPH_RUN=()
 if [ "${PROCS:-}" = gpu ]; then
   MPI_INC=$(mpicc -showme:incdirs 2>/dev/null | awk '{print $1}')
   [ -n "$MPI_INC" ] || { echo "error: PROCS=gpu needs an MPI (mpicc -showme:incdirs found nothing)" >&2; exit 2; }
@@ -97,6 +98,7 @@ if [ "${PROCS:-}" = gpu ]; then
   BUILD=$BUILD-mpi
   mkdir -p "$BUILD"
   RUN=(mpirun -np "$GPUS" --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x PATH)
+  GRAPH_RUN=("${RUN[@]}" -x NCCL_GRAPH_MIXING_SUPPORT)
 fi
 TARGETS=""
 for b in $BINARIES; do TARGETS="$TARGETS $BUILD/$b"; done
@@ -116,7 +118,9 @@ COMMON="-b 1K -e 1G -f 4 -g $PER_PROC_GPUS -w $WARMUP -n $ITERS -N $CYCLES"
 echo "nccl-tests: $COMMON (eager), and with -G $GRAPH_LAUNCHES (graph)" >&2
 for b in $BINARIES; do
   "${RUN[@]}" "$BUILD/$b" $COMMON > "$OUTDIR/$b.log" 2>&1 || echo "warning: $b exited $?" >&2
-  "${RUN[@]}" "$BUILD/$b" $COMMON -G "$GRAPH_LAUNCHES" > "$OUTDIR/$b.graph.log" 2>&1 \
+  # as perfstack's graph-replaying workers run (collectives.GRAPH_ENV): NCCL's graph-mixing support off
+  NCCL_GRAPH_MIXING_SUPPORT=${NCCL_GRAPH_MIXING_SUPPORT:-0} \
+    "${GRAPH_RUN[@]}" "$BUILD/$b" $COMMON -G "$GRAPH_LAUNCHES" > "$OUTDIR/$b.graph.log" 2>&1 \
     || echo "warning: $b -G $GRAPH_LAUNCHES exited $?" >&2
   grep -m1 "nccl-library" "$OUTDIR/$b.log" >&2 || true
 done

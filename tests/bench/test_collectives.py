@@ -114,6 +114,13 @@ def test_children_keep_nvlink_multicast_off():
     assert env["PYTHONPATH"].split(":")[0].endswith("src")
 
 
+def test_graph_workers_turn_nccls_graph_mixing_off_unless_the_user_chose():
+    assert "NCCL_GRAPH_MIXING_SUPPORT" not in c.child_env({}, 0, 2, "/tmp/cfg.json")
+    assert c.child_env({}, 0, 2, "/tmp/cfg.json", graph=True)["NCCL_GRAPH_MIXING_SUPPORT"] == "0"
+    mine = c.child_env({"NCCL_GRAPH_MIXING_SUPPORT": "1"}, 0, 2, "/tmp/cfg.json", graph=True)
+    assert mine["NCCL_GRAPH_MIXING_SUPPORT"] == "1"
+
+
 def test_gloo_run_on_cpu_checks_and_times_every_op():
     pytest.importorskip("torch")
     results, why = c.launch(2, c.OPS, (4 * KIB,), 0.01, backend="gloo", deadline_s=90)

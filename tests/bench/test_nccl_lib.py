@@ -40,19 +40,29 @@ class Recorder:
     """Stands in for nccl_lib.Comm: records (call, src, dst, count) per issue."""
 
     def __init__(self, n: int) -> None:
-        self.n, self.calls = n, []
+        self.n, self.calls, self.stream_log = n, [], []
 
     def __getattr__(self, name):
+        if name == "stream_log":
+            raise AttributeError(name)
+
         def record(src, dst, count, *rest):
             self.calls.append((name, src, dst, count, rest[:-1]))
+            self.stream_log.append(rest[-1])
         return record
 
 
 class FakeCuda:
     class cuda:  # noqa: N801 - mimics torch.cuda
-        @staticmethod
-        def current_stream():
-            return type("S", (), {"cuda_stream": 1234})()
+        capturing, stream = False, 1234
+
+        @classmethod
+        def current_stream(cls):
+            return type("S", (), {"cuda_stream": cls.stream})()
+
+        @classmethod
+        def is_current_stream_capturing(cls):
+            return cls.capturing
 
 
 @pytest.mark.parametrize("op", collectives.OPS)
@@ -80,3 +90,14 @@ def test_a_unique_id_of_the_wrong_length_is_refused_before_nccl_sees_it():
     lib = object.__new__(nccl_lib.Library)
     with pytest.raises(nccl_lib.NcclError):
         lib.open(b"short", 2, 0)
+
+
+def test_eager_calls_use_the_stream_current_at_creation_and_a_capture_its_own(monkeypatch):
+    comm = Recorder(2)
+    inp = collectives.make_input(torch, "all_reduce", 0, 2, 8)
+    fn = collectives.direct(FakeCuda, comm, "all_reduce", inp, None)
+    monkeypatch.setattr(FakeCuda.cuda, "stream", 99)  # the capture's side stream
+    fn()
+    monkeypatch.setattr(FakeCuda.cuda, "capturing", True)
+    fn()
+    assert comm.stream_log == [1234, 99]
