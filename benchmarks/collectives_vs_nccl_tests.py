@@ -181,7 +181,7 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
         lines.append(f"- **not like with like**: nccl-tests ran on NCCL {', '.join(sorted(theirs))}, perfstack (PyTorch) "
                      f"on NCCL {ours_nccl}; small-message latency differs between NCCL releases")
     lines.append("")
-    counts = {"judged": [0, 0], "graph": [0, 0], "eager": [0, 0], "none": 0, "faster": 0}
+    counts = {"judged": [0, 0], "graph": [0, 0], "eager": [0, 0], "either": [0, 0], "none": 0, "faster": 0}
     outside: list[str] = []
     for op in collectives.OPS:
         col = "in-place" if collectives.in_place(op) else "out-of-place"
@@ -206,6 +206,9 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
                         counts[m][0] += r[m] >= BAR
                         if r[m] < BAR:
                             outside.append(_why(op, size, m, nt[m], nt_t[m], me[m], col))
+                if any(x is not None for x in r.values()):
+                    counts["either"][1] += 1
+                    counts["either"][0] += any(x is not None and x >= BAR for x in r.values())
                 if r[on] is not None:
                     counts["judged"][1] += 1
                     counts["judged"][0] += r[on] >= BAR
@@ -225,7 +228,8 @@ def build(world: int, sizes: tuple[int, ...], ref: dict, ours: dict, settings: d
     lines += [f"**{j[0]} of {j[1]} sizes within the bar** on the pair each is judged on"
               + (f" ({counts['faster']} of them with perfstack more than 5% faster)" if counts["faster"] else ""),
               f"- graph vs graph, every size that moves data: {g[0]} of {g[1]}",
-              f"- eager vs eager, sizes where perfstack's eager calls are not host-bound: {e[0]} of {e[1]}"]
+              f"- eager vs eager, sizes where perfstack's eager calls are not host-bound: {e[0]} of {e[1]}",
+              f"- graph vs graph or eager vs eager (either): {counts['either'][0]} of {counts['either'][1]}"]
     if counts["none"]:
         lines.append(f"- {counts['none']} sizes not judged: with one rank all_reduce and broadcast are in place "
                      "and NCCL moves no data; both tools then time the call's overhead (eager: the host's; "
