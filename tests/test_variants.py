@@ -67,7 +67,8 @@ EXPECT: dict[str, tuple[str, str]] = {
 # reading away would hide real data, so only this exact finding is allowed.
 HEALTHY_ALLOWED = {"gpu-clock-throttle": ("info", "at its full board power")}
 
-RECORDED = {"h100-idle": 1, "h100-busy": 1, "h200x2-idle": 2, "h200x2-busy": 2, "cpu-only-container": None}
+RECORDED = {"h100-idle": 1, "h100-busy": 1, "h200x2-idle": 2, "h200x2-busy": 2, "h100x2-idle": 2,
+            "cpu-only-container": None}
 
 
 def internal_errors(run: Run) -> list[str]:
@@ -152,3 +153,12 @@ def test_variants_script_refuses_a_nonempty_outdir(tmp_path):
     (tmp_path / "x").write_text("")
     assert variants_main([str(tmp_path)]) == 2
     assert variants_main([]) == 2
+
+
+def test_two_h100_bundle_reads_nvlink_between_its_gpus():
+    """The 2xH100 bundle (NVLink NV18 between the two GPUs): topology and peer access are read, and
+    neither the P2P nor the NVLink check finds fault with a healthy pair."""
+    run = audit(BundleHost(BUNDLES / "h100x2-idle"), select_checks(), "h100x2-idle")
+    status = {c.id: c.status for c in run.checks}
+    assert status["gpu-p2p-topology"] == "passed" and status["nvlink-health"] == "passed", status
+    assert "H100" in run.facts.value("gpu.summary")
