@@ -8,10 +8,12 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from fixtures.ray_cluster import local_cluster
 
+from perfstack.errors import InputError
 from perfstack.fleet import allreduce as ar
 from perfstack.fleet.allreduce import Group, Point, halves, localize, point, slower
 from perfstack.fleet.analysis import FleetAnalysis
@@ -153,6 +155,63 @@ def test_the_reports_show_the_all_reduce():
     assert "All-reduce between machines" in text and "node nc: all-reduce busbw 2.00 GB/s vs fleet median" in text
     html = render_fleet_html(a, {"source": "test"})
     assert "All-reduce between machines" in html and "node nc: all-reduce busbw 2.00 GB/s" in html
+
+
+def test_a_saved_record_loads_back_the_same_and_a_hostile_one_loses_only_its_bad_parts():
+    machines = list("abcd")
+    c = localize(machines, Network(machines, slow={"c": 2.0}), names={m: f"n{m}" for m in machines})
+    c.failed["x"] = "did not join"
+    d = json.loads(json.dumps(c.to_dict()))
+    assert ar.Comms.from_dict(d).to_dict() == c.to_dict()
+    d["groups"][0]["points"][0]["busbw_gbps"] = float("inf")  # not a figure: the point is left out
+    d["groups"].append("not a group")
+    d["suspects"].append({"kind": "gossip", "machines": ["a"]})
+    d["per_machine"]["a"] = "fast"
+    back = ar.Comms.from_dict(d)
+    assert len(back.groups) == len(c.groups) and len(back.groups[0].points) == len(c.groups[0].points) - 1
+    assert [s.kind for s in back.suspects] == ["node"] and "a" not in back.per_machine
+    for bad in (None, [], {"groups": []}, {"backend": 3}):
+        with pytest.raises(InputError):
+            ar.Comms.from_dict(bad)
+
+
+def test_fleet_diff_reports_the_all_reduce_that_moved_and_the_node_it_no_longer_names():
+    from rich.console import Console
+
+    from perfstack.fleet.compare import diff_fleets
+    from perfstack.report.fleet_diff import render_fleet_diff
+    machines = list("abcd")
+    names = {m: f"n{m}" for m in machines}
+    before = ar.attach(FleetAnalysis(), localize(machines, Network(machines, slow={"c": 2.0}), names=names))
+    after = ar.attach(FleetAnalysis(), localize(machines, Network(machines), names=names))
+    d = diff_fleets(FleetAnalysis.from_dict(before.to_dict()), FleetAnalysis.from_dict(after.to_dict()))
+    moved = {c["subject"]: c for c in d.comms}
+    assert moved["nc"]["before"] == 2.0 and moved["nc"]["after"] > 2.0 and moved["nc"]["change_pct"] > 10
+    assert [(x["kind"], x["nodes"]) for x in d.comms_suspects_gone] == [("node", ["nc"])]
+    assert d.comms_suspects_new == [] and "na" not in moved  # a healthy node's figure did not move
+    con = Console(record=True, width=200)
+    render_fleet_diff(d, "before.json", "after.json", con)
+    text = con.export_text()
+    assert "All-reduce between machines" in text and "nc: 2.00 GB/s" in text and "- node: node nc" in text
+    assert diff_fleets(after, after).comms == []
+
+
+def test_fleet_report_of_saved_runs_shows_the_all_reduce_of_the_saved_fleet_run(tmp_path, capsys):
+    from perfstack.cli.main import main
+    from perfstack.fleet.output import fleet_run
+    machines = list("abcd")
+    c = localize(machines, Network(machines, slow={"c": 2.0}), names={m: f"n{m}" for m in machines})
+    (tmp_path / "fleet.json").write_text(fleet_run(ar.attach(FleetAnalysis(), c), "bench", "test", 1.0).to_json())
+    (tmp_path / "fleet-old.json").write_text("{ not json")
+    src = Path(__file__).parents[1] / "fixtures" / "bundles" / "h100-idle"
+    for m in machines:
+        (tmp_path / f"n{m}").symlink_to(src, target_is_directory=True)
+    assert main(["fleet", "report", str(tmp_path), "--json", "--fail-on", "never"]) == 0
+    captured = capsys.readouterr()
+    run = json.loads(captured.out)
+    assert run["fleet"]["comms"]["fleet_gbps"] == 2.0
+    assert any("nc" == r["node"] and r["severity"] == "critical" for r in run["fleet"]["ranking"])
+    assert "fleet-old.json" in captured.err and "not read" in captured.err
 
 
 # -- on a Ray cluster of simulated machines, gloo on the CPU --------------------------------------------

@@ -15,7 +15,7 @@ from perfstack import outfile
 from perfstack.cli import output
 from perfstack.audit import FAIL_ON
 from perfstack.bench import SUITES
-from perfstack.errors import UsageError
+from perfstack.errors import PerfstackError, UsageError
 from perfstack.fleet.analysis import FleetAnalysis, analyze
 from perfstack.fleet.output import fleet_run
 from perfstack.model import Run, Severity
@@ -114,6 +114,7 @@ def run_report(args: argparse.Namespace, out: Console, err: Console) -> int:
     with err.status(f"reading {len(paths)} Runs and bundles…") if show else _null():
         nodes = gather(paths)
     analysis = analyze(nodes)
+    _saved_allreduce(paths, analysis, err)
     source = "Runs in " + ", ".join(str(p) for p in args.paths)
     return _emit(fleet_run(analysis, "report", source, time.perf_counter() - t0), analysis, args, out, err)
 
@@ -125,6 +126,32 @@ def _saved_fleet_run(paths: list[str]) -> Run | None:
     from perfstack.cli.report import load_run
     run = load_run(paths[0])
     return run if run.meta.get("command") == "fleet" else None
+
+
+SAVED_FLEET_RUN = "fleet.json"  # what --save-runs writes beside the node Runs: the all-reduce lives only there
+
+
+def _saved_allreduce(paths: list[Path], analysis: FleetAnalysis, err: Console) -> None:
+    """The all-reduce between machines of a saved fleet Run among the files (``fleet*.json``, as
+    ``--save-runs`` writes it), into the analysis: it is measured across machines, so no node's Run
+    holds it. The newest such Run when there are several; one that cannot be read is a warning."""
+    from perfstack.cli.report import load_run
+    from perfstack.fleet import allreduce
+    found = []
+    for p in paths:
+        if not (p.is_file() and p.name.startswith("fleet") and p.suffix == ".json"):
+            continue
+        try:
+            run = load_run(str(p))
+            comms = (run.fleet or {}).get("comms") if run.meta.get("command") == "fleet" else None
+            if comms is not None:
+                found.append((str(run.meta.get("created", "")), p, allreduce.Comms.from_dict(comms)))
+        except PerfstackError as e:
+            err.print(f"warning: {p}: the all-reduce record was not read: {e.message}", markup=False)
+    if found:
+        created, p, comms = max(found, key=lambda x: x[0])
+        allreduce.attach(analysis, comms)
+        analysis.notes.append(f"the all-reduce between machines is the one recorded in {p.name}")
 
 
 def _null() -> AbstractContextManager[None]:
@@ -173,6 +200,8 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
                            for r in results]}
     result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
                        {"fanout": fanout})
+    if args.save_runs:  # with the node Runs, so 'fleet report DIR' shows the all-reduce as well
+        outfile.write(Path(args.save_runs) / SAVED_FLEET_RUN, result.to_json() + "\n")
     return _emit(result, analysis, args, out, err)
 
 

@@ -18,12 +18,14 @@ machines are fast elsewhere is a slow link.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, Callable
 
 from perfstack.bench.collectives import busbw_gbps
+from perfstack.errors import InputError
 
 if TYPE_CHECKING:
     from perfstack.fleet.analysis import FleetAnalysis
@@ -96,6 +98,41 @@ class Comms:
         d = asdict(self)
         d["fleet_gbps"] = self.fleet_gbps
         return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Comms:
+        """A saved record (``fleet.comms`` of a fleet Run) back, read as hostile input: entries of the
+        wrong shape are left out, and a record that is not one at all is an InputError."""
+        if not isinstance(d, dict) or not isinstance(d.get("backend"), str):
+            raise InputError("the all-reduce record is not one (no backend)")
+
+        def text_map(x: Any) -> dict[str, str]:
+            return {str(k): str(v) for k, v in x.items()} if isinstance(x, dict) else {}
+
+        def number(x: Any) -> float | None:
+            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            return float(x) if ok else None
+
+        groups = []
+        for g in d.get("groups") or []:
+            if not isinstance(g, dict) or not isinstance(g.get("machines"), list):
+                continue
+            pts = [Point(bytes=int(p["bytes"]), time_us=float(p["time_us"]), busbw_gbps=float(p["busbw_gbps"]),
+                         samples=int(p.get("samples") or 0), fast_busbw_gbps=number(p.get("fast_busbw_gbps")))
+                   for p in g.get("points") or []
+                   if isinstance(p, dict) and all(number(p.get(k)) is not None for k in ("bytes", "time_us", "busbw_gbps"))]
+            groups.append(Group([str(m) for m in g["machines"]], str(g.get("why", "")), pts, str(g.get("error") or ""),
+                                [str(m) for m in g.get("missing") or [] if isinstance(m, str)]))
+        suspects = [Suspect(str(x.get("kind")), [str(m) for m in x.get("machines") or []],
+                            number(x.get("busbw_gbps")) or 0.0, number(x.get("median_gbps")) or 0.0,
+                            str(x.get("text", "")))
+                    for x in d.get("suspects") or []
+                    if isinstance(x, dict) and x.get("kind") in ("node", "link") and isinstance(x.get("machines"), list)]
+        per = {str(k): v for k, v in (d.get("per_machine") or {}).items() if number(v) is not None} \
+            if isinstance(d.get("per_machine"), dict) else {}
+        return cls(d["backend"], str(d.get("method", "")), text_map(d.get("names")), groups, per,
+                   number(d.get("median_gbps")), suspects, text_map(d.get("failed")),
+                   [str(n) for n in d.get("notes") or [] if isinstance(n, str)])
 
 
 def fast_time(samples_s: list[float]) -> float:

@@ -4,7 +4,8 @@
 drift, figures that stand out and uneven findings by what they are about (setting and node, figure
 and node/GPU, finding and node), so a node that was fixed and one that went bad read as two lines.
 The SKUs' median figures are compared too: a driver rolled out to every node moves the medians
-without singling any node out.
+without singling any node out. So is the all-reduce between machines where both runs measured it
+(``fleet bench``): the fleet's figure and each node's, and the slow nodes and links it named.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from perfstack.fleet.analysis import FleetAnalysis
 
 KIND = "perfstack-fleet-diff"
 MEDIAN_CHANGE_PCT = 2.0  # a SKU median that moves less than this is not reported (the fleet's own wobble)
+# An all-reduce figure that moves less than this is not reported: between runs the same healthy pair
+# moves up to ~15% at its fast quantile on a busy host (allreduce.fast_time), a few % on a quiet fabric.
+COMMS_CHANGE_PCT = 10.0
 
 
 @dataclass
@@ -32,6 +36,10 @@ class FleetDiff:
     findings_new: list[dict[str, Any]] = field(default_factory=list)  # {id, node, severity}
     findings_gone: list[dict[str, Any]] = field(default_factory=list)
     medians: list[dict[str, Any]] = field(default_factory=list)  # {sku, figure, unit, before, after, change_pct}
+    # the all-reduce between machines (fleet bench): {subject ("fleet" or a node), before, after, change_pct}
+    comms: list[dict[str, Any]] = field(default_factory=list)
+    comms_suspects_new: list[dict[str, Any]] = field(default_factory=list)  # {kind, nodes, text}
+    comms_suspects_gone: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": KIND, **asdict(self)}
@@ -60,6 +68,41 @@ def _medians(a: FleetAnalysis) -> dict[tuple[str, str], tuple[float, str]]:
     return {(h.sku, f["figure"]): (f["median"], f["unit"]) for h in a.heatmaps for f in h.figures}
 
 
+def _comms(a: FleetAnalysis) -> tuple[dict[str, float], dict[tuple[str, ...], dict[str, Any]]] | None:
+    """The all-reduce's figures by subject ("fleet", then node names: machine ids change with a reboot)
+    and its suspects (slow nodes, slow links, machines that did not join) by what they are about."""
+    from perfstack.errors import InputError
+    from perfstack.fleet.allreduce import Comms
+    if a.comms is None:
+        return None
+    try:
+        c = Comms.from_dict(a.comms)
+    except InputError:
+        return None
+    def name(m: str) -> str:
+        return c.names.get(m) or m
+    figures = {name(m): v for m, v in c.per_machine.items()}
+    if c.fleet_gbps is not None:
+        figures["fleet"] = c.fleet_gbps
+    suspects = {(s.kind, *sorted(map(name, s.machines))): {"kind": s.kind, "nodes": sorted(map(name, s.machines)),
+                                                          "text": s.text} for s in c.suspects}
+    suspects.update({("no join", name(m)): {"kind": "no join", "nodes": [name(m)], "text": why}
+                     for m, why in c.failed.items()})
+    return figures, suspects
+
+
+def _comms_diff(d: FleetDiff, before: FleetAnalysis, after: FleetAnalysis) -> None:
+    cb, ca = _comms(before), _comms(after)
+    if cb is None or ca is None:
+        return
+    (fb, sb), (fa, sa) = cb, ca
+    for subject in sorted(set(fb) & set(fa), key=lambda x: (x != "fleet", x)):
+        vb, va = fb[subject], fa[subject]
+        if vb and abs(va / vb - 1) * 100 >= COMMS_CHANGE_PCT:
+            d.comms.append({"subject": subject, "before": vb, "after": va, "change_pct": round((va / vb - 1) * 100, 1)})
+    d.comms_suspects_new, d.comms_suspects_gone = _split(sb, sa)
+
+
 def _split(b: dict, a: dict) -> tuple[list, list]:
     return [a[k] for k in a if k not in b], [b[k] for k in b if k not in a]
 
@@ -83,4 +126,5 @@ def diff_fleets(before: FleetAnalysis, after: FleetAnalysis) -> FleetDiff:
         if vb and abs(va / vb - 1) * 100 >= MEDIAN_CHANGE_PCT:
             d.medians.append({"sku": key[0], "figure": key[1], "unit": unit, "before": vb, "after": va,
                               "change_pct": round((va / vb - 1) * 100, 2)})
+    _comms_diff(d, before, after)
     return d
