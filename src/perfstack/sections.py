@@ -4,14 +4,14 @@ Findings and measurements are dataclasses (fields.py); these two sections are th
 ``perfstack profile`` and ``perfstack estimate`` write, read back by the report, the Markdown and HTML
 renderers and diff. ``Run.from_dict`` passes them through ``profile`` and ``estimates`` once, so a
 Run with ``"total_ms": "12"`` in a step or a string where the estimate sheet has a number is refused
-on loading, naming the field (exit 2), instead of failing in a renderer. Every field a reader uses is
-typed here (the report, Markdown, HTML, diff and the profile's own terminal report); a field may be
-absent (readers treat absence as "not measured"), and fields no reader uses pass as they are.
+on loading, naming the field (exit 2), instead of failing in a renderer. Every field a reader of a
+saved Run uses is typed here (the report, Markdown, HTML, diff and the profile's own terminal report,
+which read the profile through ``perfstack.profile.records.load``); a field may be absent (readers
+treat absence as "not measured"), and fields no such reader uses pass as they are.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any, Callable, Mapping
 
 from perfstack.errors import InputError
@@ -147,45 +147,3 @@ def estimates(section: Any) -> Any:
          "fit": list_of(obj(FIT, ("gpu", "gpus_needed") if kind == "infer" else ("gpu", "fits")))},
         ("settings",))(section, "estimates")
     return section
-
-
-# -- reading the profile section (report, diff) ---------------------------------------------------
-def step_breakdown(profile: Mapping[str, Any] | None) -> dict[str, float] | None:
-    """Mean time per step by category (ms) from a profile section, or None.
-    Reads ``breakdown_ms`` when present, else averages ``steps[*].categories``."""
-    if not isinstance(profile, Mapping):
-        return None
-    mean = profile.get("breakdown_ms")
-    if isinstance(mean, Mapping) and mean:
-        return {str(k): float(v) for k, v in mean.items() if isinstance(v, (int, float))}
-    steps = [s for s in profile.get("steps") or [] if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping)]
-    if not steps:
-        return None
-    cats: dict[str, float] = {}
-    for s in steps:
-        for k, v in s["categories"].items():
-            if isinstance(v, (int, float)):
-                cats[str(k)] = cats.get(str(k), 0.0) + float(v)
-    return {k: v / len(steps) for k, v in cats.items()}
-
-
-def step_time(profile: Mapping[str, Any] | None, breakdown: dict[str, float] | None) -> float | None:
-    """The mean step time (ms) a profile section states, else the mean of its steps' totals, else the sum of
-    ``breakdown``; None without any of them."""
-    if isinstance(profile, Mapping):
-        for key in ("step_ms", "mean_step_ms"):
-            if isinstance(profile.get(key), (int, float)):
-                return float(profile[key])
-        totals = [s.get("total_ms") for s in profile.get("steps") or [] if isinstance(s, Mapping)]
-        steps = [float(t) for t in totals if isinstance(t, (int, float))]
-        if steps:
-            return statistics.fmean(steps)
-    return sum(breakdown.values()) if breakdown else None
-
-
-def unprofiled_step_ms(profile: Mapping[str, Any] | None) -> float | None:
-    """The step time measured without the profiler (capture mode, --step-ms), or None."""
-    o = profile.get("overhead") if isinstance(profile, Mapping) else None
-    if isinstance(o, Mapping) and o.get("method") == "measured" and isinstance(o.get("step_ms"), (int, float)):
-        return float(o["step_ms"])
-    return None

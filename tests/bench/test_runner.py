@@ -71,7 +71,8 @@ def test_table_shows_reasons_literally():
 
     from perfstack.model import Run
     from perfstack.report.bench_text import render_measurements
+    from perfstack.report.views import build
     m = Measurement("host", "host", None, "", status="skipped", reason="numpy is not installed: pip install 'perfstack[bench]'")
     console = Console(file=io.StringIO(), width=200, color_system=None)
-    render_measurements(Run(measurements=[m]), console)
+    render_measurements(build(Run(measurements=[m])), console)
     assert "perfstack[bench]" in console.file.getvalue()

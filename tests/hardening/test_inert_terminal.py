@@ -50,7 +50,7 @@ def test_doctor_run_escapes_do_not_reach_the_terminal(tmp_path, capsys):
     assert "\x1b" not in out and "\x9b" not in out and "\u202e" not in out
     assert "\\x1b]0;pwned" in out  # (the escaped form is longer: the line may be cropped after it)
     run = Run.from_dict(data)
-    styled = _terminal(lambda c: render_text(run, build(run), c, verbose=True))
+    styled = _terminal(lambda c: render_text(build(run), c, verbose=True))
     assert "\x1b]0;" not in styled and "\x1b[2J" not in styled and "\x1b]8;;http://evil" not in styled
     assert "\x1b[" in styled  # perfstack's own styles still work
     html = render_report(run)
@@ -71,7 +71,7 @@ def test_a_markdown_link_in_a_kernel_class_is_not_a_hyperlink(tmp_path):
     data["profile"]["kernel_classes"].append({"name": "[click me](http://evil.example)", "time_ms": 9.0,
                                               "flops": 1e12, "bytes": 1e9, "tflops": 100.0})
     run = Run.from_dict(data)
-    styled = _terminal(lambda c: render_text(run, build(run), c, verbose=True))
+    styled = _terminal(lambda c: render_text(build(run), c, verbose=True))
     assert "evil.example" in styled and "\x1b]8;" not in styled
 
 

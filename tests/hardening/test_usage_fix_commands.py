@@ -12,7 +12,7 @@ from rich.console import Console
 from perfstack.cli.main import main
 from perfstack.model import Finding, Run, Severity
 from perfstack.report.text import render_doctor
-from perfstack.report.views import doctor_view
+from perfstack.report.views import build
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 LONG = ("echo mq-deadline > /sys/block/nvme0n1/queue/scheduler && "
@@ -21,10 +21,9 @@ OPTIONS = "MALLOC_CONF=background_thread:true,dirty_decay_ms:10000,muzzy_decay_m
 
 
 def _render(run: Run, width: int, verbose: bool = True) -> str:
-    view = doctor_view(run)
     buf = io.StringIO()
     console = Console(file=buf, width=width, no_color=True, highlight=False)
-    render_doctor(run, view.summary, view.fix_first, console, verbose=verbose)
+    render_doctor(build(run), console, verbose=verbose)
     return buf.getvalue()
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from perfstack.profile import comm
+from perfstack.profile import comm, records
 from perfstack.profile.registry import Context
 from perfstack.profile.rules import comm_not_overlapped
 from perfstack.profile.summary import profile_run
@@ -132,10 +132,10 @@ def test_an_overlapped_schedule_has_nothing_left_to_recover():
     assert m["contention_source"].startswith("measured")
 
 
-def _summary(step_ms: float, m: dict) -> dict:
-    return {"step_ms": step_ms, "overhead": {"step_ms": step_ms},
-            "comm": {"ms_per_step": m["exposed_ms"], "exposed_ms_per_step": m["exposed_ms"], "overlap_pct": 0.0,
-                     "if_overlapped": m}}
+def _summary(step_ms: float, m: dict) -> records.Section:
+    return records.load({"step_ms": step_ms, "overhead": {"step_ms": step_ms},
+                         "comm": {"ms_per_step": m["exposed_ms"], "exposed_ms_per_step": m["exposed_ms"],
+                                  "overlap_pct": 0.0, "if_overlapped": m}})
 
 
 def test_the_finding_is_what_overlap_recovers_not_the_exposed_time():

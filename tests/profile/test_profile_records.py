@@ -41,9 +41,28 @@ def test_every_piece_reads_back_to_the_same_json_in_the_same_order(profile):
 
 
 def test_the_steps_are_typed(profile):
-    steps = records.steps_of(profile)
+    steps = records.load(profile).steps
     assert len(steps) == profile["n_steps"] and all(isinstance(s.total_ms, float) for s in steps)
     assert isinstance(steps[0].categories, dict) and steps[0].kernels == profile["steps"][0]["kernels"]
+
+
+def test_the_section_is_read_through_one_loader_with_every_piece_typed(profile):
+    s = records.load(profile)
+    for key, (rec, many) in PIECES.items():
+        value = getattr(s, key)
+        if profile.get(key) is not None:
+            assert all(isinstance(v, rec) for v in (value if many else [value])), key
+    assert s.device_name == profile["device_name"] and s.ops == profile["ops"]
+    assert s.whatif == profile["whatif"] and s.extra["memcpy"] == profile["memcpy"]  # without a field: kept as it is
+    assert s.step_time(s.breakdown()) == pytest.approx(profile["step_ms"])
+
+
+def test_the_loader_is_tolerant_of_absence_and_strict_on_types():
+    assert records.load(None) is None
+    empty = records.load({})
+    assert empty == records.Section() and empty.breakdown() is None and empty.step_time(None) is None
+    with pytest.raises(InputError, match=r"profile.steps\[0\].total_ms must be a number, not '12'"):
+        records.load({"steps": [{"step": 1, "total_ms": "12"}]})
 
 
 def test_the_ddp_run_has_the_overlap_model_and_the_straggler_typed():

@@ -9,7 +9,7 @@ import pytest
 
 from perfstack.model import Run, Severity
 from perfstack.profile.summary import profile_run
-from perfstack.sections import step_breakdown, step_time
+from perfstack.profile.records import load
 
 T = Path(__file__).parents[1] / "fixtures" / "traces"
 H100 = T / "h100"
@@ -96,7 +96,8 @@ def test_profile_shape_for_report_and_diff(tmp_path):
     assert any(k["tflops"] for k in p["kernel_classes"])
     mem = {(m["direction"], m["memory"]) for m in p["memcpy"]}
     assert ("HtoD", "Pageable") in mem
-    assert step_time(p, step_breakdown(p)) == pytest.approx(p["step_ms"])
+    section = load(p)
+    assert section is not None and section.step_time(section.breakdown()) == pytest.approx(p["step_ms"])
     run.save(tmp_path / "r.json")
     back = Run.load(tmp_path / "r.json")
     assert back.profile == json.loads(json.dumps(p)) and [f.id for f in back.findings] == [f.id for f in run.findings]

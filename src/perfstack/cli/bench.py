@@ -24,6 +24,7 @@ from perfstack.errors import CannotRunHere, UsageError
 from perfstack.host.live import LiveHost
 from perfstack.model import Facts, Measurement
 from perfstack.report.bench_text import render_bench
+from perfstack.report.views import build
 from perfstack.rules import select_checks
 from perfstack.rules.measured import MEASURED
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     output.check_paths(args.output, args.html)
     fn = bench_fn(args, err, args.suite, args.names, args.storage_path)
     result = audit(LiveHost(), select_checks(list(MEASURED)), "live machine", bench=fn, command="bench")
-    output.emit_run(result, args, out, err, lambda: render_bench(result, out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_bench(build(result), out, verbose=args.verbose > 0))
     if not any(m.status == "ok" for m in result.measurements):
         reasons = list(dict.fromkeys(m.reason for m in result.measurements if m.reason))
         raise CannotRunHere("nothing could be measured here" + (f": {'; '.join(reasons)}" if reasons else ""),

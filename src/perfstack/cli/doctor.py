@@ -7,7 +7,7 @@ from contextlib import nullcontext
 
 from rich.console import Console
 
-from perfstack.audit import FAIL_ON, audit, exit_code, summary
+from perfstack.audit import FAIL_ON, audit, exit_code
 from perfstack.bench import SUITES
 from perfstack.cli import output
 from perfstack.cli.bench import bench_fn
@@ -18,7 +18,8 @@ from perfstack.model import Run
 from perfstack.report.bench_text import render_measurements
 from perfstack.report.fixscript import render_fix_script
 from perfstack.report.text import render_doctor
-from perfstack.rules import fix_first, select_checks
+from perfstack.report.views import build
+from perfstack.rules import select_checks
 
 
 def _ids(values: list[str] | None) -> list[str]:
@@ -72,8 +73,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     extra = [(args.fix_script, lambda: render_fix_script(result), said)] if args.fix_script else []
 
     def render() -> None:
-        render_doctor(result, summary(result), fix_first(result.findings), out, verbose=args.verbose > 0)
-        if result.measurements:
-            render_measurements(result, out, verbose=args.verbose > 0)
+        view = build(result)
+        render_doctor(view, out, verbose=args.verbose > 0)
+        if view.bench is not None:
+            render_measurements(view, out, verbose=args.verbose > 0)
     output.emit_run(result, args, out, err, render, extra)
     return exit_code(result, args.fail_on)

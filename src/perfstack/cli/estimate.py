@@ -20,6 +20,7 @@ from perfstack.estimate import catalog, hardware, infer, train
 from perfstack.estimate.config import ModelSpec, load_config, parse_config
 from perfstack.model import Run, run_meta
 from perfstack.report.estimate_text import render_estimate, render_models
+from perfstack.report.views import build
 
 # explicit shape flags -> config.json field names (a llama-style decoder unless --model-type says otherwise)
 SHAPE_FLAGS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
@@ -166,7 +167,7 @@ def build_run(args: argparse.Namespace) -> Run:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     output.check_paths(args.output, args.html)
     result = build_run(args)
-    output.emit_run(result, args, out, err, lambda: render_estimate(result, out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_estimate(build(result), out, verbose=args.verbose > 0))
     return 0
 
 

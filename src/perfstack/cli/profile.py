@@ -15,6 +15,7 @@ from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
 from perfstack.report.profile_text import render_profile
+from perfstack.report.views import build
 
 if TYPE_CHECKING:
     from perfstack.profile.capture import CaptureResult
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         result.profile["unprofiled"] = unprofiled
     for w in result.meta.get("warnings", []):
         err.print(f"perfstack: warning: {w}", markup=False)
-    output.emit_run(result, args, out, err, lambda: render_profile(result, out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_profile(build(result), out, verbose=args.verbose > 0))
     if cmd and res.interrupted:  # the steps traced before Ctrl-C are reported; the exit says it was cut short
         err.print("perfstack: interrupted: the report covers what was traced before Ctrl-C")
         return 130

@@ -73,15 +73,13 @@ def text_file(render: Callable[[Console], None], width: int) -> str:
     return buf.getvalue()
 
 
-def render_text(run: Run, view: RunView, console: Console, verbose: bool) -> None:
+def render_text(view: RunView, console: Console, verbose: bool) -> None:
     """The terminal renderers of doctor and bench, plus the other sections as rich Markdown."""
     if view.doctor is not None:  # profile findings are listed with the profile, not by layer
-        audited = Run(meta=run.meta, facts=run.facts, checks=run.checks,
-                      findings=[f for f in run.findings if f.recoverable_ms is None])
-        render_doctor(audited, view.doctor.summary, view.doctor.fix_first, console, verbose=verbose)
+        render_doctor(view, console, verbose=verbose)
     if view.bench is not None:
         console.print()
-        render_bench(Run(meta=run.meta, facts=run.facts, measurements=run.measurements), console, verbose=verbose)
+        render_bench(view, console, verbose=verbose, findings=False)
     rest = [markdown.roofline_md(view.roofline) if view.roofline is not None and verbose else "",
             markdown.profile_md(view.profile) if view.profile is not None else ""]
     if view.doctor is None and view.bench is None:
@@ -91,21 +89,21 @@ def render_text(run: Run, view: RunView, console: Console, verbose: bool) -> Non
         console.print(Markdown(part))
     if view.estimates is not None:
         console.print()
-        if not _estimate_text(run, console, verbose):
+        if not _estimate_text(view, console, verbose):
             console.print(Markdown(markdown.estimates_md(view.estimates)))
     if view.absent:
         console.print(f"[dim]not in this Run: {', '.join(view.absent)}[/dim]")
 
 
-def _estimate_text(run: Run, console: Console, verbose: bool) -> bool:
+def _estimate_text(view: RunView, console: Console, verbose: bool) -> bool:
     """perfstack estimate's own terminal table, where the estimates are its sheet."""
-    if not isinstance(run.estimates, dict) or "working" not in run.estimates:
+    if view.estimates is None or view.estimates.sheet is None:
         return False
     try:
         from perfstack.report.estimate_text import render_estimate
     except ImportError:
         return False
-    render_estimate(run, console, verbose=verbose)
+    render_estimate(view, console, verbose=verbose)
     return True
 
 
@@ -142,7 +140,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     elif fmt == "md":
         write_document(markdown.render_run(view), args.output, out, err, "the Markdown report")
     elif args.output:
-        write_document(text_file(lambda c: render_text(r, view, c, args.verbose > 0), 120), args.output, out, err, "the report")
+        write_document(text_file(lambda c: render_text(view, c, args.verbose > 0), 120), args.output, out, err, "the report")
     else:
-        render_text(r, view, out, args.verbose > 0)
+        render_text(view, out, args.verbose > 0)
     return 0

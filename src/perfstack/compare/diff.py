@@ -28,7 +28,7 @@ from perfstack.compare import facts as factdiff
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.errors import InputError
 from perfstack.model import Finding, Measurement, Run
-from perfstack.sections import step_breakdown, step_time, unprofiled_step_ms
+from perfstack.profile.records import Section, load
 
 if TYPE_CHECKING:
     from perfstack.compare.loadtest import LoadtestDiff
@@ -286,21 +286,15 @@ def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: fl
 
 # -- profile ----------------------------------------------------------------------------------
 def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
-    bb, ba = step_breakdown(before.profile), step_breakdown(after.profile)
+    pb, pa = load(before.profile), load(after.profile)
+    bb, ba = (pb.breakdown() if pb else None), (pa.breakdown() if pa else None)
     if bb is None and ba is None:
         return None
     bb, ba = bb or {}, ba or {}
     cats = list(bb) + [c for c in ba if c not in bb]
     rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
              "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
-    ub, ua = unprofiled_step_ms(before.profile), unprofiled_step_ms(after.profile)
-    sb: float | None
-    sa: float | None
-    if ub is not None and ua is not None:
-        # both steps were timed without the profiler: compare those, as the predictions are of them
-        sb, sa, basis = ub, ua, "without the profiler"
-    else:
-        sb, sa, basis = step_time(before.profile, bb or None), step_time(after.profile, ba or None), "profiled"
+    sb, sa, basis = _step_times(pb, pa, bb, ba)
     fixed = [f for f in findings if f.status == "fixed" and f.recoverable_ms]
     return {
         "categories": rows,
@@ -309,6 +303,16 @@ def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dic
         "predicted_recovered_ms": sum(f.recoverable_ms or 0.0 for f in fixed) if fixed else None,
         "predicted_by": [f.id + (f"[{f.subject}]" if f.subject else "") for f in fixed],
     }
+
+
+def _step_times(pb: Section | None, pa: Section | None, bb: dict[str, float],
+                ba: dict[str, float]) -> tuple[float | None, float | None, str]:
+    """The step time before and after, and what it was measured with."""
+    ub, ua = (pb.unprofiled_step_ms() if pb else None), (pa.unprofiled_step_ms() if pa else None)
+    if ub is not None and ua is not None:
+        # both steps were timed without the profiler: compare those, as the predictions are of them
+        return ub, ua, "without the profiler"
+    return (pb.step_time(bb or None) if pb else None), (pa.step_time(ba or None) if pa else None), "profiled"
 
 
 # -- the whole diff ---------------------------------------------------------------------------

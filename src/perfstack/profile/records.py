@@ -15,6 +15,7 @@ Times are milliseconds per step unless the name says otherwise (``_us``: microse
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
@@ -66,16 +67,22 @@ def _plain(v: Any) -> Any:
 
 def _typed(hint: Any, v: Any, where: str) -> Any:
     """``v`` as the annotation ``hint`` asks where that is a record (or a list or optional one)."""
-    if isinstance(hint, type) and issubclass(hint, Record):
+    if _is_record(hint):
         return hint.from_dict(v, where)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is list and args and isinstance(args[0], type) and issubclass(args[0], Record):
+    if origin is list and args and _is_record(args[0]):
         return [args[0].from_dict(x, f"{where}[{i}]") for i, x in enumerate(v)]
     if origin is typing.Union and v is not None:
-        recs = [a for a in args if isinstance(a, type) and issubclass(a, Record)]
+        recs = [a for a in args if _is_record(a)]
         if recs:
             return recs[0].from_dict(v, where)
     return v
+
+
+def _is_record(hint: Any) -> bool:
+    # A parametrized builtin (dict[str, Any]) passes isinstance(..., type) before Python 3.11, and
+    # issubclass then raises: only a plain class can be a record.
+    return isinstance(hint, type) and typing.get_origin(hint) is None and issubclass(hint, Record)
 
 
 # -- one step ---------------------------------------------------------------------------------------
@@ -277,6 +284,84 @@ class Straggler(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def steps_of(profile: Mapping[str, Any]) -> list[Step]:
-    """The typed steps of a loaded profile section."""
-    return [Step.from_dict(s, f"profile.steps[{i}]") for i, s in enumerate(profile.get("steps") or [])]
+# -- the whole section, as its readers see it -----------------------------------------------------
+
+@dataclass
+class Section(Record):
+    """A profile section (a saved Run's, or a summary the rules evaluate) as its readers use it: the
+    report's views, diff, the terminal report and the profile rules. The pieces that have a record
+    above are typed, the rest is as the JSON holds it (validated by the same check). Absent fields take
+    their defaults. Get one with ``load``; the Run keeps the JSON itself, so --json writes what was read."""
+
+    CHECK = sections.PROFILE
+
+    device_name: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    step_ms: Optional[float] = None
+    mean_step_ms: Optional[float] = None
+    steps: list[Step] = field(default_factory=list)
+    breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean time per step by category
+    idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    idle_gaps: list[IdleGap] = field(default_factory=list)
+    kernel_classes: list[Any] = field(default_factory=list)  # JSON objects: name, class, time_ms, flops, ...
+    ops: list[Any] = field(default_factory=list)  # JSON objects: op, category, dtype, time_ms_per_step, ...
+    top_kernels: list[Any] = field(default_factory=list)  # JSON objects: name, category, count, time_ms_per_step
+    launch: Optional[Launch] = None
+    sync: Optional[Sync] = None
+    allocator: Optional[Allocator] = None
+    comm: Optional[Comm] = None
+    mfu: Optional[Mfu] = None
+    overhead: Optional[Mapping[str, Any]] = None  # method, note, profiled_step_ms, cpu_inflation, step_ms
+    timeline: Optional[Timeline] = None
+    ranks: list[Any] = field(default_factory=list)  # one JSON object per rank of a multi-rank trace set
+    straggler: Optional[Straggler] = None
+    # What the profile rules read besides the pieces above (summary.py writes them; a loaded Run's are not
+    # checked, as no report reads them):
+    file: str = ""  # the trace the summary is of
+    busy_ms: float = 0.0  # GPU busy per step
+    busy_pct: float = 0.0
+    data_wait_ms: float = 0.0  # the DataLoader's __next__ on the main thread, per step
+    data_wait_idle_ms: float = 0.0  # GPU idle while it ran
+    waste: dict[str, Any] = field(default_factory=dict)  # by finding id: what the waste pass measured
+    whatif: dict[str, Any] = field(default_factory=dict)  # by finding id: the replayed step's gain
+    compiled: Optional[Mapping[str, Any]] = None  # torch.compile regions and compile time per step
+    telemetry: Optional[Mapping[str, Any]] = None  # the NVML samples' throttle statistics (capture mode)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def breakdown(self) -> dict[str, float] | None:
+        """Mean time per step by category (ms): ``breakdown_ms`` when present, else the mean of the
+        steps' categories; None without steps."""
+        if self.breakdown_ms:
+            return {k: float(v) for k, v in self.breakdown_ms.items()}
+        if not self.steps:
+            return None
+        cats: dict[str, float] = {}
+        for s in self.steps:
+            for k, v in s.categories.items():
+                cats[k] = cats.get(k, 0.0) + float(v)
+        return {k: v / len(self.steps) for k, v in cats.items()}
+
+    def step_time(self, breakdown: dict[str, float] | None) -> float | None:
+        """The mean step time (ms) the section states, else the mean of its steps' totals, else the sum of
+        ``breakdown``; None without any of them."""
+        for stated in (self.step_ms, self.mean_step_ms):
+            if stated is not None:
+                return float(stated)
+        if self.steps:
+            return statistics.fmean(float(s.total_ms) for s in self.steps)
+        return sum(breakdown.values()) if breakdown else None
+
+    def unprofiled_step_ms(self) -> float | None:
+        """The step time measured without the profiler (capture mode, --step-ms), or None."""
+        o = self.overhead or {}
+        if o.get("method") == "measured" and o.get("step_ms") is not None:
+            return float(o["step_ms"])
+        return None
+
+
+def load(profile: Any) -> Section | None:
+    """The one way to read a Run's profile section: typed, or None where the Run has none. The section
+    is checked as ``Run.from_dict`` checks it (exit 2 naming the field), so a reader trusts the types."""
+    return Section.from_dict(profile, "profile") if isinstance(profile, Mapping) else None

@@ -2,14 +2,14 @@
 
     @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
                    doc="...when it fires and its recoverable-time model...", why="...", fix="...")
-    def host_sync(p: dict, ctx: Context) -> PHit | None:
+    def host_sync(p: Section, ctx: Context) -> PHit | None:
         ...
 
-A check is a pure function of one profile summary (and the ``Context``) returning a ``PHit`` (what
-it found and the time per step its fix would recover) or None; ``rules.evaluate`` runs them in its
-``ORDER`` and turns each hit into a Finding. Profile checks have a registry of their own, apart
-from ``perfstack.rules.CHECKS``: ``perfstack doctor`` runs every check of that one, and these need
-a trace.
+A check is a pure function of one profile summary, read into its typed records (``records.Section``),
+and the ``Context``, returning a ``PHit`` (what it found and the time per step its fix would recover)
+or None; ``rules.evaluate`` runs them in its ``ORDER`` and turns each hit into a Finding. Profile
+checks have a registry of their own, apart from ``perfstack.rules.CHECKS``: ``perfstack doctor`` runs
+every check of that one, and these need a trace.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from perfstack.model import LAYERS
+from perfstack.profile.records import Section
 
 
 @dataclass
@@ -39,7 +40,7 @@ class ProfileCheck:
     doc: str  # when it fires and the recoverable-time model
     why: str
     fix: str
-    fn: Callable[[dict, "Context"], PHit | None]
+    fn: Callable[[Section, "Context"], PHit | None]
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Context:
 PROFILE_CHECKS: dict[str, ProfileCheck] = {}
 
 
-CheckFn = Callable[[dict, "Context"], "PHit | None"]
+CheckFn = Callable[[Section, "Context"], "PHit | None"]
 
 
 def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str) -> Callable[[CheckFn], CheckFn]:

@@ -15,7 +15,10 @@ trace and the corrected one says so.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from perfstack.model import Finding, Severity
+from perfstack.profile.records import Allocator, Comm, Launch, Section, Sync, Timeline, load
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
@@ -28,17 +31,22 @@ def _f(x: float, nd: int = 2) -> str:
 # -- rules ---------------------------------------------------------------------------------------
 
 
-def _w(p: dict, fid: str) -> tuple[float, float]:
+def _w(p: Section, fid: str) -> tuple[float, float]:
     """(ms, pct) a fix would recover per step, corrected for the profiler's overhead."""
-    w = (p.get("whatif") or {}).get(fid) or {}
+    w = p.whatif.get(fid) or {}
     return w.get("ms", 0.0), w.get("pct", 0.0)
 
 
-def _step(p: dict) -> float:
-    return (p.get("overhead") or {}).get("step_ms") or p["step_ms"]
+def _step(p: Section) -> float:
+    """The step without the profiler where it was measured or estimated, else the profiled one."""
+    return (p.overhead or {}).get("step_ms") or _profiled(p)
 
 
-def _gpu_ms(p: dict, ms: float) -> str:
+def _profiled(p: Section) -> float:
+    return p.step_ms or 0.0  # a summary always states its step time
+
+
+def _gpu_ms(p: Section, ms: float) -> str:
     return f"{ms:.2f} ms of GPU time per step"
 
 
@@ -54,13 +62,13 @@ def _gpu_ms(p: dict, ms: float) -> str:
                fix="DataLoader(num_workers=N (start at CPU cores / GPUs), pin_memory=True, prefetch_factor=2-4, "
                    "persistent_workers=True); move decoding/augmentation to the GPU (DALI, torchvision v2 on CUDA); "
                    "then .to(device, non_blocking=True).")
-def dataloader_stall(p: dict, ctx: Context) -> PHit | None:
+def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "dataloader-stall")
-    if not p["data_wait_ms"] or pct < 5:
+    if not p.data_wait_ms or pct < 5:
         return None
-    return PHit(f"the DataLoader's __next__ ran {_f(p['data_wait_ms'])} ms per step on the main thread (profiled); "
-                f"the GPU was idle {_f(p['data_wait_idle_ms'])} ms per step waiting for it", ms,
-                claims={"data loading": p["data_wait_idle_ms"]})
+    return PHit(f"the DataLoader's __next__ ran {_f(p.data_wait_ms)} ms per step on the main thread (profiled); "
+                f"the GPU was idle {_f(p.data_wait_idle_ms)} ms per step waiting for it", ms,
+                claims={"data loading": p.data_wait_idle_ms})
 
 
 @profile_check("launch-bound", "framework", "CPU dispatch is the critical path (many small kernels)",
@@ -73,17 +81,17 @@ def dataloader_stall(p: dict, ctx: Context) -> PHit | None:
                fix="Capture the step in a CUDA graph (torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), "
                    "or torch.compile(model) to fuse the small kernels, or raise the batch size so each kernel does "
                    "more work; use fused optimizers (fused=True).")
-def launch_bound(p: dict, ctx: Context) -> PHit | None:
-    L = p["launch"]
+def launch_bound(p: Section, ctx: Context) -> PHit | None:
+    L = p.launch or Launch()
     ms, pct = _w(p, "launch-bound")
-    if L["kernels_per_step"] < 50 or L["graph_launches_per_step"] >= 1 or pct < 5:
+    if L.kernels_per_step < 50 or L.graph_launches_per_step >= 1 or pct < 5:
         return None
-    t, o = p["timeline"], p["overhead"]
-    return PHit(f"{L['kernels_per_step']:.0f} kernels per step, median {L['median_kernel_us']} µs; the CPU takes "
-                f"{t['cpu_step_ms']:.2f} ms per step profiled (≈ {t['cpu_step_ms'] * o['cpu_scale']:.2f} ms without "
-                f"the profiler) against {p['busy_ms']:.2f} ms of GPU work; idle while the CPU dispatched: "
-                f"{p['idle_by_reason_ms'].get('cpu dispatch', 0.0):.2f} ms per step (profiled)", ms,
-                claims={"cpu dispatch": p["idle_by_reason_ms"].get("cpu dispatch", 0.0)})
+    t, o = p.timeline or Timeline(), p.overhead or {}
+    return PHit(f"{L.kernels_per_step:.0f} kernels per step, median {L.median_kernel_us} µs; the CPU takes "
+                f"{t.cpu_step_ms:.2f} ms per step profiled (≈ {t.cpu_step_ms * o['cpu_scale']:.2f} ms without "
+                f"the profiler) against {p.busy_ms:.2f} ms of GPU work; idle while the CPU dispatched: "
+                f"{p.idle_by_reason_ms.get('cpu dispatch', 0.0):.2f} ms per step (profiled)", ms,
+                claims={"cpu dispatch": p.idle_by_reason_ms.get("cpu dispatch", 0.0)})
 
 
 @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
@@ -98,15 +106,15 @@ def launch_bound(p: dict, ctx: Context) -> PHit | None:
                fix="Keep values on the GPU (accumulate the loss as a tensor, read it once per N steps), avoid "
                    ".item()/.cpu()/print(tensor)/torch.cuda.synchronize() in the step; use non_blocking copies and "
                    "CUDA events for timing.")
-def host_sync(p: dict, ctx: Context) -> PHit | None:
-    s = p["sync"]
+def host_sync(p: Section, ctx: Context) -> PHit | None:
+    s = p.sync or Sync()
     ms, pct = _w(p, "host-sync")
-    if s["calls_per_step"] <= 1 or pct < 1:
+    if s.calls_per_step <= 1 or pct < 1:
         return None
-    names = ", ".join(f"{n} {c:g}" for n, c in s["by_name"].items())
-    return PHit(f"{s['calls_per_step']:g} blocking syncs per step ({names}); the CPU waited "
-                f"{_f(s['wait_ms_per_step'])} ms per step in them (profiled); with one sync per step the replayed "
-                f"step is {_f(ms)} ms shorter", ms, claims={"sync": p["idle_by_reason_ms"].get("sync", 0.0)})
+    names = ", ".join(f"{n} {c:g}" for n, c in s.by_name.items())
+    return PHit(f"{s.calls_per_step:g} blocking syncs per step ({names}); the CPU waited "
+                f"{_f(s.wait_ms_per_step)} ms per step in them (profiled); with one sync per step the replayed "
+                f"step is {_f(ms)} ms shorter", ms, claims={"sync": p.idle_by_reason_ms.get("sync", 0.0)})
 
 
 @profile_check("allocator-churn", "allocator", "cudaMalloc/cudaFree in the steady state",
@@ -116,15 +124,15 @@ def host_sync(p: dict, ctx: Context) -> PHit | None:
                    "serializes the CPU and GPU.",
                fix="Remove torch.cuda.empty_cache() from the loop; keep shapes stable (pad/bucket variable sizes); "
                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for fragmentation.")
-def allocator_churn(p: dict, ctx: Context) -> PHit | None:
-    a = p["allocator"]
+def allocator_churn(p: Section, ctx: Context) -> PHit | None:
+    a = p.allocator or Allocator()
     ms, pct = _w(p, "allocator-churn")
-    if a["calls_per_step"] < 1 or pct < 1:
+    if a.calls_per_step < 1 or pct < 1:
         return None
-    names = ", ".join(f"{n} {c:g}" for n, c in a["by_name"].items())
-    return PHit(f"{a['calls_per_step']:g} allocator calls per step ({names}) taking {_f(a['ms_per_step'])} ms "
-                f"(profiled); the GPU was idle {_f(a['idle_ms_per_step'])} ms per step in gaps dominated by them", ms,
-                claims={"allocator": a["idle_ms_per_step"]})
+    names = ", ".join(f"{n} {c:g}" for n, c in a.by_name.items())
+    return PHit(f"{a.calls_per_step:g} allocator calls per step ({names}) taking {_f(a.ms_per_step)} ms "
+                f"(profiled); the GPU was idle {_f(a.idle_ms_per_step)} ms per step in gaps dominated by them", ms,
+                claims={"allocator": a.idle_ms_per_step})
 
 
 # -- GPU side: what a busy GPU wastes ----------------------------------------------------------------
@@ -142,15 +150,15 @@ def allocator_churn(p: dict, ctx: Context) -> PHit | None:
                    "half of the GPU time on a busy GPU.",
                fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels); "
                    "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).")
-def unfused_elementwise(p: dict, ctx: Context) -> PHit | None:
+def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "unfused-elementwise")
-    e = (p.get("waste") or {}).get("unfused-elementwise")
+    e = p.waste.get("unfused-elementwise")
     if not e or pct < 2:
         return None
     ev = (f"{e['chains_per_step']:g} chains of {e['kernels_per_step']:g} eager element-wise/copy kernels per "
           f"step take {_f(e['eager_ms'])} ms of GPU time; fused, they would move their largest tensors once: "
           f"≈ {_f(e['fused_ms'])} ms (most time in {', '.join(e['top_ops'][:4])})")
-    comp = p.get("compiled") or {}
+    comp = p.compiled or {}
     if comp.get("regions_per_step"):
         # compiled code is in use: the eager chains are what runs between compiled regions
         return PHit(ev + f"; {comp['regions_per_step']:g} compiled regions per step ({comp['distinct_regions']} "
@@ -168,8 +176,8 @@ def unfused_elementwise(p: dict, ctx: Context) -> PHit | None:
                    "value changes; in the steady state every step should hit the compile cache.",
                fix="Find the cause with TORCH_LOGS=recompiles; mark dynamic dimensions (torch._dynamo.mark_dynamic "
                    "or dynamic=True), pad or bucket variable shapes, avoid guarding on Python scalars that change.")
-def recompiles(p: dict, ctx: Context) -> PHit | None:
-    c = p.get("compiled") or {}
+def recompiles(p: Section, ctx: Context) -> PHit | None:
+    c = p.compiled or {}
     ms = c.get("compile_ms_per_step") or 0.0
     if ms < 0.01 * _step(p):
         return None
@@ -186,9 +194,9 @@ def recompiles(p: dict, ctx: Context) -> PHit | None:
                    "many times.",
                fix="Use a fused cross-entropy (torch.compile of the loss, Liger's FusedLinearCrossEntropy, "
                    "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.")
-def large_vocab_loss(p: dict, ctx: Context) -> PHit | None:
+def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "large-vocab-loss")
-    e = (p.get("waste") or {}).get("large-vocab-loss")
+    e = p.waste.get("large-vocab-loss")
     if not e or pct < 2:
         return None
     return PHit(f"the loss over a {e['vocab']}-wide vocabulary ({e['rows']} rows{', fp32' if e['fp32'] else ''}) "
@@ -206,9 +214,9 @@ def large_vocab_loss(p: dict, ctx: Context) -> PHit | None:
                fix="Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (flash / "
                    "memory-efficient / cuDNN backends) with 16-bit q, k, v; for Hugging Face models "
                    "attn_implementation='sdpa' or 'flash_attention_2'.")
-def attention_unfused(p: dict, ctx: Context) -> PHit | None:
+def attention_unfused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "attention-unfused")
-    e = (p.get("waste") or {}).get("attention-unfused")
+    e = p.waste.get("attention-unfused")
     if not e or pct < 2:
         return None
     how = "SDPA's math path" if e["math_path"] else "matmul + softmax + matmul"
@@ -228,9 +236,9 @@ def attention_unfused(p: dict, ctx: Context) -> PHit | None:
                    "times faster in bf16 with channels_last.",
                fix="torch.autocast('cuda', torch.bfloat16); model.to(memory_format=torch.channels_last) and "
                    "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.")
-def fp32_conv(p: dict, ctx: Context) -> PHit | None:
+def fp32_conv(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-conv")
-    e = (p.get("waste") or {}).get("fp32-conv")
+    e = p.waste.get("fp32-conv")
     if not e or pct < 2:
         return None
     tc = "TF32" if e["tf32_kernels_pct"] >= 50 else "no Tensor Cores"
@@ -248,9 +256,9 @@ def fp32_conv(p: dict, ctx: Context) -> PHit | None:
                    "mantissa that training tolerates.",
                fix="torch.set_float32_matmul_precision('high') (TF32) or train in bf16 autocast "
                    "(torch.autocast('cuda', torch.bfloat16)).")
-def fp32_matmul(p: dict, ctx: Context) -> PHit | None:
+def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-matmul")
-    e = (p.get("waste") or {}).get("fp32-matmul")
+    e = p.waste.get("fp32-matmul")
     if not e or pct < 1:
         return None
     return PHit(f"{e['kernels_per_step']:g} FP32 GEMM kernels per step without Tensor Cores take {_f(e['time_ms'])} ms"
@@ -268,9 +276,9 @@ def fp32_matmul(p: dict, ctx: Context) -> PHit | None:
                    "NVIDIA's guide asks for multiples of 8 (16-bit) or 16 (8-bit) elements.",
                fix="Pad hidden sizes, vocabulary and batch×sequence to a multiple of 64 (at least 8): e.g. "
                    "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.")
-def gemm_misaligned(p: dict, ctx: Context) -> PHit | None:
+def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "gemm-misaligned")
-    e = (p.get("waste") or {}).get("gemm-misaligned")
+    e = p.waste.get("gemm-misaligned")
     if not e or pct < 1:
         return None
     parts = [f"{g['dtype']} GEMMs {', '.join(g['shapes'])} take {_f(g['time_ms'])} ms/step at {g['tflops']:g} TFLOP/s "
@@ -286,9 +294,9 @@ def gemm_misaligned(p: dict, ctx: Context) -> PHit | None:
                    "and they block the host.",
                fix="DataLoader(pin_memory=True) or tensor.pin_memory() once for reused host buffers; then "
                    ".to(device, non_blocking=True).")
-def pageable_memcpy(p: dict, ctx: Context) -> PHit | None:
+def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "pageable-memcpy")
-    e = (p.get("waste") or {}).get("pageable-memcpy")
+    e = p.waste.get("pageable-memcpy")
     if not e or pct < 1:
         return None
     return PHit(f"pageable copies move {e['bytes_per_step'] / 2**20:.0f} MiB per step in {_f(e['time_ms'])} ms "
@@ -302,9 +310,9 @@ def pageable_memcpy(p: dict, ctx: Context) -> PHit | None:
                why="The foreach optimizer launches one kernel per operation per tensor group and streams the "
                    "parameters several times; a per-parameter loop launches thousands of tiny kernels.",
                fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.")
-def optimizer_not_fused(p: dict, ctx: Context) -> PHit | None:
+def optimizer_not_fused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "optimizer-not-fused")
-    e = (p.get("waste") or {}).get("optimizer-not-fused")
+    e = p.waste.get("optimizer-not-fused")
     if not e or pct < 2:
         return None
     return PHit(f"Optimizer.step runs {e['kernels_per_step']:g} kernels taking {_f(e['time_ms'])} ms per step for "
@@ -325,13 +333,13 @@ def optimizer_not_fused(p: dict, ctx: Context) -> PHit | None:
                fix="Wrap the model in DistributedDataParallel (bucket_cap_mb 25-100, gradient_as_bucket_view=True) "
                    "or FSDP instead of all_reduce after backward; for custom loops, launch async collectives "
                    "(async_op=True) per bucket as gradients become ready.")
-def comm_not_overlapped(p: dict, ctx: Context) -> PHit | None:
-    c, step = p["comm"], _step(p)
-    m = c.get("if_overlapped")
+def comm_not_overlapped(p: Section, ctx: Context) -> PHit | None:
+    c, step = p.comm or Comm(), _step(p)
+    m = c.extra.get("if_overlapped")
     if not step or not m or m["recoverable_ms"] < 0.05 * step:
         return None
-    return PHit(f"NCCL kernels {_f(c['ms_per_step'])} ms per step, {_f(c['exposed_ms_per_step'])} ms of it with nothing "
-                f"else running ({c['overlap_pct']:.0f}% overlapped with compute); of the exposed time "
+    return PHit(f"NCCL kernels {_f(c.ms_per_step)} ms per step, {_f(c.exposed_ms_per_step)} ms of it with nothing "
+                f"else running ({c.overlap_pct:.0f}% overlapped with compute); of the exposed time "
                 f"{_f(m['wait_ms'])} ms is waiting for other ranks and {_f(m['tail_ms'])} ms is the last of "
                 f"{m['buckets']} gradient buckets (reduced after backward in any case); {_f(m['hideable_ms'])} ms fits "
                 f"under the {_f(m['free_backward_ms'])} ms of backward GPU work not yet overlapped, less "
@@ -352,30 +360,30 @@ CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside
                fix="Look at the largest gaps: move CPU work out of the step (logging, metrics, Python bookkeeping), "
                    "overlap it with GPU work (non_blocking copies, CUDA streams), or capture the step in a CUDA "
                    "graph / torch.compile.")
-def gpu_idle(p: dict, ctx: Context) -> PHit | None:
+def gpu_idle(p: Section, ctx: Context) -> PHit | None:
     step = _step(p)
-    if not step or not p["busy_ms"]:
+    if not step or not p.busy_ms:
         return None
-    scale = (p.get("overhead") or {}).get("cpu_scale", 1.0)
+    scale = (p.overhead or {}).get("cpu_scale", 1.0)
     rest = 0.0
-    for reason, ms in p["idle_by_reason_ms"].items():
+    for reason, ms in p.idle_by_reason_ms.items():
         if reason in ctx.claimed:
             continue
         rest += ms * scale if reason in CPU_REASONS else ms
     # the corrected step cannot be shorter than its GPU work: idle is at most what is left
-    rest = min(rest, max(0.0, step - p["busy_ms"]))
+    rest = min(rest, max(0.0, step - p.busy_ms))
     if rest < 0.10 * step:
         return None
-    gaps = [g for g in p["idle_gaps"] if g["reason"] not in ctx.claimed][:3]
-    gtxt = "; ".join(f"{g['duration_ms']:.2f} ms in step {g['step']} ({g['reason']}, before {g['after'][:40]})"
+    gaps = [g for g in p.idle_gaps if g.reason not in ctx.claimed][:3]
+    gtxt = "; ".join(f"{g.duration_ms:.2f} ms in step {g.step} ({g.reason}, before {g.after[:40]})"
                      for g in gaps)
-    cpu_idle = sum(ms for r, ms in p["idle_by_reason_ms"].items() if r in CPU_REASONS and r not in ctx.claimed)
-    ev = (f"GPU busy {p['busy_pct']:.0f}% of the {_f(p['step_ms'])} ms profiled step; ≈ {_f(rest)} ms per step of "
+    cpu_idle = sum(ms for r, ms in p.idle_by_reason_ms.items() if r in CPU_REASONS and r not in ctx.claimed)
+    ev = (f"GPU busy {p.busy_pct:.0f}% of the {_f(_profiled(p))} ms profiled step; ≈ {_f(rest)} ms per step of "
           f"idle time without the profiler is not explained by another finding")
-    if (p.get("timeline") or {}).get("bound") == "cpu" and cpu_idle >= 0.5 * sum(p["idle_by_reason_ms"].values()):
+    if p.timeline and p.timeline.bound == "cpu" and cpu_idle >= 0.5 * sum(p.idle_by_reason_ms.values()):
         # The GPU waits for host code: the figure is what a step with no host time would gain, an upper bound
-        ev += (f"; the step is CPU-bound: ≈ {_f(p['timeline']['cpu_step_ms'] * scale)} ms of CPU per step without the "
-               f"profiler for {_f(p['busy_ms'])} ms of GPU work, so the figure is an upper bound")
+        ev += (f"; the step is CPU-bound: ≈ {_f(p.timeline.cpu_step_ms * scale)} ms of CPU per step without the "
+               f"profiler for {_f(p.busy_ms)} ms of GPU work, so the figure is an upper bound")
         return PHit(ev + (f"; largest gaps: {gtxt}" if gtxt else ""), rest,
                     fix="Give the GPU more work per launch (a larger batch), move host work out of the step "
                         "(logging, metrics, Python bookkeeping, data preparation into DataLoader workers), or remove "
@@ -392,13 +400,13 @@ def gpu_idle(p: dict, ctx: Context) -> PHit | None:
                why="Collectives complete at the pace of the slowest rank; every rank pays the straggler's delay.",
                fix="Balance the work (same batch and sequence lengths per rank), check that rank's GPU for "
                    "throttling (perfstack doctor) and its data loading.")
-def straggler_rank(p: dict, ctx: Context) -> PHit | None:
-    s = p.get("straggler")
-    if not s or s["excess_ms"] < 0.05 * p["step_ms"]:
+def straggler_rank(p: Section, ctx: Context) -> PHit | None:
+    s = p.straggler
+    if not s or s.excess_ms < 0.05 * _profiled(p):
         return None
-    return PHit(f"rank {s['rank']} spends {_f(s['non_comm_ms'])} ms per step outside communication against a median "
-                f"{_f(s['others_median_ms'])} ms on the other ranks; the largest difference is {s['cause']}",
-                s["excess_ms"], subject=f"rank{s['rank']}")
+    return PHit(f"rank {s.rank} spends {_f(s.non_comm_ms)} ms per step outside communication against a median "
+                f"{_f(s.others_median_ms)} ms on the other ranks; the largest difference is {s.cause}",
+                s.excess_ms, subject=f"rank{s.rank}")
 
 
 @profile_check("throttled-during-run", "driver", "GPU clocks throttled during the run",
@@ -410,16 +418,16 @@ def straggler_rank(p: dict, ctx: Context) -> PHit | None:
                    "the hardware can do.",
                fix="Check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE); restore the "
                    "default power limit (nvidia-smi -pl); run perfstack doctor on the host.")
-def throttled(p: dict, ctx: Context) -> PHit | None:
-    t = p.get("telemetry")
+def throttled(p: Section, ctx: Context) -> PHit | None:
+    t = p.telemetry
     if not t or not t.get("busy_samples") or t["throttled_pct"] < 5:
         return None
-    rec = p["step_ms"] * t["throttled_pct"] / 100 * max(0.0, 1 - t["throttled_clock_mhz"] / t["max_clock_mhz"]) \
+    rec = _profiled(p) * t["throttled_pct"] / 100 * max(0.0, 1 - t["throttled_clock_mhz"] / t["max_clock_mhz"]) \
         if t["max_clock_mhz"] else 0.0
     return PHit(f"{t['throttled_pct']:.0f}% of {t['busy_samples']} busy NVML samples throttled ({', '.join(t['reasons'])}); "
                 f"SM clock {t['throttled_clock_mhz']:.0f} MHz when throttled vs {t['max_clock_mhz']:.0f} MHz max; "
                 f"max temperature {t['max_temperature_c']} °C, max power {t['max_power_w']} W", rec,
-                severity="warning" if rec < 0.05 * p["step_ms"] else None)
+                severity="warning" if rec < 0.05 * _profiled(p) else None)
 
 
 # -- evaluation ----------------------------------------------------------------------------------
@@ -438,8 +446,10 @@ def _check_order() -> None:
 _check_order()
 
 
-def evaluate(p: dict, ctx: Context) -> list[Finding]:
-    """Run every profile rule over one summary; findings ranked by recoverable time."""
+def evaluate(summary: Mapping[str, Any], ctx: Context) -> list[Finding]:
+    """Run every profile rule over one summary, read once into its typed records; findings ranked by
+    recoverable time."""
+    p = load(summary) or Section()
     out: list[Finding] = []
     for cid in ORDER:
         c = PROFILE_CHECKS[cid]
@@ -452,20 +462,20 @@ def evaluate(p: dict, ctx: Context) -> list[Finding]:
     return rank(out)
 
 
-def to_finding(c: ProfileCheck, hit: PHit, p: dict) -> Finding:
+def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
     step = _step(p)
     rec = round(max(0.0, min(hit.recoverable_ms, step)), 3)
     sev = hit.severity or severity_for(rec, step)
     evidence = hit.evidence
-    w = (p.get("whatif") or {}).get(c.id)
-    o = p.get("overhead") or {}
+    w = p.whatif.get(c.id)
+    o = p.overhead or {}
     if w and o.get("method") in ("measured", "estimated") and not hit.severity:
-        sev_prof = severity_for(w["ms_profiled"], p["step_ms"])
+        sev_prof = severity_for(w["ms_profiled"], _profiled(p))
         if sev_prof != sev:
             evidence += (f" — the verdict depends on the profiler-overhead correction: {w['pct_profiled']:.0f}% of the "
                          f"profiled step, {w['pct']:.0f}% of the step without the profiler ({o['method']})")
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
-                   fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.get("file", "")] if p.get("file") else [],
+                   fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)
 
 

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.model import Measurement, Run
+from perfstack.model import Measurement
+from perfstack.report.views import RunView
 
 VERDICT_STYLE = {"good": "green", "below expected": "yellow", "low": "bold red", "skipped": "dim", "error": "red"}
 
@@ -34,22 +35,24 @@ def _row(m: Measurement) -> list[Text | str]:
             Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), Text(notes)]
 
 
-def render_measurements(run: Run, console: Console, verbose: bool = False) -> None:
+def render_measurements(view: RunView, console: Console, verbose: bool = False) -> None:
+    ms = view.bench.measurements if view.bench else []
     t = Table("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes", box=None,
               pad_edge=False, header_style="bold")
-    for m in run.measurements:
+    for m in ms:
         if verbose or not m.params.get("sweep"):
             t.add_row(*_row(m))
     console.print(t)
-    hidden = sum(1 for m in run.measurements if m.params.get("sweep"))
+    hidden = view.bench.sweep_points if view.bench else 0
     if hidden and not verbose:
         console.print(Text(f"{hidden} sweep points not shown (-v shows them; --json has every raw sample)", style="dim"))
 
 
-def render_bench(run: Run, console: Console, verbose: bool = False) -> None:
-    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
-    console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {gpus}"))
-    render_measurements(run, console, verbose)
-    for f in run.findings:
+def render_bench(view: RunView, console: Console, verbose: bool = False, findings: bool = True) -> None:
+    """perfstack bench's screen: the figures, then (``findings``) what the rules found in them, briefly.
+    The report leaves the findings to its doctor section, which lists them in full."""
+    console.print(Text.assemble(("perfstack bench", "bold"), f"  ·  {view.gpus}"))
+    render_measurements(view, console, verbose)
+    for f in (view.doctor.findings if view.doctor and findings else []):
         console.print(Text.assemble((f" {f.severity.value.upper()} ", "bold"), (f.id, "bold"), f"  {f.evidence}"))
         console.print(Text(f"   fix: {f.fix}", style="dim"))

@@ -1,12 +1,12 @@
 """Terminal rendering of an estimate Run: one table per section (component, value, formula).
 
-Only formats: every number and string comes from ``run.estimates`` (see perfstack.estimate).
+Only formats: every number and string comes from the estimate sheet the view carries (see perfstack.estimate).
 ``verbose`` adds each figure's inputs and assumptions under its row.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +15,7 @@ from rich.text import Text
 from perfstack.estimate import catalog
 from perfstack.estimate.params import count
 from perfstack.estimate.quantity import fmt_value
-from perfstack.model import Run
+from perfstack.report.views import RunView
 
 SECTION_TITLES = {"params": "Parameters", "memory": "Memory per GPU", "capacity": "Capacity", "flops": "Work per phase",
                   "time": "Time (roofline bounds)", "comms": "Communication"}
@@ -32,7 +32,7 @@ def _inputs(d: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _settings(est: dict[str, Any]) -> str:
+def _settings(est: Mapping[str, Any]) -> str:
     s = est["settings"]
     if est["kind"] == "infer":
         txt = f"batch {s['batch']} · prompt {s['prompt']} · gen {s['gen']} · {s['dtype']}"
@@ -49,8 +49,8 @@ def _settings(est: dict[str, Any]) -> str:
     return txt + f" · DP {s['dp']} TP {s['tp']} PP {s['pp']}"
 
 
-def render_estimate(run: Run, console: Console, verbose: bool = False) -> None:
-    est = run.estimates or {}
+def render_estimate(view: RunView, console: Console, verbose: bool = False) -> None:
+    est = (view.estimates.sheet if view.estimates else None) or {}
     gpu = est.get("gpu", {})
     console.print(Text.assemble((f"perfstack estimate {est.get('kind', '')}", "bold"), "  ·  ",
                                 est.get("model", {}).get("name", "?"), "  ·  ", gpu.get("name", "?")))
@@ -87,7 +87,7 @@ def _section_table(title: str, keys: dict[str, Any], working: dict[str, Any], ve
     return t
 
 
-def _fit(est: dict[str, Any], console: Console, verbose: bool) -> None:
+def _fit(est: Mapping[str, Any], console: Console, verbose: bool) -> None:
     """Which GPUs of the table the model fits on: one, with tensor parallelism, or (-v) not at all."""
     fit = est.get("fit") or []
     if est.get("kind") == "infer" and fit:

@@ -35,6 +35,7 @@ class EstimateView:
     latency: list[tuple[str, float, float, str]]  # (bound, ms, value, unit as estimated)
     rows: list[EstimateRow]
     total: tuple[str, float] | None = None  # the estimate's own peak total (GB), when the components overlap
+    sheet: Mapping[str, Any] | None = None  # the sheet perfstack estimate wrote (its own terminal table), else None
 
 
 def _bytes_to_gb(value: float, unit: str) -> float | None:
@@ -166,6 +167,7 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
         return None
     if isinstance(e.get("working"), Mapping):  # the estimate sheet perfstack estimate writes
         view, total_gb = _sheet_estimate(e)
+        view.sheet = e
     else:  # any nested dict of {value, unit, formula} leaves
         view, total_gb = _any_estimate(e), None
     if view.capacity is None:

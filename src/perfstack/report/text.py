@@ -1,4 +1,4 @@
-"""The doctor's terminal report, built with rich."""
+"""The doctor's terminal report, built with rich from the RunView (report.views), as every renderer is."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
-from perfstack.model import LAYERS, Finding, Run
+from perfstack.model import LAYERS, CheckResult, Finding
+from perfstack.report.views import RunView
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -63,23 +64,21 @@ def _finding(f: Finding, verbose: bool) -> RenderableType:
     return Group(*lines)
 
 
-def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], console: Console,
-                  verbose: bool = False) -> None:
-    meta = run.meta
-    gpus = run.facts.value("gpu.summary") or "no NVIDIA GPU seen"
-    console.print(Text.assemble(("perfstack doctor", "bold"), f"  {meta.get('source', '')}  ·  {gpus}"))
-    note = str(meta.get("bundle") or "")  # how complete the audited bundle was (host.bundle)
-    if note:
-        as_captured = note.startswith(("all ", "no manifest"))
-        console.print(Text(f"  bundle: {note}", style="dim" if as_captured else "yellow"))
-    if fix_first:
-        items = "\n".join(f"• {f.id}{f' [{f.subject}]' if f.subject else ''}: {f.evidence}" for f in fix_first)
-        console.print(Panel(Text(items), title=f"Fix this first — {LAYERS[fix_first[0].layer]}",
+def render_doctor(view: RunView, console: Console, verbose: bool = False) -> None:
+    d = view.doctor
+    if d is None:  # nothing was checked and nothing found
+        return
+    console.print(Text.assemble(("perfstack doctor", "bold"), f"  {d.source}  ·  {view.gpus}"))
+    if d.bundle:
+        as_captured = d.bundle.startswith(("all ", "no manifest"))
+        console.print(Text(f"  bundle: {d.bundle}", style="dim" if as_captured else "yellow"))
+    if d.fix_first:
+        items = "\n".join(f"• {f.id}{f' [{f.subject}]' if f.subject else ''}: {f.evidence}" for f in d.fix_first)
+        console.print(Panel(Text(items), title=f"Fix this first — {LAYERS[d.fix_first[0].layer]}",
                             subtitle="critical in a lower layer: fix it before tuning above it",
                             border_style="red"))
-    for layer, name in LAYERS.items():
-        fs = [f for f in run.findings if f.layer == layer]
-        if not fs and not verbose:
+    for layer, name, fs in d.layers:
+        if layer not in LAYERS or (not fs and not verbose):  # the screen lists the stack's own layers
             continue
         console.print(Rule(Text(name, style="bold"), align="left", style="dim"))
         if not fs:
@@ -87,13 +86,12 @@ def render_doctor(run: Run, summary: dict[str, Any], fix_first: list[Finding], c
         for f in fs:
             console.print(_finding(f, verbose), crop=False)
     if verbose:
-        _not_checked(run, console)
+        _not_checked(d.not_checked, console)
     console.print()
-    console.print(_summary_line(summary))
+    console.print(_summary_line(d.summary))
 
 
-def _not_checked(run: Run, console: Console) -> None:
-    skipped = [c for c in run.checks if c.status in ("not-checked", "not-applicable")]
+def _not_checked(skipped: list[CheckResult], console: Console) -> None:
     if skipped:
         console.print(Rule(Text("Not checked", style="bold"), align="left", style="dim"))
         for c in skipped:

@@ -4,12 +4,10 @@
 "fix this first" set, the bench figures as fractions of peak, bandwidth-vs-size series, the roofline
 (ceilings from the spec table, measured points placed by arithmetic intensity), the profile's
 per-step breakdown and ranked findings, and the estimates as memory stacks and latency bounds. The
-HTML and Markdown renderers only format a RunView; a section that is absent from the Run is None.
+renderers only format a RunView, the terminal's, Markdown's and HTML's alike; a section that is
+absent from the Run is None.
 
-Profile section (written by ``perfstack profile``) — read here, tolerant of absent keys:
-  ``steps``: [{"step", "total_ms", "categories": {category: ms}}]   (or ``breakdown_ms``: {category: ms})
-  ``idle_gaps``: [{"start_ms", "duration_ms", "step", "before", "after" | "reason"}]
-  ``kernel_classes``: [{"name", "time_ms", "flops", "bytes" | "intensity", "tflops"}]
+The profile section is read through its typed records (``perfstack.profile.records.load``), once.
 Estimates section (``perfstack estimate``): a nested dict whose leaves are {"value", "unit", "formula"}.
 """
 
@@ -21,9 +19,9 @@ from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
+from perfstack.profile.records import Section, load
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
-from perfstack.sections import step_breakdown, step_time
 
 MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
 
@@ -49,6 +47,9 @@ class DoctorView:
     fix_first: list[Finding]
     layers: list[tuple[str, str, list[Finding]]]  # (layer id, layer name, findings)
     not_checked: list[CheckResult]
+    findings: list[Finding] = field(default_factory=list)  # as the Run lists them
+    source: str = ""  # what was audited: "live machine", a bundle's path
+    bundle: str = ""  # how complete the audited bundle was (host.bundle), or ""
 
 
 @dataclass
@@ -66,6 +67,7 @@ class BenchView:
     bars: list[dict[str, Any]]  # label, fraction, expected, text, verdict
     curves: list[Curve]
     sweep_points: int
+    measurements: list[Measurement] = field(default_factory=list)  # every figure, sweep points included, in order
 
 
 @dataclass
@@ -88,6 +90,8 @@ class ProfileView:
     kernels: list[dict[str, Any]]
     timing: list[tuple[str, str]] = field(default_factory=list)  # (label, value): profiled vs unprofiled, bound
     ops: list[dict[str, Any]] = field(default_factory=list)  # operators by GPU time, with efficiency
+    section: Section = field(default_factory=Section)  # the profile section, typed (empty when the Run has none)
+    warnings: list[str] = field(default_factory=list)  # what reading the traces warned of
 
 
 @dataclass
@@ -105,20 +109,19 @@ class RunView:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def gpu_name(run: Run) -> str | None:
+def gpu_name(run: Run, profile: Section | None) -> str | None:
     gpus = run.facts.value("gpu.list") or []
     for g in gpus:
         if isinstance(g, dict) and g.get("name"):
             return str(g["name"])
     # a profile Run has no machine facts: the traced device's name
-    p = run.profile if isinstance(run.profile, Mapping) else {}
-    name = p.get("device_name") or run.meta.get("gpu")
+    name = (profile.device_name if profile else None) or run.meta.get("gpu")
     return str(name) if isinstance(name, str) and name else None
 
 
-def gpu_spec(run: Run) -> Any:
+def gpu_spec(run: Run, profile: Section | None) -> Any:
     """The spec-table row of the Run's first GPU, or None (unknown SKU, or no spec table)."""
-    name = gpu_name(run)
+    name = gpu_name(run, profile)
     if not name:
         return None
     try:
@@ -146,7 +149,8 @@ def doctor_view(run: Run) -> DoctorView | None:
     extra = sorted({f.layer for f in findings if f.layer not in LAYERS})
     layers += [(lid, lid, [f for f in findings if f.layer == lid]) for lid in extra]
     return DoctorView(summary=audit_summary(counted), fix_first=fix_first(findings), layers=layers,
-                      not_checked=[c for c in run.checks if c.status in ("not-checked", "not-applicable")])
+                      not_checked=[c for c in run.checks if c.status in ("not-checked", "not-applicable")],
+                      findings=findings, source=str(run.meta.get("source", "")), bundle=str(run.meta.get("bundle") or ""))
 
 
 # -- bench ------------------------------------------------------------------------------------
@@ -214,7 +218,7 @@ def bench_view(run: Run) -> BenchView | None:
         return None
     rows = [m for m in ms if not m.params.get("sweep")]
     bars = [bar_row(m) for m in rows if m.status == "ok" and m.fraction is not None and not is_latency(m)]
-    return BenchView(rows=rows, bars=bars, curves=curves(ms), sweep_points=len(ms) - len(rows))
+    return BenchView(rows=rows, bars=bars, curves=curves(ms), sweep_points=len(ms) - len(rows), measurements=ms)
 
 
 # -- roofline ---------------------------------------------------------------------------------
@@ -236,8 +240,8 @@ def rate_tbps(value: float | None, unit: str) -> float | None:
     return value * k / 1e3 if value is not None and k is not None else None
 
 
-def roofline_view(run: Run, spec: Any) -> RooflineView | None:
-    points = _roofline_points(run)
+def roofline_view(run: Run, spec: Any, profile: Section | None) -> RooflineView | None:
+    points = _roofline_points(run, profile)
     ceilings, slopes = _spec_roofs(spec)
     measured_bw = _measured_bandwidth(run)
     if measured_bw is not None:
@@ -247,11 +251,11 @@ def roofline_view(run: Run, spec: Any) -> RooflineView | None:
     source = getattr(spec, "source", "") if spec is not None else ""
     peak_bw = next((bw for _, bw, measured in slopes if not measured), None)
     ridges = {label: v / peak_bw for label, v in ceilings} if peak_bw else {}
-    return RooflineView(gpu=getattr(spec, "name", None) or gpu_name(run) or "this GPU", ceilings=ceilings,
+    return RooflineView(gpu=getattr(spec, "name", None) or gpu_name(run, profile) or "this GPU", ceilings=ceilings,
                         slopes=slopes, points=points, source=source, ridges=ridges)
 
 
-def _roofline_points(run: Run) -> list[tuple[str, float, float, str]]:
+def _roofline_points(run: Run, profile: Section | None) -> list[tuple[str, float, float, str]]:
     """The GEMM figures of bench and the kernel classes of a profile: (label, FLOP/byte, TFLOP/s, group)."""
     points: list[tuple[str, float, float, str]] = []
     for m in run.measurements:
@@ -259,7 +263,7 @@ def _roofline_points(run: Run) -> list[tuple[str, float, float, str]]:
             ai = gemm_intensity(m.params)
             if ai:
                 points.append((m.name, ai, m.value, f"GEMM {m.params.get('dtype', '')}".strip()))
-    for k in profile_kernels(run.profile):
+    for k in profile_kernels(profile):
         if k.get("intensity") and k.get("tflops"):
             points.append((k["name"], k["intensity"], k["tflops"], "profile kernel classes"))
     return points
@@ -298,50 +302,42 @@ def _measured_bandwidth(run: Run) -> tuple[str, float, bool] | None:
 
 
 # -- profile ----------------------------------------------------------------------------------
-def profile_kernels(profile: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def profile_kernels(profile: Section | None) -> list[dict[str, Any]]:
     """Kernel classes with intensity (FLOP/byte) and achieved TFLOP/s filled where derivable."""
-    if not isinstance(profile, Mapping):
+    if profile is None:
         return []
     out = []
-    for k in profile.get("kernel_classes") or []:
-        if not isinstance(k, Mapping):
-            continue
+    for k in profile.kernel_classes:
         row = dict(k)
         row.setdefault("name", row.get("class") or "kernels")
         flops, nbytes, t = row.get("flops"), row.get("bytes"), row.get("time_ms")
-        if not row.get("intensity") and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)) and nbytes:
+        if not row.get("intensity") and flops is not None and nbytes:
             row["intensity"] = flops / nbytes
-        if not row.get("tflops") and isinstance(flops, (int, float)) and isinstance(t, (int, float)) and t:
+        if not row.get("tflops") and flops is not None and t:
             row["tflops"] = flops / (t / 1e3) / 1e12
         out.append(row)
     return out
 
 
-def profile_view(run: Run) -> ProfileView | None:
-    p = run.profile
+def profile_view(run: Run, profile: Section | None) -> ProfileView | None:
     ranked = sorted((f for f in run.findings if f.recoverable_ms is not None), key=lambda f: -(f.recoverable_ms or 0))
-    if not isinstance(p, Mapping) and not ranked:
+    if profile is None and not ranked:
         return None
-    p = p if isinstance(p, Mapping) else {}
-    mean = step_breakdown(p)
+    p = profile or Section()
+    mean = p.breakdown()
     steps = _step_bars(p, mean)
     cats: list[str] = []
     for _, segs in steps:
         cats += [c for c, _ in segs if c not in cats]
-    gaps = sorted((dict(g) for g in p.get("idle_gaps") or [] if isinstance(g, Mapping)),
-                  key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
-    return ProfileView(categories=cats, steps=steps, step_ms=step_time(p, mean), gaps=gaps, ranked=ranked,
-                       kernels=profile_kernels(p), timing=profile_timing(p),
-                       ops=[dict(o) for o in (p.get("ops") or [])[:15] if isinstance(o, Mapping)])
+    gaps = sorted((g.to_dict() for g in p.idle_gaps), key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
+    return ProfileView(categories=cats, steps=steps, step_ms=p.step_time(mean), gaps=gaps, ranked=ranked,
+                       kernels=profile_kernels(p), timing=profile_timing(p), ops=[dict(o) for o in p.ops[:15]],
+                       section=p, warnings=[str(w) for w in run.meta.get("warnings", [])])
 
 
-def _step_bars(p: Mapping[str, Any], mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
+def _step_bars(p: Section, mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
     """Each step's time by category, then the mean of them (alone when no step has categories)."""
-    steps: list[tuple[str, list[tuple[str, float]]]] = []
-    for i, s in enumerate(p.get("steps") or []):
-        if isinstance(s, Mapping) and isinstance(s.get("categories"), Mapping):
-            segs = [(str(c), float(v)) for c, v in s["categories"].items() if isinstance(v, (int, float))]
-            steps.append((f"step {s.get('step', i)}", segs))
+    steps = [(f"step {s.step}", [(c, float(v)) for c, v in s.categories.items()]) for s in p.steps]
     if mean and not steps:
         steps = [("mean step", list(mean.items()))]
     elif mean and len(steps) > 1:
@@ -353,29 +349,29 @@ def _fmt(v: Any, unit: str = "") -> str:
     return f"{v:.2f}{unit}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
 
 
-def profile_timing(p: Mapping[str, Any]) -> list[tuple[str, str]]:
+def profile_timing(p: Section) -> list[tuple[str, str]]:
     """The step's timing facts: profiled, without the profiler, which side bounds it, how far the CPU runs ahead."""
     out: list[tuple[str, str]] = []
-    o, t = p.get("overhead"), p.get("timeline")
-    if isinstance(o, Mapping):
+    o, t = p.overhead, p.timeline
+    if o is not None:
         out.append(("profiled step", _fmt(o.get("profiled_step_ms"), " ms")))
         how = {"measured": "measured", "estimated": "estimated"}.get(str(o.get("method")), "")
         if how:
             out.append((f"without the profiler ({how})", _fmt(o.get("step_ms"), " ms")))
             out.append(("profiler CPU inflation", _fmt(o.get("cpu_inflation"), "×")))
-    if isinstance(t, Mapping):
+    if t is not None:
         out.append(("bound by", {"gpu": "GPU", "cpu": "CPU", "syncs": "host syncs (CPU and GPU take turns)"}
-                     .get(str(t.get("bound")), str(t.get("bound")))))
-        out.append(("CPU ahead of GPU (median)", _fmt(t.get("cpu_ahead_ms"), " ms")))
-    mfu = p.get("mfu")
-    if isinstance(mfu, Mapping) and isinstance(mfu.get("value"), (int, float)):
-        out.append(("MFU", f"{100 * mfu['value']:.1f}%"))
+                     .get(str(t.bound), str(t.bound))))
+        out.append(("CPU ahead of GPU (median)", _fmt(t.cpu_ahead_ms, " ms")))
+    if p.mfu is not None:
+        out.append(("MFU", f"{100 * p.mfu.value:.1f}%"))
     return out
 
 
 # -- the whole report -------------------------------------------------------------------------
 def build(run: Run) -> RunView:
-    spec = gpu_spec(run)
+    profile = load(run.profile)
+    spec = gpu_spec(run, profile)
     keys = ("command", "created", "source", "bundle", "host_id", "tool_version", "elapsed_s")
     meta = [(k, str(run.meta[k])) for k in keys
             if run.meta.get(k) not in (None, "")]
@@ -386,8 +382,8 @@ def build(run: Run) -> RunView:
         facts.insert(7, ("OS", str(os_name["PRETTY_NAME"])))
     view = RunView(title=f"perfstack {run.meta.get('command', 'report')}",
                    gpus=str(run.facts.value("gpu.summary") or "no NVIDIA GPU seen"), meta=meta, facts=facts,
-                   doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec),
-                   profile=profile_view(run), estimates=estimate_view(run, spec))
+                   doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec, profile),
+                   profile=profile_view(run, profile), estimates=estimate_view(run, spec))
     view.absent = [name for name, part in (("doctor", view.doctor), ("bench", view.bench),
                                            ("profile", view.profile), ("estimates", view.estimates)) if part is None]
     return view
