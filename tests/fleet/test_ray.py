@@ -109,7 +109,9 @@ def test_cli_fleet_doctor_saves_node_runs_that_fleet_report_reads_back(cluster, 
     doc = json.loads(out)
     assert doc["meta"]["command"] == "fleet" and doc["fleet"]["summary"]["nodes"] == len(BUNDLES)
     assert doc["meta"]["fanout"]["tasks"] == len(BUNDLES)
-    assert len(list(runs_dir.glob("*.json"))) == len(BUNDLES)
+    # every node's Run, and the fleet Run beside them (fleet report DIR takes what no node Run holds from it)
+    assert len([p for p in runs_dir.glob("*.json") if p.name != "fleet.json"]) == len(BUNDLES)
+    assert json.loads((runs_dir / "fleet.json").read_text())["meta"]["command"] == "fleet"
     rc = main(["fleet", "report", str(runs_dir), "--json", "--fail-on", "never"])
     again = json.loads(capsys.readouterr().out)
     assert rc == 0
