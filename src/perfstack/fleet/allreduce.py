@@ -105,34 +105,48 @@ class Comms:
         wrong shape are left out, and a record that is not one at all is an InputError."""
         if not isinstance(d, dict) or not isinstance(d.get("backend"), str):
             raise InputError("the all-reduce record is not one (no backend)")
+        per = d.get("per_machine")
+        per_machine = {str(k): v for k, v in per.items() if _number(v) is not None} if isinstance(per, dict) else {}
+        return cls(d["backend"], str(d.get("method", "")), _text_map(d.get("names")),
+                   [g for g in map(_group, _items(d.get("groups"))) if g], per_machine,
+                   _number(d.get("median_gbps")), [x for x in map(_suspect, _items(d.get("suspects"))) if x],
+                   _text_map(d.get("failed")), [str(n) for n in _items(d.get("notes")) if isinstance(n, str)])
 
-        def text_map(x: Any) -> dict[str, str]:
-            return {str(k): str(v) for k, v in x.items()} if isinstance(x, dict) else {}
 
-        def number(x: Any) -> float | None:
-            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-            return float(x) if ok else None
+# -- reading a saved record (Comms.from_dict): each piece of the wrong shape is None, and left out --
+def _items(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else []
 
-        groups = []
-        for g in d.get("groups") or []:
-            if not isinstance(g, dict) or not isinstance(g.get("machines"), list):
-                continue
-            pts = [Point(bytes=int(p["bytes"]), time_us=float(p["time_us"]), busbw_gbps=float(p["busbw_gbps"]),
-                         samples=int(p.get("samples") or 0), fast_busbw_gbps=number(p.get("fast_busbw_gbps")))
-                   for p in g.get("points") or []
-                   if isinstance(p, dict) and all(number(p.get(k)) is not None for k in ("bytes", "time_us", "busbw_gbps"))]
-            groups.append(Group([str(m) for m in g["machines"]], str(g.get("why", "")), pts, str(g.get("error") or ""),
-                                [str(m) for m in g.get("missing") or [] if isinstance(m, str)]))
-        suspects = [Suspect(str(x.get("kind")), [str(m) for m in x.get("machines") or []],
-                            number(x.get("busbw_gbps")) or 0.0, number(x.get("median_gbps")) or 0.0,
-                            str(x.get("text", "")))
-                    for x in d.get("suspects") or []
-                    if isinstance(x, dict) and x.get("kind") in ("node", "link") and isinstance(x.get("machines"), list)]
-        per = {str(k): v for k, v in (d.get("per_machine") or {}).items() if number(v) is not None} \
-            if isinstance(d.get("per_machine"), dict) else {}
-        return cls(d["backend"], str(d.get("method", "")), text_map(d.get("names")), groups, per,
-                   number(d.get("median_gbps")), suspects, text_map(d.get("failed")),
-                   [str(n) for n in d.get("notes") or [] if isinstance(n, str)])
+
+def _text_map(x: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in x.items()} if isinstance(x, dict) else {}
+
+
+def _number(x: Any) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
+
+
+def _point(p: Any) -> Point | None:
+    if not isinstance(p, dict) or any(_number(p.get(k)) is None for k in ("bytes", "time_us", "busbw_gbps")):
+        return None
+    return Point(bytes=int(p["bytes"]), time_us=float(p["time_us"]), busbw_gbps=float(p["busbw_gbps"]),
+                 samples=int(_number(p.get("samples")) or 0), fast_busbw_gbps=_number(p.get("fast_busbw_gbps")))
+
+
+def _group(g: Any) -> Group | None:
+    if not isinstance(g, dict) or not isinstance(g.get("machines"), list):
+        return None
+    return Group([str(m) for m in g["machines"]], str(g.get("why", "")),
+                 [p for p in map(_point, _items(g.get("points"))) if p], str(g.get("error") or ""),
+                 [m for m in _items(g.get("missing")) if isinstance(m, str)])
+
+
+def _suspect(x: Any) -> Suspect | None:
+    if not isinstance(x, dict) or x.get("kind") not in ("node", "link") or not isinstance(x.get("machines"), list):
+        return None
+    return Suspect(str(x["kind"]), [str(m) for m in x["machines"]], _number(x.get("busbw_gbps")) or 0.0,
+                   _number(x.get("median_gbps")) or 0.0, str(x.get("text", "")))
 
 
 def fast_time(samples_s: list[float]) -> float:
