@@ -197,26 +197,12 @@ def _median_e2e(lv: Level) -> Optional[float]:
     return lv.summary.e2e.median if lv.summary.e2e else None
 
 
-def plateau(lt: LoadTest) -> Optional[Finding]:
-    levels = [lv for lv in lt.levels if lv.summary.completed and lv.mode == "concurrency"]
-    k = sweep.knee(levels) if len(levels) >= 3 else None
-    if k is None:
-        return None
-    after = [lv for lv in levels if lv.load > k.load]
-    if not after:
-        return None
-    last = after[-1]
-    gain = last.summary.output_throughput / max(k.summary.output_throughput, 1e-9) - 1
-    lat_k, lat_last = _median_e2e(k), _median_e2e(last)
-    if lat_k is None or lat_last is None or gain > 0.15 or lat_last < 1.5 * lat_k:
-        return None
+def _plateau_cause(levels: list[Level], after: list[Level]) -> tuple[str, str, str]:
+    """Why the batch stopped growing, from the server's gauges: (cause, evidence to add, fix)."""
     running = [x.running for lv in levels for x in lv.server if x.running is not None]
     kv = [x.kv_usage for lv in after for x in lv.server if x.kv_usage is not None]
     pre = [x.preemptions for lv in levels for x in lv.server if x.preemptions is not None]
-    ev = (f"output throughput {k.summary.output_throughput:,.0f} tok/s at {_label(k)} and "
-          f"{last.summary.output_throughput:,.0f} at {_label(last)} ({gain:+.0%}) while median E2E latency went "
-          f"from {lat_k:,.0f} to {lat_last:,.0f} ms")
-    cause = "the batch stops growing"
+    cause, ev = "the batch stops growing", ""
     fix = ("raise the server's batch limit (vLLM --max-num-seqs, SGLang --max-running-requests) if KV-cache room "
            "allows; otherwise more GPUs or replicas")
     if kv and max(kv) >= 0.9:
@@ -230,10 +216,30 @@ def plateau(lt: LoadTest) -> Optional[Finding]:
         cause = f"the batch is capped at about {cap:.0f} sequences"
     if pre and max(pre) - min(pre) > 0:
         ev += f"; {max(pre) - min(pre):.0f} preemptions (requests evicted and recomputed)"
+    return cause, ev, fix
+
+
+def plateau(lt: LoadTest) -> Optional[Finding]:
+    levels = [lv for lv in lt.levels if lv.summary.completed and lv.mode == "concurrency"]
+    k = sweep.knee(levels) if len(levels) >= 3 else None
+    if k is None:
+        return None
+    after = [lv for lv in levels if lv.load > k.load]
+    if not after:
+        return None
+    last = after[-1]
+    gain = last.summary.output_throughput / max(k.summary.output_throughput, 1e-9) - 1
+    lat_k, lat_last = _median_e2e(k), _median_e2e(last)
+    if lat_k is None or lat_last is None or gain > 0.15 or lat_last < 1.5 * lat_k:
+        return None
+    ev = (f"output throughput {k.summary.output_throughput:,.0f} tok/s at {_label(k)} and "
+          f"{last.summary.output_throughput:,.0f} at {_label(last)} ({gain:+.0%}) while median E2E latency went "
+          f"from {lat_k:,.0f} to {lat_last:,.0f} ms")
+    cause, more, fix = _plateau_cause(levels, after)
     return Finding(
         id="serve-throughput-plateau", layer=LAYER, severity=Severity.INFO, subject=_label(last),
         title=f"Throughput flat past {_label(k)} while latency grows: {cause}",
-        evidence=ev, fix=fix,
+        evidence=ev + more, fix=fix,
         why="Past the knee, extra load only lengthens the queue; the batch the GPU runs each step no longer grows, "
             "so the per-step cost is not spread over more tokens.")
 

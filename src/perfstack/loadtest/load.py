@@ -16,7 +16,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional
 
 import aiohttp
 
@@ -104,6 +104,50 @@ class _Monitor:
                           cpu_wait_fraction=max(0.0, _cpu_wait_s() - self.wait0) / wall)
 
 
+async def _open_loop(one: Callable[[int, workload.Prompt], Awaitable[None]], ready: Iterator[workload.Prompt],
+                     at_s: Iterable[float], t_level: float, stop: asyncio.Event,
+                     max_concurrency: Optional[int]) -> None:
+    """Rate mode: request i sent at t_level + its arrival time, whether or not earlier ones finished (at
+    most ``max_concurrency`` in flight when set); waits for all, and cancels what is left on the way out."""
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    tasks: list[asyncio.Future] = []
+    try:
+        for i, at in enumerate(at_s):
+            delay = t_level + at - time.perf_counter()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+            if stop.is_set():
+                break
+            p = next(ready)
+            if sem is not None:
+                await sem.acquire()
+            task = asyncio.ensure_future(one(i, p))
+            if sem is not None:
+                task.add_done_callback(lambda _t: sem.release())
+            tasks.append(task)
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _until_done_or_stopped(main: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for ``main``; when ``stop`` is set first, cancel it. True when it was cut short."""
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((main, stopper), return_when=asyncio.FIRST_COMPLETED)
+    interrupted = not main.done()
+    if interrupted:
+        main.cancel()
+        await asyncio.gather(main, return_exceptions=True)
+    stopper.cancel()
+    return interrupted
+
+
 async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],
                     mode: str, load: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
                     burstiness: float = 1.0, max_concurrency: Optional[int] = None,
@@ -134,53 +178,18 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
                 return
             await one(i, next(ready))
 
-    async def dispatcher() -> None:
-        sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        tasks: list[asyncio.Future] = []
-        try:
-            await _dispatch(tasks, sem)
-            if tasks:
-                await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _dispatch(tasks: list[asyncio.Future], sem: Optional[asyncio.Semaphore]) -> None:
-        for i, at in enumerate(arrivals(load, total, burstiness, seed)):
-            delay = t_level + at - time.perf_counter()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-            if stop.is_set():
-                break
-            p = next(ready)
-            if sem is not None:
-                await sem.acquire()
-            t = asyncio.ensure_future(one(i, p))
-            if sem is not None:
-                t.add_done_callback(lambda _t: sem.release())
-            tasks.append(t)
-
     # The cyclic garbage collector stops the loop for tens of ms once thousands of records exist; during a
     # level that pause would land in someone's ITL, so it waits for the level's end.
     gc_on = gc.isenabled()
     gc.disable()
     try:
-        main: asyncio.Future[list[None]] | asyncio.Task[None]  # the workers' gather, or the dispatcher
+        main: asyncio.Future[Any]  # the workers' gather, or the open-loop dispatcher
         if mode == "concurrency":
             main = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(int(load)))))
         else:
-            main = asyncio.ensure_future(dispatcher())
-        stopper = asyncio.ensure_future(stop.wait())
-        await asyncio.wait((main, stopper), return_when=asyncio.FIRST_COMPLETED)
-        interrupted = not main.done()
-        if interrupted:
-            main.cancel()
-            await asyncio.gather(main, return_exceptions=True)
-        stopper.cancel()
+            main = asyncio.ensure_future(_open_loop(one, ready, arrivals(load, total, burstiness, seed), t_level,
+                                                    stop, max_concurrency))
+        interrupted = await _until_done_or_stopped(main, stop)
     finally:
         if gc_on:
             gc.enable()

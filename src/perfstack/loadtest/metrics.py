@@ -67,12 +67,18 @@ def summarize(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary
         t1 = max(r.start_s + (r.e2e_ms or 0.0) / 1e3 for r in measured)
     else:
         t0 = t1 = 0.0
+    s = Summary(duration_s=t1 - t0, completed=len(ok), failed=len(measured) - len(ok), errors=errors)
+    if measured:
+        _figures(s, measured, ok, t0, t1, slo)
+    return s
+
+
+def _figures(s: Summary, measured: list[Request], ok: list[Request], t0: float, t1: float,
+             slo: Optional[Slo]) -> None:
+    """Rates, distributions, means and goodput of a level with measured requests, into ``s``."""
     duration = max(t1 - t0, 1e-9)
     out_tokens = sum(r.output_tokens for r in ok)
     in_counts = [r.input_tokens for r in ok if r.input_tokens is not None]
-    s = Summary(duration_s=t1 - t0, completed=len(ok), failed=len(measured) - len(ok), errors=errors)
-    if not measured:
-        return s
     s.request_throughput = len(ok) / duration
     s.output_throughput = out_tokens / duration
     s.total_throughput = (out_tokens + sum(in_counts)) / duration
@@ -87,7 +93,6 @@ def summarize(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary
         n_good = sum(good(r, slo) for r in measured)
         s.goodput = n_good / duration
         s.slo_attainment = n_good / len(measured)
-    return s
 
 
 def meets(s: Summary, slo: Slo) -> bool:

@@ -59,6 +59,13 @@ def _n(plan: Plan, mode: str, load: float) -> int:
     return max(plan.requests, 3 * int(load)) if mode == "concurrency" else plan.requests
 
 
+def _note_crowded_cpus(procs: int, notes: list[str]) -> None:
+    cpus = _usable_cpus()
+    if procs > 1 and procs >= cpus and not any("client processes on" in n for n in notes):
+        notes.append(f"{procs} client processes on {cpus} usable CPUs: they wait for each other's CPUs (and "
+                     "any server's on this host), and that wait reads as ITL; see the client's CPU wait")
+
+
 async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: asyncio.Event) -> LoadTest:
     addr = server.address(plan.url)
     hdrs = server.headers(plan.api_key_env)
@@ -96,10 +103,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
                 "all at once" if math.isinf(load) else f"{load:g} req/s")
             progress(f"level {i + 1}: {label}, {_n(plan, plan.mode, load)} requests…")
             procs = _procs(plan, plan.mode, load)
-            cpus = _usable_cpus()
-            if procs > 1 and procs >= cpus and not any("client processes on" in n for n in notes):
-                notes.append(f"{procs} client processes on {cpus} usable CPUs: they wait for each other's CPUs (and "
-                             "any server's on this host), and that wait reads as ITL; see the client's CPU wait")
+            _note_crowded_cpus(procs, notes)
             lv = await run_level(session, target, prompts, plan.mode, load, _n(plan, plan.mode, load),
                                  _warmup(plan, plan.mode, load), stop, seed=plan.seed + i, burstiness=plan.burstiness,
                                  max_concurrency=plan.max_concurrency, slo=plan.slo, procs=procs)

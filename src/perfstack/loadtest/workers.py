@@ -101,13 +101,7 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
     if procs <= 1 or max_concurrency or (mode == "rate" and burstiness != 1.0):
         return await load.run_level(session, target, prompts, mode, load_, n, warmup, stop, seed=seed,
                                     burstiness=burstiness, max_concurrency=max_concurrency, slo=slo)
-    if mode == "concurrency":
-        procs = min(procs, int(load_))
-        loads = [float(x) for x in split(int(load_), procs)]
-    else:
-        loads = [load_ / procs] * procs
-    warm = split(warmup, procs) if mode == "rate" else [int(x) for x in loads]
-    ns = split(n, procs)
+    procs, loads, warm, ns = _shares(mode, load_, n, warmup, procs)
     flat = [next(prompts) for _ in range(n + warmup)]
     ctx = multiprocessing.get_context("spawn")
     flag, start = ctx.Event(), ctx.Barrier(procs)
@@ -129,14 +123,35 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
         parts = [msgspec.msgpack.decode(b, type=Level) for b in await gathered]
         waiter.cancel()
     records = [r for p in parts for r in p.requests]
-    clients = [p.client for p in parts if p.client is not None]
-    chunks = sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in records)
-    cpu_us = sum(c.cpu_us_per_chunk * sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in p.requests)
-                 for p, c in zip(parts, clients))
-    client = ClientLoad(cpu_fraction=max(c.cpu_fraction for c in clients),
-                        loop_lag_p99_ms=max(c.loop_lag_p99_ms for c in clients),
-                        loop_lag_max_ms=max(c.loop_lag_max_ms for c in clients),
-                        cpu_us_per_chunk=cpu_us / max(chunks, 1), processes=procs,
-                        cpu_wait_fraction=max(c.cpu_wait_fraction for c in clients)) if clients else None
     return Level(mode=mode, load=load_, requests=records, summary=metrics.summarize(records, slo),
-                 server=parts[0].server, client=client, interrupted=any(p.interrupted for p in parts))
+                 server=parts[0].server, client=_client_load(parts, procs),
+                 interrupted=any(p.interrupted for p in parts))
+
+
+def _shares(mode: str, load_: float, n: int, warmup: int, procs: int) -> tuple[int, list[float], list[int], list[int]]:
+    """Each process's part of a level: (processes, load, warm-up requests, measured requests) — streams
+    split as evenly as whole numbers allow (never more processes than streams), a rate split equally."""
+    if mode == "concurrency":
+        procs = min(procs, int(load_))
+        loads = [float(x) for x in split(int(load_), procs)]
+    else:
+        loads = [load_ / procs] * procs
+    warm = split(warmup, procs) if mode == "rate" else [int(x) for x in loads]
+    return procs, loads, warm, split(n, procs)
+
+
+def _client_load(parts: list[Level], procs: int) -> ClientLoad | None:
+    """The client processes' own load as one: the worst process's CPU, loop lag and CPU wait, and the CPU
+    per chunk over all of them."""
+    clients = [p.client for p in parts if p.client is not None]
+    if not clients:
+        return None
+
+    def chunks(p: Level) -> int:
+        return sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in p.requests)
+    cpu_us = sum(c.cpu_us_per_chunk * chunks(p) for p, c in zip(parts, clients))
+    return ClientLoad(cpu_fraction=max(c.cpu_fraction for c in clients),
+                      loop_lag_p99_ms=max(c.loop_lag_p99_ms for c in clients),
+                      loop_lag_max_ms=max(c.loop_lag_max_ms for c in clients),
+                      cpu_us_per_chunk=cpu_us / max(sum(map(chunks, parts)), 1), processes=procs,
+                      cpu_wait_fraction=max(c.cpu_wait_fraction for c in clients))

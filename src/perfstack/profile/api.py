@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from perfstack.errors import UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, StepClock, export, quiet_profiler
-from perfstack.profile.capture import unprofiled_note
+from perfstack.profile.capture import check_plan, unprofiled_note
 from perfstack.profile.sampler import INTERVAL_S, TelemetrySampler
 
 
@@ -52,12 +52,7 @@ class Profile:
                  sample: Callable[[int], dict[str, Any]] | None = None, interval: float = INTERVAL_S,
                  write_run: bool = True, unprofiled_steps: int = TIMED_STEPS,
                  unprofiled_budget_s: float = TIMED_BUDGET_S) -> None:
-        if steps < 1:
-            raise UsageError(f"steps must be at least 1, got {steps}")
-        if skip_first is not None and skip_first < 0:
-            raise UsageError(f"skip_first must be 0 or more, got {skip_first}")
-        if unprofiled_steps < 0:
-            raise UsageError(f"unprofiled_steps must be 0 or more, got {unprofiled_steps}")
+        check_plan(steps, skip_first, unprofiled_steps, names=("steps", "skip_first", "unprofiled_steps"))
         self.steps, self.skip_first = steps, skip_first
         self.out_dir = Path(out_dir)
         self.name = name

@@ -273,7 +273,7 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     called from this thread as soon as the trace files exist (the script may still be running).
     """
     target = parse_argv(argv)
-    _check_plan(steps, skip_first, timed_steps, window)
+    check_plan(steps, skip_first, timed_steps, window)
     out_dir = _output_dir(Path(out_dir))
     fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
     os.close(fd)
@@ -309,13 +309,16 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     raise _no_trace_error(result, status, target, steps, skip_first, window, timed_steps)
 
 
-def _check_plan(steps: int, skip_first: int | None, timed_steps: int, window: int | None) -> None:
+def check_plan(steps: int, skip_first: int | None, timed_steps: int, window: int | None = None,
+               names: tuple[str, str, str] = ("--steps", "--skip-first", "timed_steps")) -> None:
+    """The counts of a capture, checked before anything starts; ``names`` spells them as the caller's
+    user wrote them (the command's flags, or the Python API's parameters)."""
     if steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {steps}")
+        raise UsageError(f"{names[0]} must be at least 1, got {steps}")
     if skip_first is not None and skip_first < 0:
-        raise UsageError(f"--skip-first must be 0 or more, got {skip_first}")
+        raise UsageError(f"{names[1]} must be 0 or more, got {skip_first}")
     if timed_steps < 0:
-        raise UsageError(f"timed_steps must be 0 or more, got {timed_steps}")
+        raise UsageError(f"{names[2]} must be 0 or more, got {timed_steps}")
     if window is not None and window <= 0:
         raise UsageError(f"--window must be a positive number of seconds, got {window}")
 
