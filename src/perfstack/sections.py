@@ -90,6 +90,10 @@ ALLOCATOR = obj({"calls_per_step": NUM})
 COMM = obj(_numbers("ms_per_step", "overlap_pct"))
 MFU = obj({"value": NUM, "peak_tflops": NUM_, "dtype": TEXT_, "source": TEXT}, ("value",), nullable=True)
 STRAGGLER = obj({"rank": INT, "cause": TEXT, "excess_ms": NUM}, ("rank", "excess_ms", "cause"), nullable=True)
+OP = obj({"op": TEXT, "category": TEXT, "dtype": TEXT_,
+          **_numbers("time_ms_per_step", "tflops", "gbps", "pct_of_peak", "pct_of_hbm")})
+TOP_KERNEL = obj({"name": TEXT, "category": TEXT, "count": INT, "time_ms_per_step": NUM})
+OVERHEAD = obj({"method": TEXT, "note": TEXT, **_numbers("profiled_step_ms", "cpu_inflation", "step_ms")})
 
 PROFILE = obj({
     "device_name": TEXT_, "notes": list_of(TEXT), "warnings": list_of(TEXT),
@@ -99,15 +103,14 @@ PROFILE = obj({
     "idle_gaps": list_of(IDLE_GAP),
     "kernel_classes": list_of(obj({"name": TEXT, "class": TEXT,
                                    **_numbers("time_ms", "flops", "bytes", "intensity", "tflops")})),
-    "ops": list_of(obj({"op": TEXT, "category": TEXT, "dtype": TEXT_,
-                        **_numbers("time_ms_per_step", "tflops", "gbps", "pct_of_peak", "pct_of_hbm")})),
-    "top_kernels": list_of(obj({"name": TEXT, "category": TEXT, "count": INT, "time_ms_per_step": NUM})),
+    "ops": list_of(OP),
+    "top_kernels": list_of(TOP_KERNEL),
     "launch": LAUNCH,
     "sync": SYNC,
     "allocator": ALLOCATOR,
     "comm": COMM,
     "mfu": MFU,
-    "overhead": obj({"method": TEXT, "note": TEXT, **_numbers("profiled_step_ms", "cpu_inflation", "step_ms")}),
+    "overhead": OVERHEAD,
     "timeline": TIMELINE,
     "ranks": list_of(obj({})),
     "straggler": STRAGGLER,

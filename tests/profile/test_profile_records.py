@@ -19,6 +19,7 @@ PIECES = {
     "steps": (records.Step, True), "idle_gaps": (records.IdleGap, True), "timeline": (records.Timeline, False),
     "launch": (records.Launch, False), "sync": (records.Sync, False), "allocator": (records.Allocator, False),
     "comm": (records.Comm, False), "mfu": (records.Mfu, False), "straggler": (records.Straggler, False),
+    "overhead": (records.Overhead, False), "ops": (records.OpRow, True), "top_kernels": (records.TopKernel, True),
 }
 
 
@@ -37,7 +38,7 @@ def test_every_piece_reads_back_to_the_same_json_in_the_same_order(profile):
             r = rec.from_dict(d, f"profile.{key}[{i}]")
             assert json.dumps(r.to_dict()) == json.dumps(d), key
             seen += 1
-    assert seen >= 7
+    assert seen >= 10
 
 
 def test_the_steps_are_typed(profile):
@@ -52,7 +53,7 @@ def test_the_section_is_read_through_one_loader_with_every_piece_typed(profile):
         value = getattr(s, key)
         if profile.get(key) is not None:
             assert all(isinstance(v, rec) for v in (value if many else [value])), key
-    assert s.device_name == profile["device_name"] and s.ops == profile["ops"]
+    assert s.device_name == profile["device_name"] and [o.to_dict() for o in s.ops] == profile["ops"]
     assert s.whatif == profile["whatif"] and s.extra["memcpy"] == profile["memcpy"]  # without a field: kept as it is
     assert s.step_time(s.breakdown()) == pytest.approx(profile["step_ms"])
 
@@ -87,3 +88,35 @@ def test_absent_fields_take_their_defaults_and_unknown_ones_are_kept():
     launch = records.Launch.from_dict({"launch_to_start_us": {"median": 4.0, "from": "launch return"}}, "l")
     assert launch.launch_to_start_us.median == 4.0 and launch.launch_to_start_us.origin == "launch return"
     assert launch.to_dict()["launch_to_start_us"]["from"] == "launch return"
+
+
+def test_the_overhead_the_operators_and_the_top_kernels_are_typed(profile):
+    s = records.load(profile)
+    o = s.overhead
+    assert o.method in ("measured", "estimated", "none") and o.step_ms == profile["overhead"]["step_ms"]
+    assert o.cpu_scale == profile["overhead"]["cpu_scale"] and o.note
+    top = s.ops[0]
+    assert top.op == profile["ops"][0]["op"] and top.time_ms_per_step == profile["ops"][0]["time_ms_per_step"]
+    assert s.top_kernels[0].count == profile["top_kernels"][0]["count"] > 0
+
+
+def test_an_overhead_without_a_replay_model_reads_back_without_the_model_figures():
+    d = {"profiled_step_ms": 5.0, "events_per_step": 120.0, "method": "none", "cpu_scale": 1.0, "step_ms": 5.0,
+         "note": "no replay model for this trace"}
+    o = records.Overhead.from_dict(d, "profile.overhead")
+    assert o.model_step_ms is None and o.cpu_inflation is None and o.to_dict() == d
+    op = records.OpRow.from_dict({"op": "aten::mm", "category": "gemm", "tflops": None}, "profile.ops[0]")
+    assert "bound" not in op.to_dict() and op.dtype is None
+
+
+def test_a_value_of_the_wrong_kind_in_an_unchecked_field_takes_its_default():
+    o = records.Overhead.from_dict({"method": "estimated", "cpu_scale": "fast", "events_per_step": [1]}, "o")
+    assert (o.method, o.cpu_scale, o.events_per_step) == ("estimated", 1.0, 0.0)
+    row = records.OpRow.from_dict({"op": "aten::add", "flops_per_step": {"x": 1}, "bound": 3}, "profile.ops[0]")
+    assert (row.op, row.flops_per_step, row.bound) == ("aten::add", 0.0, None)
+    k = records.TopKernel.from_dict({"name": "k", "count": 2, "origin": "kept"}, "profile.top_kernels[0]")
+    assert (k.name, k.count, k.time_ms_per_step, k.extra) == ("k", 2, 0.0, {"origin": "kept"})
+    s = records.load({"overhead": {"step_ms": 4.0, "cpu_scale": None}, "ops": [{"calls_per_step": "2"}]})
+    assert s.overhead.cpu_scale == 1.0 and s.ops[0].calls_per_step == 0.0 and s.ops[0].op == ""
+    with pytest.raises(InputError, match=r"profile.overhead.method must be a string"):
+        records.load({"overhead": {"method": 3}})

@@ -6,7 +6,8 @@ held (field order, names and values), so Runs saved before load unchanged and th
 checked by the same checks ``Run.from_dict`` applies to the whole section (``sections.py``, the one
 validation path: a wrong type is exit 2 naming the field), a field that is absent takes its default,
 and fields this version does not know are kept in ``extra`` and written back, so a round trip is
-lossless.
+lossless. A field the check does not cover that holds a value of the wrong kind (a string where a number
+belongs, a list where an object does) takes its default, so no reader meets a type it did not ask for.
 
 Times are milliseconds per step unless the name says otherwise (``_us``: microseconds). Annotations use
 ``Optional`` rather than ``X | None``: ``from_dict`` reads them at run time, on every supported Python.
@@ -32,11 +33,12 @@ class Record:
 
     CHECK: ClassVar[sections.Check] = sections.obj({})
     KEYS: ClassVar[dict[str, str]] = {}
+    WHEN_SET: ClassVar[frozenset[str]] = frozenset()  # fields written only when not None (absent keys stay absent)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name == "extra":
+            if f.name == "extra" or (f.name in self.WHEN_SET and getattr(self, f.name) is None):
                 continue
             out[self.KEYS.get(f.name, f.name)] = _plain(getattr(self, f.name))
         out.update(getattr(self, "extra", {}))
@@ -49,7 +51,7 @@ class Record:
         names = {cls.KEYS.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}
         args: dict[str, Any] = {}
         for key, name in names.items():
-            if key in d:
+            if key in d and _fits(hints[name], d[key]):
                 args[name] = _typed(hints[name], d[key], f"{where}.{key}")
         extra = {k: v for k, v in d.items() if k not in names}
         if "extra" in {f.name for f in dataclasses.fields(cls)}:
@@ -77,6 +79,25 @@ def _typed(hint: Any, v: Any, where: str) -> Any:
         if recs:
             return recs[0].from_dict(v, where)
     return v
+
+
+def _fits(hint: Any, v: Any) -> bool:
+    """Whether ``v`` is of the kind the annotation ``hint`` names (a JSON number for int and float, an
+    object for a record or a dict, ...); a field given a value that is not takes its default."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        return any(_fits(a, v) for a in args)
+    if hint is type(None):
+        return v is None
+    if hint in (int, float):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if hint is str:
+        return isinstance(v, str)
+    if origin is dict or _is_record(hint):
+        return isinstance(v, dict)
+    if origin is list:
+        return isinstance(v, list)
+    return True  # Any, Mapping[str, Any]: as the JSON holds it
 
 
 def _is_record(hint: Any) -> bool:
@@ -284,6 +305,69 @@ class Straggler(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Overhead(Record):
+    """How much of the profiled step is the profiler (``summary.overhead``), and the CPU scale that
+    removes it. ``method`` says where the step without the profiler comes from: "measured" (capture mode,
+    --step-ms), "estimated" (the calibrated cost per recorded event) or "none" (no replay model: the
+    figures are of the profiled step). The replay model's figures exist only where there is a model."""
+
+    CHECK = sections.OVERHEAD
+    WHEN_SET = frozenset({"model_step_ms", "model_fit", "cpu_inflation", "model_unprofiled_ms"})
+
+    profiled_step_ms: Optional[float] = None
+    events_per_step: float = 0.0  # recorded CPU events per step
+    model_step_ms: Optional[float] = None  # the profiled trace, replayed
+    model_fit: Optional[float] = None  # model_step_ms / profiled_step_ms
+    method: str = ""
+    note: str = ""
+    cpu_scale: float = 1.0  # CPU time without the profiler / CPU time profiled
+    cpu_inflation: Optional[float] = None  # 1 / cpu_scale
+    step_ms: Optional[float] = None  # the step without the profiler
+    model_unprofiled_ms: Optional[float] = None  # the trace replayed at cpu_scale
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OpRow(Record):
+    """One row of ``profile.ops``: an operator's kernels of one category and dtype, per step, with what
+    they achieved and their share of the SKU's peaks (``efficiency.against_peaks``)."""
+
+    CHECK = sections.OP
+    WHEN_SET = frozenset({"bound"})
+
+    op: str = ""  # the launching operator, "(no operator)" where none is known
+    category: str = ""
+    dtype: Optional[str] = None
+    calls_per_step: float = 0.0
+    kernels_per_step: float = 0.0
+    time_ms_per_step: float = 0.0
+    flops_per_step: float = 0.0
+    bytes_per_step: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    pct_of_peak: Optional[float] = None
+    pct_of_hbm: Optional[float] = None
+    bound: Optional[str] = None  # "compute" | "memory", where the intensity says
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TopKernel(Record):
+    """One row of ``profile.top_kernels``: a kernel name's launches and GPU time per step."""
+
+    CHECK = sections.TOP_KERNEL
+
+    name: str = ""  # shortened (classify.short_name)
+    category: str = ""
+    count: int = 0  # launches over the profiled steps
+    time_ms_per_step: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The three records above are how readers see those pieces; summary.py and efficiency.py still build
+# them as JSON objects (to_dict writes the same keys, in the order they write them).
+
 # -- the whole section, as its readers see it -----------------------------------------------------
 
 @dataclass
@@ -306,14 +390,14 @@ class Section(Record):
     phases_ms: dict[str, float] = field(default_factory=dict)
     idle_gaps: list[IdleGap] = field(default_factory=list)
     kernel_classes: list[Any] = field(default_factory=list)  # JSON objects: name, class, time_ms, flops, ...
-    ops: list[Any] = field(default_factory=list)  # JSON objects: op, category, dtype, time_ms_per_step, ...
-    top_kernels: list[Any] = field(default_factory=list)  # JSON objects: name, category, count, time_ms_per_step
+    ops: list[OpRow] = field(default_factory=list)
+    top_kernels: list[TopKernel] = field(default_factory=list)
     launch: Optional[Launch] = None
     sync: Optional[Sync] = None
     allocator: Optional[Allocator] = None
     comm: Optional[Comm] = None
     mfu: Optional[Mfu] = None
-    overhead: Optional[Mapping[str, Any]] = None  # method, note, profiled_step_ms, cpu_inflation, step_ms
+    overhead: Optional[Overhead] = None
     timeline: Optional[Timeline] = None
     ranks: list[Any] = field(default_factory=list)  # one JSON object per rank of a multi-rank trace set
     straggler: Optional[Straggler] = None
@@ -355,9 +439,9 @@ class Section(Record):
 
     def unprofiled_step_ms(self) -> float | None:
         """The step time measured without the profiler (capture mode, --step-ms), or None."""
-        o = self.overhead or {}
-        if o.get("method") == "measured" and o.get("step_ms") is not None:
-            return float(o["step_ms"])
+        o = self.overhead
+        if o is not None and o.method == "measured" and o.step_ms is not None:
+            return float(o.step_ms)
         return None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from perfstack.model import Finding, Severity
-from perfstack.profile.records import Allocator, Comm, Launch, Section, Sync, Timeline, load
+from perfstack.profile.records import Allocator, Comm, Launch, Overhead, Section, Sync, Timeline, load
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
@@ -39,7 +39,7 @@ def _w(p: Section, fid: str) -> tuple[float, float]:
 
 def _step(p: Section) -> float:
     """The step without the profiler where it was measured or estimated, else the profiled one."""
-    return (p.overhead or {}).get("step_ms") or _profiled(p)
+    return (p.overhead.step_ms if p.overhead else None) or _profiled(p)
 
 
 def _profiled(p: Section) -> float:
@@ -86,9 +86,9 @@ def launch_bound(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "launch-bound")
     if L.kernels_per_step < 50 or L.graph_launches_per_step >= 1 or pct < 5:
         return None
-    t, o = p.timeline or Timeline(), p.overhead or {}
+    t, o = p.timeline or Timeline(), p.overhead or Overhead()
     return PHit(f"{L.kernels_per_step:.0f} kernels per step, median {L.median_kernel_us} µs; the CPU takes "
-                f"{t.cpu_step_ms:.2f} ms per step profiled (≈ {t.cpu_step_ms * o['cpu_scale']:.2f} ms without "
+                f"{t.cpu_step_ms:.2f} ms per step profiled (≈ {t.cpu_step_ms * o.cpu_scale:.2f} ms without "
                 f"the profiler) against {p.busy_ms:.2f} ms of GPU work; idle while the CPU dispatched: "
                 f"{p.idle_by_reason_ms.get('cpu dispatch', 0.0):.2f} ms per step (profiled)", ms,
                 claims={"cpu dispatch": p.idle_by_reason_ms.get("cpu dispatch", 0.0)})
@@ -364,7 +364,7 @@ def gpu_idle(p: Section, ctx: Context) -> PHit | None:
     step = _step(p)
     if not step or not p.busy_ms:
         return None
-    scale = (p.overhead or {}).get("cpu_scale", 1.0)
+    scale = (p.overhead or Overhead()).cpu_scale
     rest = 0.0
     for reason, ms in p.idle_by_reason_ms.items():
         if reason in ctx.claimed:
@@ -468,12 +468,12 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
     sev = hit.severity or severity_for(rec, step)
     evidence = hit.evidence
     w = p.whatif.get(c.id)
-    o = p.overhead or {}
-    if w and o.get("method") in ("measured", "estimated") and not hit.severity:
+    o = p.overhead or Overhead()
+    if w and o.method in ("measured", "estimated") and not hit.severity:
         sev_prof = severity_for(w["ms_profiled"], _profiled(p))
         if sev_prof != sev:
             evidence += (f" — the verdict depends on the profiler-overhead correction: {w['pct_profiled']:.0f}% of the "
-                         f"profiled step, {w['pct']:.0f}% of the step without the profiler ({o['method']})")
+                         f"profiled step, {w['pct']:.0f}% of the step without the profiler ({o.method})")
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)

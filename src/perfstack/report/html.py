@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 from perfstack import __version__, outfile
 from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.model import Finding, Measurement, Run
+from perfstack.profile.records import OpRow
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
 from perfstack.report.inert import html_text as escape
@@ -157,11 +158,11 @@ def _roofline(r: RooflineView) -> str:
     return f"<h2>Roofline: {e(r.gpu)}</h2>{svg}{note}{table}"
 
 
-def _pct_of(o: dict) -> str:
-    if o.get("pct_of_peak") is not None:
-        return f"{o['pct_of_peak']:.0f}% FLOP/s"
-    if o.get("pct_of_hbm") is not None:
-        return f"{o['pct_of_hbm']:.0f}% HBM"
+def _pct_of(o: OpRow) -> str:
+    if o.pct_of_peak is not None:
+        return f"{o.pct_of_peak:.0f}% FLOP/s"
+    if o.pct_of_hbm is not None:
+        return f"{o.pct_of_hbm:.0f}% HBM"
     return ""
 
 
@@ -201,9 +202,8 @@ def _profile_gaps(p: ProfileView) -> str:
 
 
 def _profile_ops(p: ProfileView) -> str:
-    rows = [(f'<code>{e(o.get("op"))}</code>', e(o.get("category")), e(o.get("dtype") or ""),
-             e(num(o.get("time_ms_per_step"))), e(num(o.get("tflops"))), e(num(o.get("gbps"))),
-             e(_pct_of(o))) for o in p.ops]
+    rows = [(f'<code>{e(o.op)}</code>', e(o.category), e(o.dtype or ""), e(num(o.time_ms_per_step)), e(num(o.tflops)),
+             e(num(o.gbps)), e(_pct_of(o))) for o in p.ops]
     return "<h3>Operators by GPU time</h3>" + _table(
         ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows, num_cols=(3, 4, 5, 6))
 

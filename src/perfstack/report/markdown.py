@@ -140,8 +140,8 @@ def profile_md(p: ProfileView) -> str:
     if p.ops:
         out.append("### Operators by GPU time\n\n" + table(
             ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s"),
-            ((o.get("op"), o.get("category"), o.get("dtype") or "", num(o.get("time_ms_per_step")), num(o.get("tflops")),
-              num(o.get("gbps"))) for o in p.ops), right=(3, 4, 5)))
+            ((o.op, o.category, o.dtype or "", num(o.time_ms_per_step), num(o.tflops), num(o.gbps)) for o in p.ops),
+            right=(3, 4, 5)))
     if p.kernels:
         out.append("### Kernel classes\n\n" + table(
             ("class", "time (ms)", "FLOP/byte", "TFLOP/s"),

@@ -76,9 +76,8 @@ def _lines(pv: ProfileView, console: Console, verbose: bool) -> None:
     p = pv.section
     if pv.timing:
         console.print(Text(" · ".join(f"{k} {v}" for k, v in pv.timing)))
-    o = p.overhead or {}
-    if o.get("note") and verbose:
-        console.print(Text(f"profiler overhead: {o['note']}", style="dim"))
+    if p.overhead is not None and p.overhead.note and verbose:
+        console.print(Text(f"profiler overhead: {p.overhead.note}", style="dim"))
     if p.phases_ms:
         console.print(Text("GPU time by phase (ms/step): " + ", ".join(f"{k} {v:.2f}" for k, v in p.phases_ms.items())))
     if p.idle_by_reason_ms:
@@ -104,15 +103,15 @@ def _ops(p: Section, console: Console, verbose: bool) -> None:
     ot = Table("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", box=None, pad_edge=False,
                title="operators by GPU time", title_justify="left")
     for r in p.ops[:15 if verbose else 8]:
-        ot.add_row(Text(str(r["op"])[:50]), Text(str(r["category"])), Text(str(r.get("dtype") or "")), f"{r['time_ms_per_step']:.3f}",
-                   _n(r.get("tflops")), _n(r.get("gbps")))
+        ot.add_row(Text(r.op[:50]), Text(r.category), Text(r.dtype or ""), f"{r.time_ms_per_step:.3f}",
+                   _n(r.tflops), _n(r.gbps))
     console.print(ot)
 
 
 def _kernels(p: Section, console: Console) -> None:
     k = Table("kernel", "cat", "count", "ms/step", box=None, pad_edge=False, title="top kernels", title_justify="left")
     for r in p.top_kernels[:10]:
-        k.add_row(Text(r["name"][:70]), Text(str(r["category"])), str(r["count"]), f"{r['time_ms_per_step']:.3f}")
+        k.add_row(Text(r.name[:70]), Text(r.category), str(r.count), f"{r.time_ms_per_step:.3f}")
     console.print(k)
 
 

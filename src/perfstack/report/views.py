@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
-from perfstack.profile.records import Section, load
+from perfstack.profile.records import OpRow, Section, load
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
 
@@ -89,7 +89,7 @@ class ProfileView:
     ranked: list[Finding]  # findings with recoverable time, largest first
     kernels: list[dict[str, Any]]
     timing: list[tuple[str, str]] = field(default_factory=list)  # (label, value): profiled vs unprofiled, bound
-    ops: list[dict[str, Any]] = field(default_factory=list)  # operators by GPU time, with efficiency
+    ops: list[OpRow] = field(default_factory=list)  # operators by GPU time, with efficiency
     section: Section = field(default_factory=Section)  # the profile section, typed (empty when the Run has none)
     warnings: list[str] = field(default_factory=list)  # what reading the traces warned of
 
@@ -331,7 +331,7 @@ def profile_view(run: Run, profile: Section | None) -> ProfileView | None:
         cats += [c for c, _ in segs if c not in cats]
     gaps = sorted((g.to_dict() for g in p.idle_gaps), key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
     return ProfileView(categories=cats, steps=steps, step_ms=p.step_time(mean), gaps=gaps, ranked=ranked,
-                       kernels=profile_kernels(p), timing=profile_timing(p), ops=[dict(o) for o in p.ops[:15]],
+                       kernels=profile_kernels(p), timing=profile_timing(p), ops=p.ops[:15],
                        section=p, warnings=[str(w) for w in run.meta.get("warnings", [])])
 
 
@@ -354,11 +354,11 @@ def profile_timing(p: Section) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     o, t = p.overhead, p.timeline
     if o is not None:
-        out.append(("profiled step", _fmt(o.get("profiled_step_ms"), " ms")))
-        how = {"measured": "measured", "estimated": "estimated"}.get(str(o.get("method")), "")
+        out.append(("profiled step", _fmt(o.profiled_step_ms, " ms")))
+        how = {"measured": "measured", "estimated": "estimated"}.get(o.method, "")
         if how:
-            out.append((f"without the profiler ({how})", _fmt(o.get("step_ms"), " ms")))
-            out.append(("profiler CPU inflation", _fmt(o.get("cpu_inflation"), "×")))
+            out.append((f"without the profiler ({how})", _fmt(o.step_ms, " ms")))
+            out.append(("profiler CPU inflation", _fmt(o.cpu_inflation, "×")))
     if t is not None:
         out.append(("bound by", {"gpu": "GPU", "cpu": "CPU", "syncs": "host syncs (CPU and GPU take turns)"}
                      .get(str(t.bound), str(t.bound))))
