@@ -92,6 +92,7 @@ MFU = obj({"value": NUM, "peak_tflops": NUM_, "dtype": TEXT_, "source": TEXT}, (
 STRAGGLER = obj({"rank": INT, "cause": TEXT, "excess_ms": NUM}, ("rank", "excess_ms", "cause"), nullable=True)
 OP = obj({"op": TEXT, "category": TEXT, "dtype": TEXT_,
           **_numbers("time_ms_per_step", "tflops", "gbps", "pct_of_peak", "pct_of_hbm")})
+KERNEL_CLASS = obj({"name": TEXT, "class": TEXT, **_numbers("time_ms", "flops", "bytes", "intensity", "tflops")})
 TOP_KERNEL = obj({"name": TEXT, "category": TEXT, "count": INT, "time_ms_per_step": NUM})
 OVERHEAD = obj({"method": TEXT, "note": TEXT, **_numbers("profiled_step_ms", "cpu_inflation", "step_ms")})
 
@@ -101,8 +102,7 @@ PROFILE = obj({
     "steps": list_of(STEP),
     "breakdown_ms": MS, "idle_by_reason_ms": MS, "phases_ms": MS,
     "idle_gaps": list_of(IDLE_GAP),
-    "kernel_classes": list_of(obj({"name": TEXT, "class": TEXT,
-                                   **_numbers("time_ms", "flops", "bytes", "intensity", "tflops")})),
+    "kernel_classes": list_of(KERNEL_CLASS),
     "ops": list_of(OP),
     "top_kernels": list_of(TOP_KERNEL),
     "launch": LAUNCH,

@@ -120,3 +120,19 @@ def test_a_value_of_the_wrong_kind_in_an_unchecked_field_takes_its_default():
     assert s.overhead.cpu_scale == 1.0 and s.ops[0].calls_per_step == 0.0 and s.ops[0].op == ""
     with pytest.raises(InputError, match=r"profile.overhead.method must be a string"):
         records.load({"overhead": {"method": 3}})
+
+
+def test_the_kernel_classes_are_typed_and_read_back_to_the_same_json(profile):
+    classes = records.load(profile).kernel_classes
+    assert classes and all(isinstance(k, records.KernelClass) for k in classes)
+    assert [k.name for k in classes] == [d["name"] for d in profile["kernel_classes"]]
+    for k, d in zip(classes, profile["kernel_classes"]):
+        assert {**d, **k.to_dict()} == d  # only a None the JSON writes may be left out
+
+
+def test_a_kernel_class_named_by_its_class_keeps_that_key():
+    k = records.KernelClass.from_dict({"class": "gemm", "time_ms": 2.0, "gbps": "many"}, "profile.kernel_classes[0]")
+    assert (k.name, k.kclass, k.time_ms, k.gbps) == (None, "gemm", 2.0, None)
+    assert k.to_dict() == {"class": "gemm", "time_ms": 2.0, "flops": None, "bytes": None, "tflops": None}
+    with pytest.raises(InputError, match=r"profile.kernel_classes\[0\].bytes must be a number or null"):
+        records.load({"kernel_classes": [{"name": "gemm", "bytes": "many"}]})

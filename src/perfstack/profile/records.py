@@ -365,7 +365,28 @@ class TopKernel(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# The three records above are how readers see those pieces; summary.py and efficiency.py still build
+@dataclass
+class KernelClass(Record):
+    """One row of ``profile.kernel_classes`` (the roofline's points): a GEMM class (category, dtype, Tensor
+    Cores) or a category of the other kernels, with its time, FLOPs and bytes per step."""
+
+    CHECK = sections.KERNEL_CLASS
+    KEYS = {"kclass": "class"}
+    WHEN_SET = frozenset({"name", "kclass", "intensity", "peak_tflops", "gbps"})
+
+    name: Optional[str] = None
+    kclass: Optional[str] = None  # what a Run may name the class by where it has no name
+    time_ms: Optional[float] = None
+    flops: Optional[float] = None
+    bytes: Optional[float] = None
+    intensity: Optional[float] = None  # FLOP per byte
+    tflops: Optional[float] = None
+    peak_tflops: Optional[float] = None  # GEMM classes: the SKU's peak for their dtype
+    gbps: Optional[float] = None  # the other kernels
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The four records above are how readers see those pieces; summary.py and efficiency.py still build
 # them as JSON objects (to_dict writes the same keys, in the order they write them).
 
 # -- the whole section, as its readers see it -----------------------------------------------------
@@ -389,7 +410,7 @@ class Section(Record):
     idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
     phases_ms: dict[str, float] = field(default_factory=dict)
     idle_gaps: list[IdleGap] = field(default_factory=list)
-    kernel_classes: list[Any] = field(default_factory=list)  # JSON objects: name, class, time_ms, flops, ...
+    kernel_classes: list[KernelClass] = field(default_factory=list)
     ops: list[OpRow] = field(default_factory=list)
     top_kernels: list[TopKernel] = field(default_factory=list)
     launch: Optional[Launch] = None

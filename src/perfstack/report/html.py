@@ -209,7 +209,7 @@ def _profile_ops(p: ProfileView) -> str:
 
 
 def _profile_kernels(p: ProfileView) -> str:
-    rows = [(e(k.get("name")), e(num(k.get("time_ms"))), e(num(k.get("intensity"))), e(num(k.get("tflops"))))
+    rows = [(e(k.name), e(num(k.time_ms)), e(num(k.intensity)), e(num(k.tflops)))
             for k in p.kernels]
     return "<h3>Kernel classes</h3>" + _table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows,
                                               num_cols=(1, 2, 3))

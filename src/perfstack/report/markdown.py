@@ -145,7 +145,7 @@ def profile_md(p: ProfileView) -> str:
     if p.kernels:
         out.append("### Kernel classes\n\n" + table(
             ("class", "time (ms)", "FLOP/byte", "TFLOP/s"),
-            ((k.get("name"), num(k.get("time_ms")), num(k.get("intensity")), num(k.get("tflops"))) for k in p.kernels),
+            ((k.name, num(k.time_ms), num(k.intensity), num(k.tflops)) for k in p.kernels),
             right=(1, 2, 3)))
     return "\n\n".join(out)
 

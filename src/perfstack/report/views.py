@@ -14,12 +14,12 @@ Estimates section (``perfstack estimate``): a nested dict whose leaves are {"val
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
-from perfstack.profile.records import OpRow, Section, load
+from perfstack.profile.records import KernelClass, OpRow, Section, load
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
 
@@ -87,7 +87,7 @@ class ProfileView:
     step_ms: float | None
     gaps: list[dict[str, Any]]
     ranked: list[Finding]  # findings with recoverable time, largest first
-    kernels: list[dict[str, Any]]
+    kernels: list[KernelClass]  # with name, intensity and TFLOP/s filled where derivable
     timing: list[tuple[str, str]] = field(default_factory=list)  # (label, value): profiled vs unprofiled, bound
     ops: list[OpRow] = field(default_factory=list)  # operators by GPU time, with efficiency
     section: Section = field(default_factory=Section)  # the profile section, typed (empty when the Run has none)
@@ -264,8 +264,8 @@ def _roofline_points(run: Run, profile: Section | None) -> list[tuple[str, float
             if ai:
                 points.append((m.name, ai, m.value, f"GEMM {m.params.get('dtype', '')}".strip()))
     for k in profile_kernels(profile):
-        if k.get("intensity") and k.get("tflops"):
-            points.append((k["name"], k["intensity"], k["tflops"], "profile kernel classes"))
+        if k.intensity and k.tflops:
+            points.append((str(k.name), k.intensity, k.tflops, "profile kernel classes"))
     return points
 
 
@@ -302,20 +302,19 @@ def _measured_bandwidth(run: Run) -> tuple[str, float, bool] | None:
 
 
 # -- profile ----------------------------------------------------------------------------------
-def profile_kernels(profile: Section | None) -> list[dict[str, Any]]:
-    """Kernel classes with intensity (FLOP/byte) and achieved TFLOP/s filled where derivable."""
+def profile_kernels(profile: Section | None) -> list[KernelClass]:
+    """Kernel classes with a name, intensity (FLOP/byte) and achieved TFLOP/s filled where derivable."""
     if profile is None:
         return []
     out = []
     for k in profile.kernel_classes:
-        row = dict(k)
-        row.setdefault("name", row.get("class") or "kernels")
-        flops, nbytes, t = row.get("flops"), row.get("bytes"), row.get("time_ms")
-        if not row.get("intensity") and flops is not None and nbytes:
-            row["intensity"] = flops / nbytes
-        if not row.get("tflops") and flops is not None and t:
-            row["tflops"] = flops / (t / 1e3) / 1e12
-        out.append(row)
+        intensity, tflops = k.intensity, k.tflops
+        if not intensity and k.flops is not None and k.bytes:
+            intensity = k.flops / k.bytes
+        if not tflops and k.flops is not None and k.time_ms:
+            tflops = k.flops / (k.time_ms / 1e3) / 1e12
+        name = k.name if k.name is not None else k.kclass or "kernels"
+        out.append(replace(k, name=name, intensity=intensity, tflops=tflops))
     return out
 
 
