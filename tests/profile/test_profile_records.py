@@ -54,7 +54,7 @@ def test_the_section_is_read_through_one_loader_with_every_piece_typed(profile):
         if profile.get(key) is not None:
             assert all(isinstance(v, rec) for v in (value if many else [value])), key
     assert s.device_name == profile["device_name"] and [o.to_dict() for o in s.ops] == profile["ops"]
-    assert s.whatif == profile["whatif"] and s.extra["memcpy"] == profile["memcpy"]  # without a field: kept as it is
+    assert {k: w.to_dict() for k, w in s.whatif.items()} == profile["whatif"] and s.extra["memcpy"] == profile["memcpy"]  # without a field: kept as it is
     assert s.step_time(s.breakdown()) == pytest.approx(profile["step_ms"])
 
 
@@ -136,3 +136,13 @@ def test_a_kernel_class_named_by_its_class_keeps_that_key():
     assert k.to_dict() == {"class": "gemm", "time_ms": 2.0, "flops": None, "bytes": None, "tflops": None}
     with pytest.raises(InputError, match=r"profile.kernel_classes\[0\].bytes must be a number or null"):
         records.load({"kernel_classes": [{"name": "gemm", "bytes": "many"}]})
+
+
+def test_the_whatifs_are_typed_by_finding_and_a_malformed_entry_is_dropped(profile):
+    s = records.load(profile)
+    assert s.whatif and all(isinstance(w, records.WhatIf) for w in s.whatif.values())
+    fid, d = next(iter(profile["whatif"].items()))
+    assert (s.whatif[fid].ms, s.whatif[fid].pct_profiled) == (d["ms"], d["pct_profiled"])
+    odd = records.load({"whatif": {"host-sync": {"ms": "2", "pct": 3.0}, "launch-bound": 7}})
+    assert list(odd.whatif) == ["host-sync"] and (odd.whatif["host-sync"].ms, odd.whatif["host-sync"].pct) == (0.0, 3.0)
+    assert records.load({"whatif": ["host-sync"]}).whatif == {}

@@ -74,6 +74,8 @@ def _typed(hint: Any, v: Any, where: str) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and args and _is_record(args[0]):
         return [args[0].from_dict(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if origin is dict and len(args) == 2 and _is_record(args[1]):  # by key; an entry that is no object is dropped
+        return {k: args[1].from_dict(x, f"{where}.{k}") for k, x in v.items() if isinstance(x, dict)}
     if origin is typing.Union and v is not None:
         recs = [a for a in args if _is_record(a)]
         if recs:
@@ -386,7 +388,19 @@ class KernelClass(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# The four records above are how readers see those pieces; summary.py and efficiency.py still build
+@dataclass
+class WhatIf(Record):
+    """A candidate fix replayed (``summary.whatifs``): the time it recovers per step and its share of the
+    step, without the profiler (the corrected CPU speed) and as profiled."""
+
+    ms: float = 0.0
+    pct: float = 0.0
+    ms_profiled: float = 0.0
+    pct_profiled: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# The five records above are how readers see those pieces; summary.py and efficiency.py still build
 # them as JSON objects (to_dict writes the same keys, in the order they write them).
 
 # -- the whole section, as its readers see it -----------------------------------------------------
@@ -430,7 +444,7 @@ class Section(Record):
     data_wait_ms: float = 0.0  # the DataLoader's __next__ on the main thread, per step
     data_wait_idle_ms: float = 0.0  # GPU idle while it ran
     waste: dict[str, Any] = field(default_factory=dict)  # by finding id: what the waste pass measured
-    whatif: dict[str, Any] = field(default_factory=dict)  # by finding id: the replayed step's gain
+    whatif: dict[str, WhatIf] = field(default_factory=dict)  # by finding id
     compiled: Optional[Mapping[str, Any]] = None  # torch.compile regions and compile time per step
     telemetry: Optional[Mapping[str, Any]] = None  # the NVML samples' throttle statistics (capture mode)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from perfstack.model import Finding, Severity
-from perfstack.profile.records import Allocator, Comm, Launch, Overhead, Section, Sync, Timeline, load
+from perfstack.profile.records import Allocator, Comm, Launch, Overhead, Section, Sync, Timeline, WhatIf, load
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
@@ -33,8 +33,8 @@ def _f(x: float, nd: int = 2) -> str:
 
 def _w(p: Section, fid: str) -> tuple[float, float]:
     """(ms, pct) a fix would recover per step, corrected for the profiler's overhead."""
-    w = p.whatif.get(fid) or {}
-    return w.get("ms", 0.0), w.get("pct", 0.0)
+    w = p.whatif.get(fid) or WhatIf()
+    return w.ms, w.pct
 
 
 def _step(p: Section) -> float:
@@ -470,10 +470,10 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
     w = p.whatif.get(c.id)
     o = p.overhead or Overhead()
     if w and o.method in ("measured", "estimated") and not hit.severity:
-        sev_prof = severity_for(w["ms_profiled"], _profiled(p))
+        sev_prof = severity_for(w.ms_profiled, _profiled(p))
         if sev_prof != sev:
-            evidence += (f" — the verdict depends on the profiler-overhead correction: {w['pct_profiled']:.0f}% of the "
-                         f"profiled step, {w['pct']:.0f}% of the step without the profiler ({o.method})")
+            evidence += (f" — the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the "
+                         f"profiled step, {w.pct:.0f}% of the step without the profiler ({o.method})")
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)
