@@ -59,16 +59,16 @@ def rank_main(rank: int, world: int, nbytes: int, port: int, env: dict, result_p
     import torch
     import torch.distributed as dist
 
-    from perfstack.bench import collectives
+    from perfstack.bench import collective_rank
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
     x = torch.ones(nbytes // 4, device=device)
-    comm, why = collectives.open_direct(torch, dist, device, rank, world)
+    comm, why = collective_rank.open_direct(torch, dist, device, rank, world)
     paths = {"torch": lambda: dist.all_reduce(x)}
     if comm:
-        paths["direct"] = collectives.direct(torch, comm, "all_reduce", x, None)
+        paths["direct"] = collective_rank.direct(torch, comm, "all_reduce", x, None)
         handle = torch.cuda.current_stream().cuda_stream
         ptr, count = x.data_ptr(), x.numel()
         paths["direct, stream looked up once"] = lambda: comm.all_reduce(ptr, ptr, count, handle)

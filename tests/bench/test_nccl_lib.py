@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfstack.bench import collectives, nccl_lib
+from perfstack.bench import collective_rank, collectives, nccl_lib
 
 
 def test_loaded_path_reads_the_mapped_libnccl(tmp_path):
@@ -72,7 +72,7 @@ def test_each_op_hands_nccl_its_buffers_and_per_rank_count(op):
     o = collectives.buffer_elems(op, count, n)[1]
     out = torch.empty(o) if o else None
     comm = Recorder(n)
-    result = collectives.direct(FakeCuda, comm, op, inp, out)()
+    result = collective_rank.direct(FakeCuda, comm, op, inp, out)()
     (name, src, dst, cnt, rest), = comm.calls
     assert name == op
     assert src == inp.data_ptr()
@@ -95,7 +95,7 @@ def test_a_unique_id_of_the_wrong_length_is_refused_before_nccl_sees_it():
 def test_eager_calls_use_the_stream_current_at_creation_and_a_capture_its_own(monkeypatch):
     comm = Recorder(2)
     inp = collectives.make_input(torch, "all_reduce", 0, 2, 8)
-    fn = collectives.direct(FakeCuda, comm, "all_reduce", inp, None)
+    fn = collective_rank.direct(FakeCuda, comm, "all_reduce", inp, None)
     monkeypatch.setattr(FakeCuda.cuda, "stream", 99)  # the capture's side stream
     fn()
     monkeypatch.setattr(FakeCuda.cuda, "capturing", True)

@@ -3,7 +3,7 @@ Ray node; the analysis (which groups to measure, what is slow) is ``allreduce``.
 
 A group is measured by asking its first machine's node for its IP and a free port, then starting one
 task per machine that joins ``torch.distributed`` there (TCP store at that address) and times the
-sweep with the collectives benchmark's own per-size routine (``collectives.time_size``: result checked,
+sweep with the collectives benchmark's own per-size routine (``collective_rank.time_size``: result checked,
 calls in batches between CUDA events or host clock, the slowest rank's time per sample). With GPUs
 on every machine the backend is NCCL on one GPU of each; otherwise gloo on the CPU, which measures
 the TCP path between the machines and lets the tests run without GPUs.
@@ -65,7 +65,7 @@ def rank_task(rank: int, n: int, addr: str, port: int, backend: str, sizes: list
     import torch
     import torch.distributed as dist
 
-    from perfstack.bench import collectives, timing
+    from perfstack.bench import collective_rank, timing
     gpu = backend == "nccl"
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")
     kw: dict[str, Any] = {}
@@ -79,7 +79,7 @@ def rank_task(rank: int, n: int, addr: str, port: int, backend: str, sizes: list
         delay = float(os.environ.get(DELAY_ENV) or 0)
         d: Any = _Delayed(dist, delay) if delay > 0 else dist
         cfg = {"budget_s": budget_s, "graph": gpu}
-        rows = [collectives.time_size(torch, d, timer, cfg, OP, nbytes, rank, n, device) for nbytes in sizes]
+        rows = [collective_rank.time_size(torch, d, timer, cfg, OP, nbytes, rank, n, device) for nbytes in sizes]
         return {"rows": rows, "host": socket.gethostname()}
     finally:
         dist.destroy_process_group()
