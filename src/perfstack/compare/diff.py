@@ -102,6 +102,10 @@ class Diff:
                     "of them does not collect show as drifted, fixed or introduced")
         return ""
 
+    def headline_and_sweep(self) -> tuple[list[MeasurementDelta], list[MeasurementDelta]]:
+        """The benchmark figures, headlines apart from the points of a sweep (shown folded)."""
+        return [m for m in self.measurements if not m.sweep], [m for m in self.measurements if m.sweep]
+
     def figures(self) -> list[MeasurementDelta]:
         """Every judged figure: the benchmarks', then the load test's per level."""
         return self.measurements + (self.loadtest.figures() if self.loadtest is not None else [])

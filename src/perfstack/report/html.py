@@ -21,6 +21,8 @@ from perfstack.report import charts
 from perfstack.report.charts import num, pct
 from perfstack.report.inert import html_text as escape
 from perfstack.report.views import (
+    DELTA_COLUMNS,
+    DELTA_NUMERIC,
     BenchView,
     DoctorView,
     EstimateView,
@@ -345,15 +347,13 @@ def _diff_findings(diff: Diff) -> Section | None:
 def _diff_bench(diff: Diff) -> Section | None:
     if not diff.measurements:
         return None
-    head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
-    main = [m for m in diff.measurements if not m.sweep]
-    sweep = [m for m in diff.measurements if m.sweep]
+    main, sweep = diff.headline_and_sweep()
     points = [(m.name, m.delta_pct, m.ci_low_pct, m.ci_high_pct, m.verdict) for m in main if m.delta_pct is not None]
     html = ("<h2>Benchmarks</h2>" + charts.delta_chart(points, "Change of each figure against its noise")
-            + _table(head, (_delta_row(m) for m in main), num_cols=(1, 2, 3, 4, 5)))
+            + _table(DELTA_COLUMNS, (_delta_row(m) for m in main), num_cols=DELTA_NUMERIC))
     if sweep:
         html += (f"<details><summary>{len(sweep)} sweep points</summary>"
-                 + _table(head, (_delta_row(m) for m in sweep), num_cols=(1, 2, 3, 4, 5)) + "</details>")
+                 + _table(DELTA_COLUMNS, (_delta_row(m) for m in sweep), num_cols=DELTA_NUMERIC) + "</details>")
     html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
              "95% bootstrap interval of the median's change excludes zero.</p>")
     return ("bench", "Benchmarks", html)

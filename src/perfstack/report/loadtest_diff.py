@@ -17,6 +17,7 @@ from rich.text import Text
 from perfstack.compare.diff import IMPROVED, REGRESSED, MeasurementDelta
 from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS, LoadtestDiff
 from perfstack.report.charts import num
+from perfstack.report.views import DELTA_COLUMNS, DELTA_NUMERIC
 
 EXPLAIN = ("Levels are matched by mode and load and re-aggregated from their request records with one SLO. "
            "A median is judged by a Mann–Whitney U test and a bootstrap interval of the medians' ratio over "
@@ -92,13 +93,12 @@ def render_md(ld: LoadtestDiff, verbose: bool = False) -> str:
 
     out = ["## Load test", "\n".join(f"- {t(x)}" for x in [_slo_line(ld), *ld.notes, _levels_line(ld)] if x)]
     figs, hidden = shown(ld, verbose)
-    head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
     if figs:
-        out.append(table(head, (delta_row(f) for f in figs), right=(1, 2, 3, 4, 5)))
+        out.append(table(DELTA_COLUMNS, (delta_row(f) for f in figs), right=DELTA_NUMERIC))
     if hidden:
         rest = [f for f in ld.figures() if f not in figs]
         out.append(f"<details><summary>{hidden} p99 figures within noise or not judged</summary>\n\n"
-                   + table(head, (delta_row(f) for f in rest), right=(1, 2, 3, 4, 5)) + "\n\n</details>")
+                   + table(DELTA_COLUMNS, (delta_row(f) for f in rest), right=DELTA_NUMERIC) + "\n\n</details>")
     if ld.sweep:
         out.append(table(("sweep", "before", "after", ""), ((r["figure"], sweep_value(r, "before"),
                                                              sweep_value(r, "after"), r["change"])
@@ -125,8 +125,7 @@ def render_html(ld: LoadtestDiff) -> str:
     if moved:
         parts.append(charts.delta_chart(moved, "Load test: change of each median and throughput"))
     if figs:
-        parts.append(_table(("figure", "before", "after", "change", "95% interval", "p", "verdict", "note"),
-                            _rows(figs), num_cols=(1, 2, 3, 4, 5)))
+        parts.append(_table(DELTA_COLUMNS, _rows(figs), num_cols=DELTA_NUMERIC))
     if ld.sweep:
         parts.append("<h3>The sweep</h3>" + _table(
             ("", "before", "after", ""), ((e(r["figure"]), e(sweep_value(r, "before")), e(sweep_value(r, "after")),

@@ -14,6 +14,8 @@ from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
 from perfstack.report.views import (
+    DELTA_COLUMNS,
+    DELTA_NUMERIC,
     BenchView,
     DoctorView,
     EstimateView,
@@ -262,13 +264,11 @@ def _diff_findings(diff: Diff) -> str | None:
 def _diff_bench(diff: Diff) -> str | None:
     if not diff.measurements:
         return None
-    head = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
-    main = [x for x in diff.measurements if not x.sweep]
-    sweep = [x for x in diff.measurements if x.sweep]
-    text = "## Benchmarks\n\n" + table(head, (delta_row(x) for x in main), right=(1, 2, 3, 4, 5))
+    main, sweep = diff.headline_and_sweep()
+    text = "## Benchmarks\n\n" + table(DELTA_COLUMNS, (delta_row(x) for x in main), right=DELTA_NUMERIC)
     if sweep:
         text += (f"\n\n<details><summary>{len(sweep)} sweep points</summary>\n\n"
-                 + table(head, (delta_row(x) for x in sweep), right=(1, 2, 3, 4, 5)) + "\n\n</details>")
+                 + table(DELTA_COLUMNS, (delta_row(x) for x in sweep), right=DELTA_NUMERIC) + "\n\n</details>")
     text += (f"\n\n_Significant when a Mann–Whitney U test rejects at p < {diff.alpha:g} and the 95% bootstrap "
              "interval of the median's change excludes zero._")
     return text

@@ -29,6 +29,10 @@ MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
 KEY_FACTS = (("GPUs", "gpu.summary"), ("driver", "driver.version"), ("CUDA (driver)", "driver.cuda_version"),
              ("torch", "python.torch"), ("NCCL", "python.nccl"), ("cuDNN", "python.cudnn"),
              ("kernel", "system.kernel_release"), ("CPU", "cpu.model"), ("container", "container.runtime"))
+# The columns of a before/after figure table (benchmarks, load tests) in the HTML and Markdown reports,
+# and which of them hold numbers.
+DELTA_COLUMNS = ("figure", "before", "after", "change", "95% interval", "p", "verdict", "note")
+DELTA_NUMERIC = (1, 2, 3, 4, 5)
 ROOF_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ELEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 OUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "int8": 4}
