@@ -101,3 +101,21 @@ def test_eager_calls_use_the_stream_current_at_creation_and_a_capture_its_own(mo
     monkeypatch.setattr(FakeCuda.cuda, "capturing", True)
     fn()
     assert comm.stream_log == [1234, 99]
+
+
+class NoMemLib:
+    """A library whose ncclMemAlloc is missing (NCCL before 2.19)."""
+
+    def alloc(self, nbytes):
+        raise nccl_lib.NcclError("this NCCL has no ncclMemAlloc (before 2.19)")
+
+    def free(self, address):
+        raise AssertionError("nothing was allocated")
+
+
+def test_without_ncclmemalloc_the_buffers_stay_torchs_and_the_row_says_why():
+    comm = Recorder(2)
+    comm.lib = NoMemLib()
+    inp = collectives.make_input(torch, "all_gather", 0, 2, 8)
+    (a, b), held, why = collective_rank.nccl_memory(torch, comm, [inp, None])
+    assert a is inp and b is None and held == [] and "ncclMemAlloc" in why

@@ -76,6 +76,43 @@ def direct(torch: Any, comm: nccl_lib.Comm, op: str, inp: Any, out: Any) -> Call
     return fn
 
 
+class _Float32Array:
+    """A float32 vector at a raw device address, for torch.as_tensor (zero-copy, not owned)."""
+
+    def __init__(self, address: int, length: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (length,), "typestr": "<f4", "data": (address, False),
+                                         "version": 2}
+
+
+def nccl_memory(torch: Any, comm: nccl_lib.Comm, tensors: list[Any]) -> tuple[list[Any], list[int], str]:
+    """Copies of ``tensors`` (float32 vectors, None kept) in ncclMemAlloc memory (nccl_lib.Library.alloc),
+    the addresses to free once nothing uses them, and "" — or the tensors themselves, [] and why not."""
+    lib = comm.lib
+    held: list[int] = []
+    out: list[Any] = []
+    try:
+        for t in tensors:
+            if t is None:
+                out.append(None)
+                continue
+            address = lib.alloc(max(t.numel(), 1) * ELEM)
+            held.append(address)
+            view = torch.as_tensor(_Float32Array(address, t.numel()), device=t.device)
+            view.copy_(t)
+            out.append(view)
+    except (nccl_lib.NcclError, RuntimeError, TypeError) as e:
+        free_nccl_memory(torch, comm, held)
+        return tensors, [], f"{type(e).__name__}: {e}"[:200]
+    return out, held, ""
+
+
+def free_nccl_memory(torch: Any, comm: nccl_lib.Comm, held: list[int]) -> None:
+    if held:
+        torch.cuda.synchronize()
+        for address in held:
+            comm.lib.free(address)
+
+
 def open_direct(torch: Any, dist: Any, device: Any, rank: int, n: int) -> tuple[nccl_lib.Comm | None, str]:
     """A communicator of our own on the libnccl torch loaded, opened by every rank, or (None, why not)
     on every rank when any rank cannot: the ranks must all time the same way."""
@@ -188,6 +225,22 @@ def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, n
     i_elems, o_elems = buffer_elems(op, count, n)
     inp = make_input(torch, op, rank, n, count, device)
     out = torch.empty(o_elems, device=device) if o_elems else None
+    held: list[int] = []
+    if comm:
+        (inp, out), held, why_not = nccl_memory(torch, comm, [inp, out])
+        row["nccl_memory"] = bool(held)
+        if why_not:
+            row["why_not_nccl_memory"] = why_not
+    try:
+        return _timed(torch, dist, timer, cfg, op, rank, n, count, device, comm, inp, out, row)
+    finally:
+        if comm:
+            free_nccl_memory(torch, comm, held)
+
+
+def _timed(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, rank: int, n: int, count: int,
+           device: Any, comm: nccl_lib.Comm | None, inp: Any, out: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """time_size's check and timed batches on buffers already in place."""
     fn = direct(torch, comm, op, inp, out) if comm else (lambda: call(dist, op, inp, out))
     got = fn()
     good = _flags(torch, dist, bool(torch.equal(got, expected(torch, op, rank, n, count, device))), device)
@@ -214,7 +267,9 @@ def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, n
         row["issue_s_per_op"] = issue / ops
     dist.barrier()
     mine = batched.per_op(timer.samples(batch, reps, None), ops)
-    del batch
+    if batch.mode == "graph":  # NCCL deregisters a graph's buffers when the graph goes, before they are freed
+        batch.drop_graph()
+        torch.cuda.synchronize()
     t = torch.tensor(mine, dtype=torch.float64, device=device)
     every = [torch.empty_like(t) for _ in range(n)]
     dist.all_gather(every, t)

@@ -352,7 +352,8 @@ def to_measurements(results: dict[str, Any], n: int) -> list[Measurement]:
 def batch_note(row: dict[str, Any], via: str = "torch", why_not: str | None = None) -> str:
     how = "replayed from a CUDA graph" if row.get("mode") == "graph" else "issued eagerly"
     k = row.get("ops_per_batch", 1)
-    path = ("straight to NCCL on a communicator of the benchmark's own, as nccl-tests" if via == "nccl" else
+    mem = ", buffers from ncclMemAlloc" if row.get("nccl_memory") else ""
+    path = (f"straight to NCCL on a communicator of the benchmark's own{mem}, as nccl-tests" if via == "nccl" else
             "through torch.distributed" + (f" (NCCL could not be called directly: {why_not})" if why_not else ""))
     return (f"{k} calls back to back between two CUDA events per sample ({how}, {path}); time per call is the "
             "slowest rank's batch time divided by the calls in it")

@@ -73,6 +73,12 @@ class Library:
         for name, args in sigs.items():
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, ctypes.c_int
+        # ncclMemAlloc/ncclMemFree (NCCL 2.19+): memory NCCL can share with peers by handle, which a graph
+        # capture then registers (see alloc). Older releases lack them: buffers stay torch's.
+        self.has_mem = all(hasattr(lib, n) for n in ("ncclMemAlloc", "ncclMemFree"))
+        if self.has_mem:
+            lib.ncclMemAlloc.argtypes, lib.ncclMemAlloc.restype = [ptr(vp), sz], ctypes.c_int
+            lib.ncclMemFree.argtypes, lib.ncclMemFree.restype = [vp], ctypes.c_int
         lib.ncclGetErrorString.argtypes, lib.ncclGetErrorString.restype = [ctypes.c_int], ctypes.c_char_p
 
     def check(self, result: int, what: str) -> None:
@@ -89,6 +95,22 @@ class Library:
         uid = UniqueId()
         self.check(self._lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
         return bytes(bytearray(uid.internal))
+
+    def alloc(self, nbytes: int) -> int:
+        """Device memory from ncclMemAlloc on the current device. Collectives captured in a CUDA graph
+        on such memory are registered by NCCL (NCCL_GRAPH_REGISTER, on by default): peers then read and
+        write it directly instead of through NCCL's staging buffers, as nccl-tests' buffers are. Memory
+        from torch's caching allocator (cudaMalloc) cannot be shared that way ("failed to IPC register
+        userbuff ... type POSIX_FD" in NCCL's log): a 64 MiB all_gather on two H100s took 157 µs per
+        call there against 122 µs on registered memory."""
+        if not self.has_mem:
+            raise NcclError("this NCCL has no ncclMemAlloc (before 2.19)")
+        out = ctypes.c_void_p()
+        self.check(self._lib.ncclMemAlloc(ctypes.byref(out), nbytes), "ncclMemAlloc")
+        return int(out.value or 0)
+
+    def free(self, address: int) -> None:
+        self.check(self._lib.ncclMemFree(address), "ncclMemFree")
 
     def open(self, uid: bytes, nranks: int, rank: int) -> Comm:
         """Join the communicator every rank opens with the same ``uid`` (blocks until all have)."""
