@@ -32,6 +32,14 @@ process environment only; the machine's settings are never changed. Then, in one
    for no CPU), so host.gemm.fp32 is a one-thread figure in the fleet, the same on every node but not
    the figure of a bench alone.
 
+5. the all-reduce between machines on the GPUs, through Ray: a second local cluster whose nodes pose as
+   two machines (PERFSTACK_FLEET_MACHINE: the head and GPU 0's node are machine A, GPU 1's node is
+   machine B), then ``fleet bench launch`` (one short benchmark; the all-reduce runs after it). Checks:
+   the backend is NCCL, the fleet group measured every size with a correct result, no machine is named
+   slow, and its bus bandwidth is compared with ``perfstack bench collectives`` run alone on the same
+   two GPUs at the same sizes (through torch.distributed, as the fleet's ranks run, printed side by side;
+   the two GPUs are one NVLink hop apart, so this checks the NCCL path through Ray, not a network).
+
 Writes under --out (default $OUT, else ./fleet-two-gpus): the node Runs, the fleet Runs, the HTML
 reports, the standalone bench Runs, and summary.txt with the verdicts; exits 1 when a check fails.
 ``--cpu`` runs only steps 1-2 with simulated GPU slots (for trying the script without GPUs).
@@ -186,7 +194,58 @@ def main() -> int:
         moved = [k for k, (v, pct) in verdicts.items() if v != "within noise" and abs(pct or 0) > 3]
         if moved:
             failures.append(f"GPU {i}: fleet and standalone figures differ beyond noise and 3%: {moved}")
+    allreduce_between_machines(n, out, say, failures)
     return _finish(out, lines, failures, say)
+
+
+def allreduce_between_machines(n: int, out: Path, say, failures: list[str]) -> None:
+    """Step 5 of the module docstring."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from perfstack.cli.main import main as cli
+    a = {**NVLS_OFF, "PERFSTACK_FLEET_MACHINE": "machine-a", "CUDA_VISIBLE_DEVICES": "0"}
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "env_vars": a})
+    cluster.add_node(num_cpus=2, num_gpus=1, env_vars={**a, "PERFSTACK_FLEET_SLOT": "0"})
+    cluster.add_node(num_cpus=2, num_gpus=1, env_vars={**NVLS_OFF, "PERFSTACK_FLEET_MACHINE": "machine-b",
+                                                       "CUDA_VISIBLE_DEVICES": "1", "PERFSTACK_FLEET_SLOT": "1"})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        fj = out / "fleet-allreduce.json"
+        rc = cli(["fleet", "bench", "launch", "-q", "--fail-on", "never", "--save-runs", str(out / "runs-allreduce"),
+                  "-o", str(fj), "--html", str(out / "fleet-allreduce.html")])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    comms = (json.loads(fj.read_text())["fleet"] or {}).get("comms") if fj.exists() else None
+    say(f"fleet all-reduce rc={rc}: " + json.dumps(comms))
+    if not comms:
+        failures.append("fleet bench ran no all-reduce between the two machines")
+        return
+    if comms.get("backend") != "nccl":
+        failures.append(f"the all-reduce between machines ran on {comms.get('backend')}, not NCCL")
+    whole = [g for g in comms.get("groups", []) if g.get("why") == "fleet"]
+    if not whole or whole[-1].get("error"):
+        failures.append(f"the fleet all-reduce failed: {whole[-1].get('error') if whole else 'no fleet group'}")
+        return
+    if comms.get("suspects"):
+        failures.append(f"healthy machines named slow: {comms['suspects']}")
+    sizes = [p["bytes"] for p in whole[-1]["points"]]
+    alone = out / "bench-alone-collectives.json"
+    proc = perfstack("bench", "collectives", "--via", "torch", "--sizes", ",".join(map(str, sizes)), "-q",
+                     "-o", str(alone), env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": "0,1"})
+    if proc.returncode not in (0, 1) or not alone.exists():
+        failures.append(f"perfstack bench collectives alone exited {proc.returncode}: {proc.stderr[-300:]}")
+        return
+    from perfstack.model import Run
+    standalone = {int(m.params.get("bytes", 0)): m.value for m in Run.load(alone).measurements
+                  if m.params.get("op") == "all_reduce" and m.params.get("sweep") and m.value is not None}
+    for p in whole[-1]["points"]:
+        ref = standalone.get(int(p["bytes"]))
+        ratio = f"{p['busbw_gbps'] / ref:.2f}x" if ref else "n/a"
+        say(f"all_reduce {p['bytes'] >> 20} MiB: fleet (Ray, 2 machines) {p['busbw_gbps']:.1f} GB/s, "
+            f"bench collectives alone {ref if ref is None else round(ref, 1)} GB/s ({ratio})")
 
 
 def _finish(out: Path, lines: list[str], failures: list[str], say) -> int:
