@@ -1,0 +1,81 @@
+"""What the kernel and efficiency passes find: the operator rows (``profile.ops``), the top kernels
+(``profile.top_kernels``), the roofline's kernel classes (``profile.kernel_classes``) and the MFU
+(``profile.mfu``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from perfstack import sections
+from perfstack.profile.records.base import Record
+
+
+@dataclass
+class OpRow(Record):
+    """One row of ``profile.ops``: an operator's kernels of one category and dtype, per step, with what
+    they achieved and their share of the SKU's peaks (``efficiency.against_peaks``)."""
+
+    CHECK = sections.OP
+    WHEN_SET = frozenset({"bound"})
+
+    op: str = ""  # the launching operator, "(no operator)" where none is known
+    category: str = ""
+    dtype: Optional[str] = None
+    calls_per_step: float = 0.0
+    kernels_per_step: float = 0.0
+    time_ms_per_step: float = 0.0
+    flops_per_step: float = 0.0
+    bytes_per_step: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    pct_of_peak: Optional[float] = None
+    pct_of_hbm: Optional[float] = None
+    bound: Optional[str] = None  # "compute" | "memory", where the intensity says
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TopKernel(Record):
+    """One row of ``profile.top_kernels``: a kernel name's launches and GPU time per step."""
+
+    CHECK = sections.TOP_KERNEL
+
+    name: str = ""  # shortened (classify.short_name)
+    category: str = ""
+    count: int = 0  # launches over the profiled steps
+    time_ms_per_step: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class KernelClass(Record):
+    """One row of ``profile.kernel_classes`` (the roofline's points): a GEMM class (category, dtype, Tensor
+    Cores) or a category of the other kernels, with its time, FLOPs and bytes per step."""
+
+    CHECK = sections.KERNEL_CLASS
+    KEYS = {"kclass": "class"}
+    WHEN_SET = frozenset({"name", "kclass", "intensity", "peak_tflops", "gbps"})
+
+    name: Optional[str] = None
+    kclass: Optional[str] = None  # what a Run may name the class by where it has no name
+    time_ms: Optional[float] = None
+    flops: Optional[float] = None
+    bytes: Optional[float] = None
+    intensity: Optional[float] = None  # FLOP per byte
+    tflops: Optional[float] = None
+    peak_tflops: Optional[float] = None  # GEMM classes: the SKU's peak for their dtype
+    gbps: Optional[float] = None  # the other kernels
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Mfu(Record):
+    CHECK = sections.MFU
+
+    value: float = 0.0
+    source: str = ""
+    peak_tflops: Optional[float] = None
+    dtype: Optional[str] = None
+    extra: dict[str, Any] = field(default_factory=dict)
