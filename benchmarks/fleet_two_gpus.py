@@ -20,10 +20,10 @@ process environment only; the machine's settings are never changed. Then, in one
    NCCL, and the NCCL collectives (full suite only) run in processes started by the one node that
    runs the machine's benchmarks, with that node's environment. A per-node NCCL environment is the
    doctor's to find, node by node (step 2);
-4. ``perfstack bench`` of the per-GPU benchmarks run alone on each GPU (CUDA_VISIBLE_DEVICES=i), and
-   each per-GPU fleet figure compared with it against both figures' raw samples (Mann-Whitney +
-   bootstrap, as perfstack diff does): a figure that differs beyond its noise and by more than 3%
-   fails. Every per-GPU figure is now measured under the conditions of a bench alone: GPU-only ones
+4. ``perfstack bench`` of the per-GPU benchmarks run alone on each GPU (CUDA_VISIBLE_DEVICES=i), twice,
+   and each per-GPU fleet figure compared with them (``agrees``: within 3%, within the raw samples'
+   noise, within the two standalone runs' spread, or for a power-capped GEMM on its fastest sample); a
+   figure that agrees by none of these fails. Every per-GPU figure is now measured under the conditions of a bench alone: GPU-only ones
    share nothing between GPUs, host-bound ones have the machine to themselves. (Before, each GPU's
    whole suite ran beside the other GPU's, so its host copies and launches shared the CPUs and memory
    with the other task: pageable copies came out 8-19% slower than alone and launch.eager 8% off,
@@ -161,8 +161,7 @@ def main() -> int:
         ray.shutdown()
         cluster.shutdown()
 
-    # 4. each GPU alone, then compared with its fleet figures
-    from perfstack.compare.diff import measurement_delta
+    # 4. each GPU alone (two rounds), then compared with its fleet figures
     from perfstack.model import Run
     from perfstack.fleet.jobs import BenchJob
     fleet_runs: dict[int, list] = {}  # GPU -> its fleet measurements (GPU-only and host-bound parts: two Runs)
@@ -172,30 +171,64 @@ def main() -> int:
         if slot is not None:
             fleet_runs.setdefault(int(slot), []).extend(r.measurements)
     per_gpu = [b.name for part in ("gpu", "gpu-host") for b in BenchJob(args.suite, (), part).chosen()]
-    for i in range(n):
-        alone = out / f"bench-alone-gpu{i}.json"
-        proc = perfstack("bench", *per_gpu, "--suite", args.suite, "-q", "-o", str(alone),
-                         env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
-        if proc.returncode not in (0, 1):
-            failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
-            continue
-        if i not in fleet_runs:
-            failures.append(f"no fleet bench Run for GPU {i}")
-            continue
-        a = {m.name: m for m in Run.load(alone).measurements}
-        verdicts = {}
-        for m in fleet_runs[i]:
-            if m.status != "ok" or m.params.get("sweep") or m.name not in a:
+    alone: dict[int, list[dict]] = {i: [] for i in range(n)}
+    for round_ in (1, 2):  # the second round gives each figure's run-to-run spread
+        for i in range(n):
+            path = out / f"bench-alone-gpu{i}-{round_}.json"
+            proc = perfstack("bench", *per_gpu, "--suite", args.suite, "-q", "-o", str(path),
+                             env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
+            if proc.returncode not in (0, 1):
+                failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
                 continue
-            d = measurement_delta(a[m.name], m, set())
-            verdicts[m.name] = (d.verdict, d.delta_pct)
-            say(f"GPU {i} {m.name}: alone {a[m.name].value:.4g} vs fleet {m.value:.4g} {m.unit} "
-                f"({d.delta_pct:+.1f}%): {d.verdict}")
-        moved = [k for k, (v, pct) in verdicts.items() if v != "within noise" and abs(pct or 0) > 3]
+            alone[i].append({m.name: m for m in Run.load(path).measurements})
+    for i in range(n):
+        if i not in fleet_runs or not alone[i]:
+            failures.append(f"no fleet bench Run or no standalone Run for GPU {i}")
+            continue
+        moved = [m.name for m in fleet_runs[i] if m.status == "ok" and not m.params.get("sweep")
+                 and all(m.name in a for a in alone[i]) and not agrees(i, m, [a[m.name] for a in alone[i]], say)]
         if moved:
-            failures.append(f"GPU {i}: fleet and standalone figures differ beyond noise and 3%: {moved}")
+            failures.append(f"GPU {i}: fleet figures outside the standalone runs' noise: {moved}")
+
     allreduce_between_machines(n, out, say, failures)
     return _finish(out, lines, failures, say)
+
+
+def agrees(gpu: int, fleet, alone: list, say) -> bool:
+    """Whether a fleet figure is one the benchmark alone gives too, and the line that says so. Agreement:
+    within 3% of a standalone run, or within its noise (Mann-Whitney + bootstrap on the raw samples,
+    as perfstack diff), or no further from the standalone runs than they are from each other (host-bound
+    figures, pageable copies and launches from Python, move from one process to the next by more than
+    one run's samples show). A GEMM whose clocks the power cap lowered is also judged on its fast
+    samples: the median of such a run depends on how long it ran before the cap bit (on an H100 a TF32
+    GEMM gave ~410 TFLOP/s for its first samples, then ~355), its fastest sample does not."""
+    from perfstack.compare.diff import measurement_delta
+    vals = [a.value for a in alone]
+    deltas = [measurement_delta(a, fleet, set()) for a in alone]
+    pcts = [abs(d.delta_pct or 0) for d in deltas]
+    spread = abs(vals[0] / vals[-1] - 1) * 100 if len(vals) > 1 and vals[-1] else 0.0
+    how = ""
+    if min(pcts) <= 3:
+        how = "within 3%"
+    elif any(d.verdict == "within noise" for d in deltas):
+        how = "within noise"
+    elif min(pcts) <= spread:
+        how = f"within the standalone runs' spread ({spread:.1f}%)"
+    elif fleet.bench == "gemm" and any("power cap" in x for m in (fleet, *alone) for x in m.notes):
+        fast = [fast_value(m) for m in (fleet, *alone)]
+        gap = min(abs(fast[0] / f - 1) * 100 for f in fast[1:])
+        if gap <= 3:
+            how = f"power-capped: fast samples {fast[0]:.4g} vs {max(fast[1:]):.4g} ({gap:.1f}%)"
+    say(f"GPU {gpu} {fleet.name}: alone {' / '.join(f'{v:.4g}' for v in vals)} vs fleet {fleet.value:.4g} "
+        f"{fleet.unit} ({deltas[0].delta_pct:+.1f}%): {how or 'DIFFERS'}")
+    return bool(how)
+
+
+def fast_value(m) -> float:
+    """The figure at the fastest sample: what the GPU gives before the power cap lowers its clocks."""
+    from perfstack.bench import timing
+    st = timing.summarize(m.samples)
+    return m.value * st["median"] / st["min"] if st and st["min"] else m.value
 
 
 def allreduce_between_machines(n: int, out: Path, say, failures: list[str]) -> None:
