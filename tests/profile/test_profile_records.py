@@ -20,7 +20,10 @@ PIECES = {
     "launch": (records.Launch, False), "sync": (records.Sync, False), "allocator": (records.Allocator, False),
     "comm": (records.Comm, False), "mfu": (records.Mfu, False), "straggler": (records.Straggler, False),
     "overhead": (records.Overhead, False), "ops": (records.OpRow, True), "top_kernels": (records.TopKernel, True),
+    "compiled": (records.Compiled, False), "ranks": (records.RankRow, True), "waste": (records.WasteFound, False),
+    "telemetry": (records.Telemetry, False),
 }
+CAPTURE = Path(__file__).parents[1] / "fixtures" / "runs" / "h100-profile-capture.json"
 
 
 @pytest.fixture(scope="module", params=[DDP, SYNC], ids=["ddp-2-ranks", "host-sync"])
@@ -146,3 +149,24 @@ def test_the_whatifs_are_typed_by_finding_and_a_malformed_entry_is_dropped(profi
     odd = records.load({"whatif": {"host-sync": {"ms": "2", "pct": 3.0}, "launch-bound": 7}})
     assert list(odd.whatif) == ["host-sync"] and (odd.whatif["host-sync"].ms, odd.whatif["host-sync"].pct) == (0.0, 3.0)
     assert records.load({"whatif": ["host-sync"]}).whatif == {}
+
+
+def test_the_ranks_the_waste_the_compiled_code_and_the_telemetry_are_typed(profile):
+    s = records.load(profile)
+    assert all(isinstance(r, records.RankRow) and isinstance(r.comm, records.Comm) for r in s.ranks)
+    assert [r.to_dict() for r in s.ranks] == profile.get("ranks", [])
+    assert isinstance(s.compiled, records.Compiled) and s.compiled.to_dict() == profile["compiled"]
+    assert s.waste.to_dict() == profile["waste"]
+    captured = records.load(json.loads(CAPTURE.read_text())["profile"])
+    t = captured.telemetry
+    assert isinstance(t, records.Telemetry) and t.samples >= t.busy_samples > 0 and isinstance(t.reasons, list)
+
+
+def test_the_waste_is_typed_by_finding_and_keeps_the_ids_the_json_holds():
+    d = {"gemm-misaligned": {"groups": [{"dtype": "bf16", "shapes": ["4095x4096x4096"], "tflops": 300.0}]},
+         "fp32-matmul": {"kernels_per_step": 4.0, "tflops": None, "speedup": "fast"}, "a-newer-waste": {"x": 1}}
+    w = records.load({"waste": d}).waste
+    assert w.gemm_misaligned.groups[0].shapes == ["4095x4096x4096"] and w.gemm_misaligned.groups[0].tflops == 300.0
+    assert (w.fp32_matmul.tflops, w.fp32_matmul.speedup, w.unfused_elementwise) == (None, 0.0, None)
+    assert list(w.to_dict()) == ["fp32-matmul", "gemm-misaligned", "a-newer-waste"]  # the detectors' order
+    assert records.load({}).waste == records.WasteFound() and records.load({}).telemetry is None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from perfstack.model import Finding, Severity
-from perfstack.profile.records import Allocator, Comm, Launch, Overhead, Section, Sync, Timeline, WhatIf, load
+from perfstack.profile.records import Allocator, Comm, Compiled, Launch, Overhead, Section, Sync, Timeline, WhatIf, load
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
@@ -152,16 +152,16 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                    "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).")
 def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "unfused-elementwise")
-    e = p.waste.get("unfused-elementwise")
-    if not e or pct < 2:
+    e = p.waste.unfused_elementwise
+    if e is None or pct < 2:
         return None
-    ev = (f"{e['chains_per_step']:g} chains of {e['kernels_per_step']:g} eager element-wise/copy kernels per "
-          f"step take {_f(e['eager_ms'])} ms of GPU time; fused, they would move their largest tensors once: "
-          f"≈ {_f(e['fused_ms'])} ms (most time in {', '.join(e['top_ops'][:4])})")
-    comp = p.compiled or {}
-    if comp.get("regions_per_step"):
+    ev = (f"{e.chains_per_step:g} chains of {e.kernels_per_step:g} eager element-wise/copy kernels per "
+          f"step take {_f(e.eager_ms)} ms of GPU time; fused, they would move their largest tensors once: "
+          f"≈ {_f(e.fused_ms)} ms (most time in {', '.join(e.top_ops[:4])})")
+    comp = p.compiled
+    if comp is not None and comp.regions_per_step:
         # compiled code is in use: the eager chains are what runs between compiled regions
-        return PHit(ev + f"; {comp['regions_per_step']:g} compiled regions per step ({comp['distinct_regions']} "
+        return PHit(ev + f"; {comp.regions_per_step:g} compiled regions per step ({comp.distinct_regions} "
                          "distinct): these chains run eagerly between them", ms,
                     fix="Find the graph breaks that leave these ops eager (TORCH_LOGS=graph_breaks, "
                         "torch._dynamo.explain(model)(inputs)) and remove them (data-dependent Python control flow, "
@@ -177,11 +177,11 @@ def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
                fix="Find the cause with TORCH_LOGS=recompiles; mark dynamic dimensions (torch._dynamo.mark_dynamic "
                    "or dynamic=True), pad or bucket variable shapes, avoid guarding on Python scalars that change.")
 def recompiles(p: Section, ctx: Context) -> PHit | None:
-    c = p.compiled or {}
-    ms = c.get("compile_ms_per_step") or 0.0
+    c = p.compiled or Compiled()
+    ms = c.compile_ms_per_step
     if ms < 0.01 * _step(p):
         return None
-    return PHit(f"{_f(ms)} ms per step compiling inside the profiled steps ({c.get('distinct_regions', 0)} distinct "
+    return PHit(f"{_f(ms)} ms per step compiling inside the profiled steps ({c.distinct_regions} distinct "
                 "compiled regions)", ms)
 
 
@@ -196,12 +196,12 @@ def recompiles(p: Section, ctx: Context) -> PHit | None:
                    "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.")
 def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "large-vocab-loss")
-    e = p.waste.get("large-vocab-loss")
-    if not e or pct < 2:
+    e = p.waste.large_vocab_loss
+    if e is None or pct < 2:
         return None
-    return PHit(f"the loss over a {e['vocab']}-wide vocabulary ({e['rows']} rows{', fp32' if e['fp32'] else ''}) "
-                f"runs {e['kernels_per_step']:g} kernels taking {_f(e['time_ms'])} ms per step; reading the logits "
-                f"once and writing their gradient once takes ≈ {_f(e['fused_ms'])} ms", ms)
+    return PHit(f"the loss over a {e.vocab}-wide vocabulary ({e.rows} rows{', fp32' if e.fp32 else ''}) "
+                f"runs {e.kernels_per_step:g} kernels taking {_f(e.time_ms)} ms per step; reading the logits "
+                f"once and writing their gradient once takes ≈ {_f(e.fused_ms)} ms", ms)
 
 
 @profile_check("attention-unfused", "framework", "Attention materializes the S×S score matrix",
@@ -216,13 +216,13 @@ def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
                    "attn_implementation='sdpa' or 'flash_attention_2'.")
 def attention_unfused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "attention-unfused")
-    e = p.waste.get("attention-unfused")
-    if not e or pct < 2:
+    e = p.waste.attention_unfused
+    if e is None or pct < 2:
         return None
-    how = "SDPA's math path" if e["math_path"] else "matmul + softmax + matmul"
-    return PHit(f"attention as {how}: {e['kernels_per_step']:g} kernels per step take {_f(e['time_ms'])} ms at "
-                f"{e['tflops']:g} TFLOP/s; a flash kernel would take ≈ {_f(e['flash_ms'])} ms"
-                + (" (the mask over the scores taken as causal: the kernel skips its masked half)" if e.get("masked")
+    how = "SDPA's math path" if e.math_path else "matmul + softmax + matmul"
+    return PHit(f"attention as {how}: {e.kernels_per_step:g} kernels per step take {_f(e.time_ms)} ms at "
+                f"{e.tflops:g} TFLOP/s; a flash kernel would take ≈ {_f(e.flash_ms)} ms"
+                + (" (the mask over the scores taken as causal: the kernel skips its masked half)" if e.masked
                    else ""), ms)
 
 
@@ -238,13 +238,13 @@ def attention_unfused(p: Section, ctx: Context) -> PHit | None:
                    "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.")
 def fp32_conv(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-conv")
-    e = p.waste.get("fp32-conv")
-    if not e or pct < 2:
+    e = p.waste.fp32_conv
+    if e is None or pct < 2:
         return None
-    tc = "TF32" if e["tf32_kernels_pct"] >= 50 else "no Tensor Cores"
-    return PHit(f"fp32 convolutions ({tc}) take {_f(e['conv_ms'])} ms per step at {e['tflops']:g} TFLOP/s; in bf16 "
-                f"≈ {_f(e['bf16_ms'])} ms; fp32 element-wise work around them {_f(e['elementwise_fp32_ms'])} ms"
-                + (f"; layout transposes {_f(e['layout_ms'])} ms" if e["layout_ms"] else ""), ms)
+    tc = "TF32" if e.tf32_kernels_pct >= 50 else "no Tensor Cores"
+    return PHit(f"fp32 convolutions ({tc}) take {_f(e.conv_ms)} ms per step at {e.tflops:g} TFLOP/s; in bf16 "
+                f"≈ {_f(e.bf16_ms)} ms; fp32 element-wise work around them {_f(e.elementwise_fp32_ms)} ms"
+                + (f"; layout transposes {_f(e.layout_ms)} ms" if e.layout_ms else ""), ms)
 
 
 @profile_check("fp32-matmul", "framework", "FP32 GEMMs without Tensor Cores (TF32 off)",
@@ -258,12 +258,12 @@ def fp32_conv(p: Section, ctx: Context) -> PHit | None:
                    "(torch.autocast('cuda', torch.bfloat16)).")
 def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-matmul")
-    e = p.waste.get("fp32-matmul")
-    if not e or pct < 1:
+    e = p.waste.fp32_matmul
+    if e is None or pct < 1:
         return None
-    return PHit(f"{e['kernels_per_step']:g} FP32 GEMM kernels per step without Tensor Cores take {_f(e['time_ms'])} ms"
-                + (f" at {e['tflops']:g} TFLOP/s" if e["tflops"] else "") +
-                f"; TF32 speedup {e['speedup']:g}× ({e['source']})", ms)
+    return PHit(f"{e.kernels_per_step:g} FP32 GEMM kernels per step without Tensor Cores take {_f(e.time_ms)} ms"
+                + (f" at {e.tflops:g} TFLOP/s" if e.tflops else "") +
+                f"; TF32 speedup {e.speedup:g}× ({e.source})", ms)
 
 
 @profile_check("gemm-misaligned", "framework", "GEMM dimensions not aligned for Tensor Cores",
@@ -278,11 +278,11 @@ def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
                    "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.")
 def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "gemm-misaligned")
-    e = p.waste.get("gemm-misaligned")
-    if not e or pct < 1:
+    e = p.waste.gemm_misaligned
+    if e is None or pct < 1:
         return None
-    parts = [f"{g['dtype']} GEMMs {', '.join(g['shapes'])} take {_f(g['time_ms'])} ms/step at {g['tflops']:g} TFLOP/s "
-             f"against {g['expect_tflops']:g} TFLOP/s ({g['source']})" for g in e["groups"]]
+    parts = [f"{g.dtype} GEMMs {', '.join(g.shapes)} take {_f(g.time_ms)} ms/step at {g.tflops:g} TFLOP/s "
+             f"against {g.expect_tflops:g} TFLOP/s ({g.source})" for g in e.groups]
     return PHit("; ".join(parts), ms)
 
 
@@ -296,11 +296,11 @@ def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
                    ".to(device, non_blocking=True).")
 def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "pageable-memcpy")
-    e = p.waste.get("pageable-memcpy")
-    if not e or pct < 1:
+    e = p.waste.pageable_memcpy
+    if e is None or pct < 1:
         return None
-    return PHit(f"pageable copies move {e['bytes_per_step'] / 2**20:.0f} MiB per step in {_f(e['time_ms'])} ms "
-                f"({e['gbps']:g} GB/s) against {e['pinned_gbps']:g} GB/s for {e['source']}", ms)
+    return PHit(f"pageable copies move {e.bytes_per_step / 2**20:.0f} MiB per step in {_f(e.time_ms)} ms "
+                f"({e.gbps:g} GB/s) against {e.pinned_gbps:g} GB/s for {e.source}", ms)
 
 
 @profile_check("optimizer-not-fused", "framework", "The optimizer step is not fused",
@@ -312,11 +312,11 @@ def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
                fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.")
 def optimizer_not_fused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "optimizer-not-fused")
-    e = p.waste.get("optimizer-not-fused")
-    if not e or pct < 2:
+    e = p.waste.optimizer_not_fused
+    if e is None or pct < 2:
         return None
-    return PHit(f"Optimizer.step runs {e['kernels_per_step']:g} kernels taking {_f(e['time_ms'])} ms per step for "
-                f"{e['params'] / 1e6:.1f} M parameters; fused: ≈ {_f(e['fused_ms'])} ms", ms)
+    return PHit(f"Optimizer.step runs {e.kernels_per_step:g} kernels taking {_f(e.time_ms)} ms per step for "
+                f"{e.params / 1e6:.1f} M parameters; fused: ≈ {_f(e.fused_ms)} ms", ms)
 
 
 @profile_check("comm-not-overlapped", "mathlib-nccl", "Communication is not overlapped with compute",
@@ -420,13 +420,13 @@ def straggler_rank(p: Section, ctx: Context) -> PHit | None:
                    "default power limit (nvidia-smi -pl); run perfstack doctor on the host.")
 def throttled(p: Section, ctx: Context) -> PHit | None:
     t = p.telemetry
-    if not t or not t.get("busy_samples") or t["throttled_pct"] < 5:
+    if t is None or not t.busy_samples or t.throttled_pct < 5:
         return None
-    rec = _profiled(p) * t["throttled_pct"] / 100 * max(0.0, 1 - t["throttled_clock_mhz"] / t["max_clock_mhz"]) \
-        if t["max_clock_mhz"] else 0.0
-    return PHit(f"{t['throttled_pct']:.0f}% of {t['busy_samples']} busy NVML samples throttled ({', '.join(t['reasons'])}); "
-                f"SM clock {t['throttled_clock_mhz']:.0f} MHz when throttled vs {t['max_clock_mhz']:.0f} MHz max; "
-                f"max temperature {t['max_temperature_c']} °C, max power {t['max_power_w']} W", rec,
+    rec = _profiled(p) * t.throttled_pct / 100 * max(0.0, 1 - t.throttled_clock_mhz / t.max_clock_mhz) \
+        if t.max_clock_mhz else 0.0
+    return PHit(f"{t.throttled_pct:.0f}% of {t.busy_samples} busy NVML samples throttled ({', '.join(t.reasons)}); "
+                f"SM clock {t.throttled_clock_mhz:.0f} MHz when throttled vs {t.max_clock_mhz:.0f} MHz max; "
+                f"max temperature {t.max_temperature_c} °C, max power {t.max_power_w} W", rec,
                 severity="warning" if rec < 0.05 * _profiled(p) else None)
 
 

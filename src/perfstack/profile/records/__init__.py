@@ -4,18 +4,23 @@
 always held; ``from_dict`` reads it back, checked as a loaded Run is, tolerant of absent and unknown
 fields). The records live in modules named after what they hold: ``steps`` (one step, its idle gaps),
 ``means`` (means over the steps, the profiler's overhead), ``kernels`` (operators, kernels, kernel
-classes, MFU), ``ranks`` (what several ranks add), ``waste`` (what the fixes recover) and ``section``
-(the whole section and ``load``, the one way to read it). Import them from here.
+classes, MFU, compiled code), ``run_wide`` (what belongs to the whole run: the ranks, the straggler, the
+GPU telemetry), ``waste`` (the waste found and what the fixes recover) and ``section`` (the whole section
+and ``load``, the one way to read it). Import them from here.
 """
 
 from perfstack.profile.records.base import Record
-from perfstack.profile.records.kernels import KernelClass, Mfu, OpRow, TopKernel
+from perfstack.profile.records.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
 from perfstack.profile.records.means import Allocator, Comm, Launch, LaunchToStart, Overhead, Sync, Timeline
-from perfstack.profile.records.ranks import Straggler
+from perfstack.profile.records.run_wide import RankRow, Straggler, Telemetry
 from perfstack.profile.records.section import Section, load
 from perfstack.profile.records.steps import CpuCounts, GpuStep, IdleGap, Step
-from perfstack.profile.records.waste import WhatIf
+from perfstack.profile.records.waste import (AttentionUnfused, Fp32Conv, Fp32Matmul, GemmMisaligned, LargeVocabLoss,
+                                             MisalignedGroup, OptimizerNotFused, PageableMemcpy, UnfusedElementwise,
+                                             WasteFound, WhatIf)
 
-__all__ = ["Allocator", "Comm", "CpuCounts", "GpuStep", "IdleGap", "KernelClass", "Launch", "LaunchToStart", "Mfu",
-           "OpRow", "Overhead", "Record", "Section", "Step", "Straggler", "Sync", "Timeline", "TopKernel", "WhatIf",
-           "load"]
+__all__ = ["Allocator", "AttentionUnfused", "Comm", "Compiled", "CpuCounts", "Fp32Conv", "Fp32Matmul",
+           "GemmMisaligned", "GpuStep", "IdleGap", "KernelClass", "LargeVocabLoss", "Launch", "LaunchToStart",
+           "load", "Mfu", "MisalignedGroup", "OpRow", "OptimizerNotFused", "Overhead", "PageableMemcpy", "RankRow",
+           "Record", "Section", "Step", "Straggler", "Sync", "Telemetry", "Timeline", "TopKernel",
+           "UnfusedElementwise", "WasteFound", "WhatIf"]

@@ -96,6 +96,8 @@ def _fits(hint: Any, v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if hint is str:
         return isinstance(v, str)
+    if hint is bool:
+        return isinstance(v, bool)
     if origin is dict or _is_record(hint):
         return isinstance(v, dict)
     if origin is list:

@@ -1,6 +1,6 @@
 """What the kernel and efficiency passes find: the operator rows (``profile.ops``), the top kernels
-(``profile.top_kernels``), the roofline's kernel classes (``profile.kernel_classes``) and the MFU
-(``profile.mfu``).
+(``profile.top_kernels``), the roofline's kernel classes (``profile.kernel_classes``), the MFU
+(``profile.mfu``) and the compiled code (``profile.compiled``).
 """
 
 from __future__ import annotations
@@ -78,4 +78,17 @@ class Mfu(Record):
     source: str = ""
     peak_tflops: Optional[float] = None
     dtype: Optional[str] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Compiled(Record):
+    """torch.compile in the trace (``efficiency.compiled``): the share of GPU busy time in Triton kernels,
+    compiled regions entered per step (more than one per model call means graph breaks) and how many
+    distinct ones, and compilation inside the profiled steps (recompiles)."""
+
+    triton_pct: float = 0.0
+    regions_per_step: float = 0.0
+    distinct_regions: int = 0
+    compile_ms_per_step: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -9,11 +9,11 @@ from typing import Any, Mapping, Optional
 
 from perfstack import sections
 from perfstack.profile.records.base import Record
-from perfstack.profile.records.kernels import KernelClass, Mfu, OpRow, TopKernel
+from perfstack.profile.records.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
 from perfstack.profile.records.means import Allocator, Comm, Launch, Overhead, Sync, Timeline
-from perfstack.profile.records.ranks import Straggler
+from perfstack.profile.records.run_wide import RankRow, Straggler, Telemetry
 from perfstack.profile.records.steps import IdleGap, Step
-from perfstack.profile.records.waste import WhatIf
+from perfstack.profile.records.waste import WasteFound, WhatIf
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Section(Record):
     mfu: Optional[Mfu] = None
     overhead: Optional[Overhead] = None
     timeline: Optional[Timeline] = None
-    ranks: list[Any] = field(default_factory=list)  # one JSON object per rank of a multi-rank trace set
+    ranks: list[RankRow] = field(default_factory=list)  # one per rank of a multi-rank trace set
     straggler: Optional[Straggler] = None
     # What the profile rules read besides the pieces above (summary.py writes them; a loaded Run's are not
     # checked, as no report reads them):
@@ -54,10 +54,10 @@ class Section(Record):
     busy_pct: float = 0.0
     data_wait_ms: float = 0.0  # the DataLoader's __next__ on the main thread, per step
     data_wait_idle_ms: float = 0.0  # GPU idle while it ran
-    waste: dict[str, Any] = field(default_factory=dict)  # by finding id: what the waste pass measured
+    waste: WasteFound = field(default_factory=WasteFound)  # by finding id: what the waste pass measured
     whatif: dict[str, WhatIf] = field(default_factory=dict)  # by finding id
-    compiled: Optional[Mapping[str, Any]] = None  # torch.compile regions and compile time per step
-    telemetry: Optional[Mapping[str, Any]] = None  # the NVML samples' throttle statistics (capture mode)
+    compiled: Optional[Compiled] = None  # torch.compile regions and compile time per step
+    telemetry: Optional[Telemetry] = None  # the NVML samples' throttle statistics (capture mode)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def breakdown(self) -> dict[str, float] | None:
