@@ -20,8 +20,8 @@ process environment only; the machine's settings are never changed. Then, in one
    NCCL, and the NCCL collectives (full suite only) run in processes started by the one node that
    runs the machine's benchmarks, with that node's environment. A per-node NCCL environment is the
    doctor's to find, node by node (step 2);
-4. ``perfstack bench`` of the per-GPU benchmarks run alone on each GPU (CUDA_VISIBLE_DEVICES=i), twice,
-   and each per-GPU fleet figure compared with them (``agrees``: within 3%, within the raw samples'
+4. ``perfstack bench`` of the per-GPU benchmarks run alone on each GPU (CUDA_VISIBLE_DEVICES=i), once
+   before the fleet bench and once after it, and each per-GPU fleet figure compared with both (``agrees``: within 3%, within the raw samples'
    noise, within the two standalone runs' spread, or for a power-capped GEMM on its fastest sample); a
    figure that agrees by none of these fails. Every per-GPU figure is now measured under the conditions of a bench alone: GPU-only ones
    share nothing between GPUs, host-bound ones have the machine to themselves. (Before, each GPU's
@@ -141,6 +141,11 @@ def main() -> int:
         if args.cpu:
             return _finish(out, lines, failures, say)
 
+        # 4a. each GPU alone, before the fleet bench (cool GPUs); 4b runs after it (warm ones): the fleet's
+        # figures are judged against both, so neither thermal state favours one side
+        alone: dict[int, list[dict]] = {i: [] for i in range(n)}
+        alone_round(1, n, args.suite, out, alone, failures)
+
         # 3. fleet bench
         bench_json = out / "fleet-bench.json"
         rc = cli(["fleet", "bench", "-q", "--suite", args.suite, "--fail-on", "never", "--save-runs",
@@ -161,26 +166,15 @@ def main() -> int:
         ray.shutdown()
         cluster.shutdown()
 
-    # 4. each GPU alone (two rounds), then compared with its fleet figures
+    # 4b. each GPU alone again, then the fleet figures compared with both rounds
     from perfstack.model import Run
-    from perfstack.fleet.jobs import BenchJob
     fleet_runs: dict[int, list] = {}  # GPU -> its fleet measurements (GPU-only and host-bound parts: two Runs)
     for f in sorted((out / "runs-bench").glob("*.gpu*.json")):
         r = Run.load(f)
         slot = slot_of.get(r.meta.get("fleet", {}).get("ray_node_id"))
         if slot is not None:
             fleet_runs.setdefault(int(slot), []).extend(r.measurements)
-    per_gpu = [b.name for part in ("gpu", "gpu-host") for b in BenchJob(args.suite, (), part).chosen()]
-    alone: dict[int, list[dict]] = {i: [] for i in range(n)}
-    for round_ in (1, 2):  # the second round gives each figure's run-to-run spread
-        for i in range(n):
-            path = out / f"bench-alone-gpu{i}-{round_}.json"
-            proc = perfstack("bench", *per_gpu, "--suite", args.suite, "-q", "-o", str(path),
-                             env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
-            if proc.returncode not in (0, 1):
-                failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
-                continue
-            alone[i].append({m.name: m for m in Run.load(path).measurements})
+    alone_round(2, n, args.suite, out, alone, failures)  # after the fleet: GPUs still warm from it
     for i in range(n):
         if i not in fleet_runs or not alone[i]:
             failures.append(f"no fleet bench Run or no standalone Run for GPU {i}")
@@ -192,6 +186,21 @@ def main() -> int:
 
     allreduce_between_machines(n, out, say, failures)
     return _finish(out, lines, failures, say)
+
+
+def alone_round(round_: int, n: int, suite: str, out: Path, alone: dict, failures: list[str]) -> None:
+    """``perfstack bench`` of the per-GPU benchmarks on each GPU alone (CUDA_VISIBLE_DEVICES=i)."""
+    from perfstack.fleet.jobs import BenchJob
+    from perfstack.model import Run
+    per_gpu = [b.name for part in ("gpu", "gpu-host") for b in BenchJob(suite, (), part).chosen()]
+    for i in range(n):
+        path = out / f"bench-alone-gpu{i}-{round_}.json"
+        proc = perfstack("bench", *per_gpu, "--suite", suite, "-q", "-o", str(path),
+                         env={**NVLS_OFF, "CUDA_VISIBLE_DEVICES": str(i)})
+        if proc.returncode not in (0, 1):
+            failures.append(f"perfstack bench alone on GPU {i} exited {proc.returncode}: {proc.stderr[-300:]}")
+            continue
+        alone[i].append({m.name: m for m in Run.load(path).measurements})
 
 
 def agrees(gpu: int, fleet, alone: list, say) -> bool:
