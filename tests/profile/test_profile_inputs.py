@@ -62,7 +62,7 @@ def test_truncated_json_keeps_partial_results(tmp_path):
     t = load(p)
     assert t.warnings and "truncated" in t.warnings[0]
     s = analyze(t)
-    assert s["n_steps"] >= 1
+    assert s.section.n_steps >= 1
 
 
 def test_truncated_gzip_keeps_partial_results(tmp_path):

@@ -1,4 +1,4 @@
-"""Turn a loaded trace into the profile summary (it becomes ``Run.profile``; everything is JSON-able).
+"""Turn a loaded trace into the profile summary (a ``records.Section``; it becomes ``Run.profile``).
 
 Definitions:
 - GPU work belongs to the step whose CPU code launched it (``attribute``), wherever it ran;
@@ -18,13 +18,13 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left
 from collections import defaultdict
-from typing import Any
+from typing import NamedTuple
 
 from perfstack.profile import classify, cpu, flops
 from perfstack.profile.attribute import attribute
 from perfstack.profile.timeline import gaps, sweep, union
-from perfstack.profile.records import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, Step,
-                                       Sync, Timeline)
+from perfstack.profile.records import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
+                                       Section, Step, Sync, Timeline)
 from perfstack.profile.trace import GpuEvent, Trace
 
 GAP_LIST_US = 50.0
@@ -134,9 +134,18 @@ def _attribution_notes(A: Analysis) -> list[str]:
     return notes
 
 
-def analyze(trace: Trace) -> dict[str, Any]:
-    """The profile summary of one trace (one rank), as the JSON of ``Run.profile`` before the summary's
-    passes (overhead, what-ifs, MFU) add theirs; ``_analysis`` carries the working state to them."""
+class Analysed(NamedTuple):
+    """What ``analyze`` gives the summary: the section so far, the working state for the summary's passes,
+    and every operator row (the section keeps the top ones) for its MFU and roofline."""
+
+    section: Section
+    analysis: Analysis
+    ops_all: list[OpRow]
+
+
+def analyze(trace: Trace) -> Analysed:
+    """The profile summary of one trace (one rank), as ``Run.profile`` holds it before the summary's
+    passes (efficiency against the peaks, overhead, what-ifs, MFU) add theirs."""
     A = Analysis(trace)
     per_step: list[list[int]] = [[] for _ in A.windows]
     for i, s in enumerate(A.att.step):
@@ -151,30 +160,32 @@ def analyze(trace: Trace) -> dict[str, Any]:
     m = _Means(steps)
     breakdown, idle_reason = _categories(steps)
     delays = _launch_delays(A)
-    notes = [*A.notes, *_clock_skew(A, len(delays))]
-    out: dict[str, Any] = {
-        "file": trace.path, "rank": trace.rank, "world_size": trace.world_size,
-        "device": A.device, "device_name": _device_name(A), "other_devices": A.other_devices,
-        "n_steps": len(steps), "steps": [s.to_dict() for s in steps],
-        "step_ms": m("total_ms"), "busy_ms": m("busy_ms"), "idle_ms": m("idle_ms"),
-        "busy_pct": _pct(m("busy_ms"), m("total_ms")),
-        "timeline": _timeline(A, m, idle_reason, delays).to_dict(),
-        "breakdown_ms": {k: round(v, 4) for k, v in breakdown.items()},
-        "idle_by_reason_ms": {k: round(v, 4) for k, v in idle_reason.items()},
-        "idle_gaps": [g.to_dict() for g in gaps[:MAX_GAPS]], "n_idle_gaps": len(gaps),
-        "launch": _launch(A, m, delays).to_dict(),
-        "sync": Sync(m("syncs"), m("sync_wait_ms"), _per_step_names(A, cpu.SYNC_CALLS | cpu.BLOCKING_COPIES)).to_dict(),
-        "allocator": Allocator(m("alloc_calls"), m("alloc_ms"), round(idle_reason.get("allocator", 0.0), 4),
-                               _per_step_names(A, cpu.ALLOC_CALLS)).to_dict(),
-        "data_wait_ms": m("data_wait_ms"), "data_wait_idle_ms": round(idle_reason.get("data loading", 0.0), 4),
-        "comm": Comm(m("comm_ms"), m("comm_exposed_ms"), m("comm_overlapped_ms"),
-                     _pct(m("comm_overlapped_ms"), m("comm_ms"))).to_dict(),
-        "compute_ms": round(sum(v for c, v in breakdown.items() if c not in ("idle", "comm", "cpu")), 4),
-        "precision": trace.meta.get("float32_matmul_precision"), "notes": notes, "warnings": list(trace.warnings),
-        "events_per_step": m("cpu_events"),
-    }
     from perfstack.profile import efficiency
-    return {**out, **efficiency.kernels(A), "_analysis": A}  # _analysis: dropped by summary before the Run is built
+    kern = efficiency.kernels(A)
+    section = Section(
+        file=trace.path, rank=trace.rank, world_size=trace.world_size,
+        device=A.device, device_name=_device_name(A), other_devices=A.other_devices,
+        n_steps=len(steps), steps=steps,
+        step_ms=m("total_ms"), busy_ms=m("busy_ms"), idle_ms=m("idle_ms"),
+        busy_pct=_pct(m("busy_ms"), m("total_ms")),
+        timeline=_timeline(A, m, idle_reason, delays),
+        breakdown_ms={k: round(v, 4) for k, v in breakdown.items()},
+        idle_by_reason_ms={k: round(v, 4) for k, v in idle_reason.items()},
+        idle_gaps=gaps[:MAX_GAPS], n_idle_gaps=len(gaps),
+        launch=_launch(A, m, delays),
+        sync=Sync(m("syncs"), m("sync_wait_ms"), _per_step_names(A, cpu.SYNC_CALLS | cpu.BLOCKING_COPIES)),
+        allocator=Allocator(m("alloc_calls"), m("alloc_ms"), round(idle_reason.get("allocator", 0.0), 4),
+                            _per_step_names(A, cpu.ALLOC_CALLS)),
+        data_wait_ms=m("data_wait_ms"), data_wait_idle_ms=round(idle_reason.get("data loading", 0.0), 4),
+        comm=Comm(m("comm_ms"), m("comm_exposed_ms"), m("comm_overlapped_ms"),
+                  _pct(m("comm_overlapped_ms"), m("comm_ms"))),
+        compute_ms=round(sum(v for c, v in breakdown.items() if c not in ("idle", "comm", "cpu")), 4),
+        precision=trace.meta.get("float32_matmul_precision"), notes=[*A.notes, *_clock_skew(A, len(delays))],
+        warnings=list(trace.warnings), events_per_step=m("cpu_events"),
+        top_kernels=kern.top_kernels, ops=kern.ops_all[:40], gemms=kern.gemms, memcpy=kern.memcpy,
+        phases_ms=kern.phases_ms, compiled=kern.compiled,
+    )
+    return Analysed(section, A, kern.ops_all)
 
 
 class _Means:

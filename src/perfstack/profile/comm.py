@@ -37,6 +37,7 @@ from perfstack.profile.timeline import Spans
 
 if TYPE_CHECKING:
     from perfstack.profile.analyze import Analysis
+    from perfstack.profile.records import Section
 
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default (FSDP's default unit is a module, often larger)
 # Compute time lost per unit of overlapped NCCL time, when the trace cannot show it: the 2xH200 DDP
@@ -125,7 +126,7 @@ def contention(A: Analysis) -> dict[str, Any] | None:
             "overlapped_ms": round(overlapped / 1e3, 4)}
 
 
-def overlap_model(A: Analysis, p: dict[str, Any]) -> dict[str, Any]:
+def overlap_model(A: Analysis, p: Section) -> dict[str, Any]:
     """Per step (means over the steps): NCCL time exposed, of which waiting for other ranks; the
     transfer that overlap could move under the backward pass; and what that recovers."""
     gpu, att = A.gpu, A.att

@@ -5,10 +5,12 @@ phase (forward, backward, optimizer), compiled code (Triton kernels, compiled re
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfstack.profile import classify
+from perfstack.profile.records import Compiled, KernelClass, OpRow, TopKernel
 
 if TYPE_CHECKING:
     from perfstack.profile.analyze import Analysis
@@ -23,9 +25,20 @@ def _ms(us: float) -> float:
     return round(us / 1e3, 4)
 
 
-def kernels(A: Analysis) -> dict[str, Any]:
-    """The per-kernel and per-operator pass: top_kernels, ops (and ``_ops_all``, every row, for the
-    summary's MFU and roofline), gemms, memcpy, phases_ms and compiled, per step."""
+class Kernels(NamedTuple):
+    """The kernel pass's result, per step: the top kernels, every operator row (by time), the GEMM
+    classes, the copies by direction, GPU time by phase, and the compiled code."""
+
+    top_kernels: list[TopKernel]
+    ops_all: list[OpRow]
+    gemms: list[dict[str, Any]]
+    memcpy: list[dict[str, Any]]
+    phases_ms: dict[str, float]
+    compiled: Compiled
+
+
+def kernels(A: Analysis) -> Kernels:
+    """The per-kernel and per-operator pass over the GPU events of the steps."""
     gpu, att = A.gpu, A.att
     n = max(1, len(A.windows))
     acc = _Rows(A)
@@ -33,13 +46,11 @@ def kernels(A: Analysis) -> dict[str, Any]:
         if att.step[i] >= 0:
             acc.add(i, g)
     top = sorted(acc.names.values(), key=lambda k: -k["time_us"])[:15]
-    for k in top:
-        k["time_ms_per_step"] = _ms(k.pop("time_us") / n)
-    rows = sorted((_finish_op(r, n) for r in acc.ops.values()), key=lambda r: -r["time_ms_per_step"])
-    return {"top_kernels": top, "ops": rows[:40], "_ops_all": rows, "gemms": _finish_gemms(acc.gemms, n),
-            "memcpy": [_finish_memcpy(m, n) for m in acc.memcpy.values()],
-            "phases_ms": {k: _ms(v / n) for k, v in sorted(acc.phases.items(), key=lambda kv: -kv[1])},
-            "compiled": compiled(A, acc.triton_us, acc.busy_us)}
+    rows = sorted((_finish_op(r, n) for r in acc.ops.values()), key=lambda r: -r.time_ms_per_step)
+    return Kernels([TopKernel(k["name"], k["category"], k["count"], _ms(k["time_us"] / n)) for k in top], rows,
+                   _finish_gemms(acc.gemms, n), [_finish_memcpy(m, n) for m in acc.memcpy.values()],
+                   {k: _ms(v / n) for k, v in sorted(acc.phases.items(), key=lambda kv: -kv[1])},
+                   compiled(A, acc.triton_us, acc.busy_us))
 
 
 class _Rows:
@@ -112,28 +123,23 @@ class _Rows:
             _gemm_row(self.gemms, g, c, cost, f, b, self.precision)
 
 
-def _finish_op(r: dict[str, Any], n: int) -> dict[str, Any]:
+def _finish_op(r: dict[str, Any], n: int) -> OpRow:
     """An operator row per step, with its achieved TFLOP/s and GB/s over the time its FLOPs and bytes ran."""
-    t, ft, bt = r.pop("time_us"), r.pop("counted_us"), r.pop("bytes_us")
-    r["calls_per_step"] = round(len(r.pop("calls")) / n, 2)
-    r["kernels_per_step"] = round(r.pop("kernels") / n, 2)
-    r["time_ms_per_step"] = _ms(t / n)
-    r["flops_per_step"] = r.pop("flops") / n
-    r["bytes_per_step"] = r.pop("bytes") / n
-    r["tflops"] = round(r["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft and r["flops_per_step"] else None
-    r["gbps"] = round(r["bytes_per_step"] * n / (bt * 1e-6) / 1e9, 1) if bt and r["bytes_per_step"] else None
-    return r
+    flops, nbytes, ft, bt = r["flops"] / n, r["bytes"] / n, r["counted_us"], r["bytes_us"]
+    return OpRow(r["op"], r["category"], r["dtype"], round(len(r["calls"]) / n, 2), round(r["kernels"] / n, 2),
+                 _ms(r["time_us"] / n), flops, nbytes,
+                 round(flops * n / (ft * 1e-6) / 1e12, 2) if ft and flops else None,
+                 round(nbytes * n / (bt * 1e-6) / 1e9, 1) if bt and nbytes else None)
 
 
 def _finish_memcpy(m: dict[str, Any], n: int) -> dict[str, Any]:
-    t_us = m.pop("time_us")
-    m["time_ms_per_step"] = _ms(t_us / n)
-    m["bytes_per_step"] = int(m["bytes"] / n)
-    m["gbps"] = round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None
-    return m
+    t_us = m["time_us"]
+    return {"direction": m["direction"], "memory": m["memory"], "count": m["count"], "bytes": m["bytes"],
+            "time_ms_per_step": _ms(t_us / n), "bytes_per_step": int(m["bytes"] / n),
+            "gbps": round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None}
 
 
-def compiled(A: Analysis, triton_us: float, busy_us: float) -> dict[str, Any]:
+def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
     """torch.compile in the trace: compiled regions entered per step (more than one per model call
     means graph breaks), and compilation inside the profiled steps (recompiles)."""
     n = max(1, len(A.windows))
@@ -156,9 +162,8 @@ def compiled(A: Analysis, triton_us: float, busy_us: float) -> dict[str, Any]:
             spans.append((o.ts, o.ts + o.dur))
     from perfstack.profile.timeline import union
     compile_us = sum(e - s for s, e in union(spans))  # nested dynamo-timed ranges count once
-    return {"triton_pct": round(100 * triton_us / busy_us, 1) if busy_us else 0.0,
-            "regions_per_step": round(regions / n, 2), "distinct_regions": len(frames),
-            "compile_ms_per_step": round(compile_us / n / 1e3, 3)}
+    return Compiled(round(100 * triton_us / busy_us, 1) if busy_us else 0.0, round(regions / n, 2), len(frames),
+                    round(compile_us / n / 1e3, 3))
 
 
 def _gemm_row(gemms: dict, g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,
@@ -183,17 +188,16 @@ def _gemm_row(gemms: dict, g: GpuEvent, cat: str, cost: Cost, f: float | None, b
 
 
 def _finish_gemms(gemms: dict, n: int) -> list[dict]:
+    """The GEMM classes per step, by time, with their achieved TFLOP/s and GB/s and their commonest shapes."""
     out = []
     for row in gemms.values():
-        t_us, ft = row.pop("time_us"), row.pop("flops_time_us")
-        row["time_ms_per_step"] = _ms(t_us / n)
-        row["flops_per_step"] = row.pop("flops") / n
-        row["bytes_per_step"] = row.pop("bytes") / n
-        row["tflops"] = round(row["flops_per_step"] * n / (ft * 1e-6) / 1e12, 2) if ft else None
-        row["gbps"] = round(row["bytes_per_step"] * n / (ft * 1e-6) / 1e9, 1) if ft and row["bytes_per_step"] else None
-        row["shapes"] = dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6])
-        row["count_per_step"] = round(row.pop("count") / n, 2)
-        out.append(row)
+        ft, flops, nbytes = row["flops_time_us"], row["flops"] / n, row["bytes"] / n
+        out.append({**{k: row[k] for k in ("dtype", "tensor_cores", "misaligned", "gemv", "category")},
+                    "shapes": dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6]),
+                    "time_ms_per_step": _ms(row["time_us"] / n), "flops_per_step": flops, "bytes_per_step": nbytes,
+                    "tflops": round(flops * n / (ft * 1e-6) / 1e12, 2) if ft else None,
+                    "gbps": round(nbytes * n / (ft * 1e-6) / 1e9, 1) if ft and nbytes else None,
+                    "count_per_step": round(row["count"] / n, 2)})
     out.sort(key=lambda r: -r["time_ms_per_step"])
     return out
 
@@ -210,34 +214,35 @@ def peak_for(spec: GpuSpec | None, dtype: str | None, tensor_cores: bool | None)
     return spec.peak_tflops(d) if d else None
 
 
-def against_peaks(gemms: list[dict[str, Any]], ops: list[dict[str, Any]], ops_all: list[dict[str, Any]],
-                  spec: GpuSpec | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def against_peaks(gemms: list[dict[str, Any]], ops: list[OpRow], ops_all: list[OpRow],
+                  spec: GpuSpec | None) -> tuple[list[dict[str, Any]], list[OpRow], list[KernelClass]]:
     """The efficiency pass: GEMM and operator rows with their achieved figures against the SKU's peaks
     (new rows; the kernel pass's are left as they are), and ``kernel_classes`` for the HTML roofline."""
     hbm = spec.hbm_tbps * 1e3 if spec and spec.hbm_tbps else None  # GB/s
     gemms = [_gemm_peaks(g, spec, hbm) for g in gemms]
-    ops = [_op_peaks(r, spec, hbm) for r in ops]
     classes = []
     for g in gemms:
         label = f"{g['category'].upper() if g['category'] != 'gemm' else 'GEMM'} {g['dtype'] or '?'} " + \
                 {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
         label += " GEMV" if g["gemv"] else " misaligned" if g["misaligned"] else ""
-        classes.append({"name": label, "time_ms": g["time_ms_per_step"], "flops": g["flops_per_step"] or None,
-                        "bytes": g["bytes_per_step"] or None, "tflops": g["tflops"], "peak_tflops": g["peak_tflops"]})
+        classes.append(KernelClass(label, time_ms=g["time_ms_per_step"], flops=g["flops_per_step"] or None,
+                                   bytes=g["bytes_per_step"] or None, tflops=g["tflops"],
+                                   peak_tflops=g["peak_tflops"], gemm=True))
     by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in ops_all:
-        if r["category"] in ("gemm",):
+        if r.category in ("gemm",):
             continue
-        d = by_cat[r["category"]]
-        d["time_ms"] += r["time_ms_per_step"]
-        d["flops"] += r["flops_per_step"]
-        d["bytes"] += r["bytes_per_step"]
+        d = by_cat[r.category]
+        d["time_ms"] += r.time_ms_per_step
+        d["flops"] += r.flops_per_step
+        d["bytes"] += r.bytes_per_step
     for cat, d in by_cat.items():
         t = d["time_ms"]
-        classes.append({"name": cat, "time_ms": round(t, 4), "flops": d["flops"] or None, "bytes": d["bytes"] or None,
-                        "tflops": round(d["flops"] / (t * 1e-3) / 1e12, 2) if d["flops"] and t else None,
-                        "gbps": round(d["bytes"] / (t * 1e-3) / 1e9, 1) if d["bytes"] and t else None})
-    return gemms, ops, classes
+        classes.append(KernelClass(cat, time_ms=round(t, 4), flops=d["flops"] or None, bytes=d["bytes"] or None,
+                                   tflops=round(d["flops"] / (t * 1e-3) / 1e12, 2) if d["flops"] and t else None,
+                                   gbps=round(d["bytes"] / (t * 1e-3) / 1e9, 1) if d["bytes"] and t else None,
+                                   gemm=False))
+    return gemms, [_op_peaks(r, spec, hbm) for r in ops], classes
 
 
 def _gemm_peaks(g: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> dict[str, Any]:
@@ -247,15 +252,15 @@ def _gemm_peaks(g: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> d
             "pct_of_hbm": round(100 * g["gbps"] / hbm, 1) if hbm and g.get("gbps") else None}
 
 
-def _op_peaks(r: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> dict[str, Any]:
+def _op_peaks(r: OpRow, spec: GpuSpec | None, hbm: float | None) -> OpRow:
     """An operator row with its share of the peaks and what bounds it (by arithmetic intensity
     against the ridge point, where both are known)."""
-    peak = peak_for(spec, r["dtype"], True) if r["tflops"] else None
-    r = {**r, "pct_of_peak": round(100 * r["tflops"] / peak, 1) if peak and r["tflops"] else None,
-         "pct_of_hbm": round(100 * r["gbps"] / hbm, 1) if hbm and r["gbps"] else None}
-    if r["flops_per_step"] and r["bytes_per_step"] and peak and hbm:
+    peak = peak_for(spec, r.dtype, True) if r.tflops else None
+    bound = None
+    if r.flops_per_step and r.bytes_per_step and peak and hbm:
         ridge = peak * 1e3 / hbm  # FLOP per byte where compute and memory take equally long
-        r["bound"] = "compute" if r["flops_per_step"] / r["bytes_per_step"] >= ridge else "memory"
-    elif r["bytes_per_step"] and not r["flops_per_step"]:
-        r["bound"] = "memory"
-    return r
+        bound = "compute" if r.flops_per_step / r.bytes_per_step >= ridge else "memory"
+    elif r.bytes_per_step and not r.flops_per_step:
+        bound = "memory"
+    return dataclasses.replace(r, pct_of_peak=round(100 * r.tflops / peak, 1) if peak and r.tflops else None,
+                               pct_of_hbm=round(100 * r.gbps / hbm, 1) if hbm and r.gbps else None, bound=bound)

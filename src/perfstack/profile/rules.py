@@ -15,10 +15,9 @@ trace and the corrected one says so.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
 
 from perfstack.model import Finding, Severity
-from perfstack.profile.records import Allocator, Comm, Compiled, Launch, Overhead, Section, Sync, Timeline, WhatIf, load
+from perfstack.profile.records import Allocator, Comm, Compiled, Launch, Overhead, Section, Sync, Timeline, WhatIf
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
 from perfstack.sources import BOOK
@@ -446,10 +445,8 @@ def _check_order() -> None:
 _check_order()
 
 
-def evaluate(summary: Mapping[str, Any], ctx: Context) -> list[Finding]:
-    """Run every profile rule over one summary, read once into its typed records; findings ranked by
-    recoverable time."""
-    p = load(summary) or Section()
+def evaluate(p: Section, ctx: Context) -> list[Finding]:
+    """Run every profile rule over one summary; findings ranked by recoverable time."""
     out: list[Finding] = []
     for cid in ORDER:
         c = PROFILE_CHECKS[cid]

@@ -4,14 +4,16 @@ each candidate fix through the CPU/GPU model, combine ranks, and rank the findin
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run, run_meta
 from perfstack.profile import classify, comm, cpu, efficiency, rules, waste
 from perfstack.profile.analyze import Analysis, analyze
-from perfstack.profile.records import Mfu, Straggler
+from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Straggler, Sync,
+                                       WasteFound, WhatIf)
 from perfstack.profile.simulate import Scenario, Timeline, replay, solve_scale
 from perfstack.profile.trace import load
 
@@ -36,98 +38,99 @@ def _spec(name: str | None) -> GpuSpec | None:
         return None
 
 
-def overhead(p: dict[str, Any], tl: Timeline | None, unprofiled_ms: float | None, note: str | None) -> dict[str, Any]:
+def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note: str | None) -> Overhead:
     """How much of the profiled step is the profiler, and the CPU scale that removes it."""
-    n = max(1, p["n_steps"])
-    profiled = p["step_ms"]
-    out: dict[str, Any] = {"profiled_step_ms": profiled, "events_per_step": p["events_per_step"]}
+    n = max(1, p.n_steps)
+    profiled = p.step_ms or 0.0
     if tl is None:
-        out.update(method="none", cpu_scale=1.0, step_ms=unprofiled_ms or profiled,
-                   note="no replay model for this trace (launches not attributable): figures are of the profiled step")
-        return out
+        return Overhead(p.step_ms, p.events_per_step, method="none", cpu_scale=1.0, step_ms=unprofiled_ms or p.step_ms,
+                        note="no replay model for this trace (launches not attributable): figures are of the profiled step")
     model = replay(tl) / 1e3 / n
-    out["model_step_ms"] = round(model, 4)
-    out["model_fit"] = round(model / profiled, 3) if profiled else None
     cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
-    removed = PROFILER_US_PER_EVENT * p["events_per_step"] / 1e3
+    removed = PROFILER_US_PER_EVENT * p.events_per_step / 1e3
     estimated = max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
-    estimate_note = (f"estimated: {p['events_per_step']:.0f} recorded CPU events per step × {PROFILER_US_PER_EVENT} µs "
-                     "each (H100 calibration); pass --step-ms with the step time measured without the profiler to "
-                     "replace the estimate")
     if unprofiled_ms:
-        target = unprofiled_ms * 1e3 * n
-        out.update(method="measured", note=note or "step time measured without the profiler")
-        floor = replay(tl, MIN_SCALE)
-        if replay(tl, estimated) < floor * 1.05 or floor > target * 1.02:
-            # The step is GPU-bound (a faster CPU barely changes it), or even a CPU five times faster
-            # would not make it that short: the measured time says nothing about the CPU's speed, and
-            # what differs is on the GPU side (run-to-run noise, clocks).
-            scale = estimated
-            out["note"] += (f"; the step is bound by its GPU work ({floor / 1e3 / n:.2f} ms per step in the trace), "
-                            "so the CPU-side correction is the calibrated estimate")
-        else:
-            scale = solve_scale(tl, target, MIN_SCALE)
-            if scale == 1.0 and unprofiled_ms > model * 1.05:
-                out["note"] += (f"; the profiled trace replays at {model:.2f} ms, faster than the measured "
-                                f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded")
+        method = "measured"
+        scale, how = _measured_scale(tl, n, model, estimated, unprofiled_ms)
+        how = (note or "step time measured without the profiler") + how
     else:
-        scale = estimated
-        out.update(method="estimated", note=estimate_note)
-    out["cpu_scale"] = round(scale, 4)
-    out["cpu_inflation"] = round(1 / scale, 3)
-    out["step_ms"] = round(replay(tl, scale) / 1e3 / n, 4) if out["method"] != "measured" else unprofiled_ms
-    out["model_unprofiled_ms"] = round(replay(tl, scale) / 1e3 / n, 4)
-    return out
+        method, scale = "estimated", estimated
+        how = (f"estimated: {p.events_per_step:.0f} recorded CPU events per step × {PROFILER_US_PER_EVENT} µs "
+               "each (H100 calibration); pass --step-ms with the step time measured without the profiler to "
+               "replace the estimate")
+    return Overhead(p.step_ms, p.events_per_step, round(model, 4), round(model / profiled, 3) if profiled else None,
+                    method, how, round(scale, 4), round(1 / scale, 3),
+                    round(replay(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
+                    round(replay(tl, scale) / 1e3 / n, 4))
 
 
-def whatifs(p: dict[str, Any], A: Analysis, tl: Timeline | None,
-            spec: GpuSpec | None) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+def _measured_scale(tl: Timeline, n: int, model: float, estimated: float, unprofiled_ms: float) -> tuple[float, str]:
+    """The CPU scale that replays the trace at the step time measured without the profiler, and what the
+    note adds about it."""
+    target = unprofiled_ms * 1e3 * n
+    floor = replay(tl, MIN_SCALE)
+    if replay(tl, estimated) < floor * 1.05 or floor > target * 1.02:
+        # The step is GPU-bound (a faster CPU barely changes it), or even a CPU five times faster
+        # would not make it that short: the measured time says nothing about the CPU's speed, and
+        # what differs is on the GPU side (run-to-run noise, clocks).
+        return estimated, (f"; the step is bound by its GPU work ({floor / 1e3 / n:.2f} ms per step in the trace), "
+                           "so the CPU-side correction is the calibrated estimate")
+    scale = solve_scale(tl, target, MIN_SCALE)
+    if scale == 1.0 and unprofiled_ms > model * 1.05:
+        return scale, (f"; the profiled trace replays at {model:.2f} ms, faster than the measured "
+                       f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded")
+    return scale, ""
+
+
+def whatifs(p: Section, A: Analysis, tl: Timeline | None,
+            spec: GpuSpec | None) -> tuple[WasteFound, dict[str, WhatIf]]:
     """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
     fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
     found = waste.detect(A, spec)
-    evidence = {w.id: w.evidence for w in found}
+    evidence = WasteFound.of({w.id: w.evidence for w in found})
     if tl is None:
         return evidence, _whatifs_unreplayed(p, A, found)
-    n = max(1, p["n_steps"])
-    scale = p["overhead"]["cpu_scale"]
+    n = max(1, p.n_steps)
+    scale = p.overhead.cpu_scale if p.overhead else 1.0
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
     cpu_free = replay(tl, scale) < replay(tl, MIN_SCALE) * 1.05
     scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found}}
     base_c, base_p = replay(tl, scale), replay(tl, 1.0)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, WhatIf] = {}
     for name, sc in scenarios.items():
         rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
-        out[name] = {"ms": round(max(0.0, rc) / 1e3 / n, 4), "pct": round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
-                     "ms_profiled": round(max(0.0, rp) / 1e3 / n, 4),
-                     "pct_profiled": round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0}
+        out[name] = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
+                           round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
     return evidence, out
 
 
-def _whatifs_unreplayed(p: dict[str, Any], A: Analysis, found: list[waste.Waste]) -> dict[str, dict[str, float]]:
+def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> dict[str, WhatIf]:
     """Without a replay model: a waste's GPU time saved counts only on a GPU-bound step."""
-    n = max(1, p["n_steps"])
-    step = p["overhead"]["step_ms"]
-    out: dict[str, dict[str, float]] = {}
+    n = max(1, p.n_steps)
+    step = (p.overhead.step_ms if p.overhead else None) or 0.0
+    bound = p.timeline.bound if p.timeline else None
+    out: dict[str, WhatIf] = {}
     for w in found:
-        ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if p["timeline"]["bound"] == "gpu" else 0.0
-        out[w.id] = {"ms": round(ms, 4), "pct": round(100 * ms / step, 1) if step else 0.0,
-                     "ms_profiled": round(ms, 4), "pct_profiled": round(100 * ms / p["step_ms"], 1) if p["step_ms"] else 0.0}
+        ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if bound == "gpu" else 0.0
+        out[w.id] = WhatIf(round(ms, 4), round(100 * ms / step, 1) if step else 0.0,
+                           round(ms, 4), round(100 * ms / p.step_ms, 1) if p.step_ms else 0.0)
     return out
 
 
-def _cpu_scenarios(p: dict[str, Any]) -> dict[str, Scenario]:
+def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
     """CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
     on large traces)."""
     scenarios: dict[str, Scenario] = {}
-    if p["sync"]["calls_per_step"] > 1:
+    sync, alloc, launch = p.sync or Sync(), p.allocator or Allocator(), p.launch or Launch()
+    if sync.calls_per_step > 1:
         scenarios["host-sync"] = Scenario("one sync per step", keep_sync="last-per-step")
-    if p["data_wait_ms"] > 0:
+    if p.data_wait_ms > 0:
         scenarios["dataloader-stall"] = Scenario("batches ready when asked", no_dataloader=True)
-    if p["allocator"]["calls_per_step"] > 0 or p["allocator"]["ms_per_step"] > 0:
+    if alloc.calls_per_step > 0 or alloc.ms_per_step > 0:
         scenarios["allocator-churn"] = Scenario("no allocator calls", no_allocator=True)
-    if p["launch"]["kernels_per_step"] >= 50 and not p["launch"]["graph_launches_per_step"]:
+    if launch.kernels_per_step >= 50 and not launch.graph_launches_per_step:
         scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True)
     return scenarios
 
@@ -164,45 +167,45 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
     return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
 
 
-def _mfu(p: dict[str, Any], ops_all: list[dict[str, Any]], spec: GpuSpec | None,
-         model_flops: float | None) -> dict[str, Any]:
+def _mfu(p: Section, ops_all: list[OpRow], spec: GpuSpec | None,
+         model_flops: float | None) -> tuple[float, float | None, Mfu | None]:
     """GEMM-class FLOPs per step, the TFLOP/s they make over the unprofiled step, and MFU."""
-    comp = [r for r in ops_all if r["category"] in classify.COMPUTE and r["flops_per_step"]]
-    flops = sum(r["flops_per_step"] for r in comp)
-    main = max(comp, key=lambda r: r["time_ms_per_step"], default=None)
-    peak = efficiency.peak_for(spec, main["dtype"], True) if main else None
-    if main and main["dtype"] == "fp32" and spec:
+    comp = [r for r in ops_all if r.category in classify.COMPUTE and r.flops_per_step]
+    flops = sum(r.flops_per_step for r in comp)
+    main = max(comp, key=lambda r: r.time_ms_per_step, default=None)
+    peak = efficiency.peak_for(spec, main.dtype, True) if main else None
+    if main and main.dtype == "fp32" and spec:
         peak = spec.peak_tflops("tf32")  # what fp32 math can reach on Tensor Cores
-    step_s = p["overhead"]["step_ms"] / 1e3
+    o = p.overhead or Overhead()
+    step_s = (o.step_ms or 0.0) / 1e3
     mfu = None
-    cats = sorted({r["category"] for r in comp})
+    cats = sorted({r.category for r in comp})
     if model_flops and peak and step_s:
         mfu = Mfu(round(model_flops / step_s / (peak * 1e12), 4), "--model-flops-per-step", peak,
-                  main["dtype"] if main else None)
+                  main.dtype if main else None)
     elif main and flops and peak and step_s:
         mfu = Mfu(round(flops / step_s / (peak * 1e12), 4),
                   f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
-                  f"{'measured' if p['overhead']['method'] == 'measured' else 'estimated'} step without "
-                  "the profiler", peak, main["dtype"])
-    return {"gemm_flops_per_step": flops, "model_tflops": round(flops / step_s / 1e12, 2) if step_s and flops else None,
-            "mfu": mfu.to_dict() if mfu else None}
+                  f"{'measured' if o.method == 'measured' else 'estimated'} step without "
+                  "the profiler", peak, main.dtype)
+    return flops, round(flops / step_s / 1e12, 2) if step_s and flops else None, mfu
 
 
-def _straggler(ranks: list[dict]) -> Straggler | None:
+def _straggler(ranks: list[RankRow]) -> Straggler | None:
     if len(ranks) < 2:
         return None
-    nc = {r["rank"]: r["step_ms"] - r["comm"]["ms_per_step"] for r in ranks}
+    nc = {r.rank: r.step_ms - r.comm.ms_per_step for r in ranks}
     worst = max(nc, key=lambda k: nc[k])
     others = [v for k, v in nc.items() if k != worst]
     med = statistics.median(others)
-    w = next(r for r in ranks if r["rank"] == worst)
+    w = next(r for r in ranks if r.rank == worst)
     comps: dict[str, float] = {}
-    for key in set().union(*(r["breakdown_ms"] for r in ranks)) - {"comm"}:
-        comps[f"GPU {key}"] = w["breakdown_ms"].get(key, 0.0) - statistics.median(
-            [r["breakdown_ms"].get(key, 0.0) for r in ranks if r["rank"] != worst])
-    for key in set().union(*(r["idle_by_reason_ms"] for r in ranks)):
-        comps[f"idle ({key})"] = w["idle_by_reason_ms"].get(key, 0.0) - statistics.median(
-            [r["idle_by_reason_ms"].get(key, 0.0) for r in ranks if r["rank"] != worst])
+    for key in set().union(*(r.breakdown_ms for r in ranks)) - {"comm"}:
+        comps[f"GPU {key}"] = w.breakdown_ms.get(key, 0.0) - statistics.median(
+            [r.breakdown_ms.get(key, 0.0) for r in ranks if r.rank != worst])
+    for key in set().union(*(r.idle_by_reason_ms for r in ranks)):
+        comps[f"idle ({key})"] = w.idle_by_reason_ms.get(key, 0.0) - statistics.median(
+            [r.idle_by_reason_ms.get(key, 0.0) for r in ranks if r.rank != worst])
     cause, delta = max(comps.items(), key=lambda kv: kv[1]) if comps else ("unknown", 0.0)
     return Straggler(worst, round(nc[worst], 4), round(med, 4), round(max(0.0, nc[worst] - med), 4),
                      f"{cause} (+{delta:.2f} ms per step)")
@@ -210,22 +213,22 @@ def _straggler(ranks: list[dict]) -> Straggler | None:
 
 def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms: float | None = None,
               unprofiled_note: str | None = None,
-              model_flops: float | None = None) -> tuple[dict[str, Any], GpuSpec | None]:
-    """One trace's summary (JSON-able), with overhead, what-ifs, efficiency and MFU, and the spec of its
-    GPU. Each pass returns its own part; this function puts them together in the section's order."""
+              model_flops: float | None = None) -> tuple[Section, GpuSpec | None]:
+    """One trace's summary, with efficiency, overhead, what-ifs and MFU, and the spec of its GPU. Each
+    pass returns its own part, from the section as the passes before it left it; none changes another's."""
     analysed = analyze(load(path))
-    A: Analysis = analysed["_analysis"]
-    ops_all: list[dict[str, Any]] = analysed["_ops_all"]
-    spec = _spec(spec_name or analysed["device_name"])
-    p = {k: v for k, v in analysed.items() if k not in ("_analysis", "_ops_all")}
-    gemms, ops, classes = efficiency.against_peaks(p["gemms"], p["ops"], ops_all, spec)
-    p = {**p, "gemms": gemms, "ops": ops, "gpu_spec": spec.name if spec else None, "kernel_classes": classes}
+    p, A = analysed.section, analysed.analysis
+    spec = _spec(spec_name or p.device_name)
+    gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)
+    p = replace(p, gemms=gemms, ops=ops, gpu_spec=spec.name if spec else None, kernel_classes=classes)
     tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
-    p["overhead"] = overhead(p, tl, unprofiled_step_ms, unprofiled_note)
-    p["waste"], p["whatif"] = whatifs(p, A, tl, spec)
-    if p["comm"]["ms_per_step"]:
-        p["comm"] = {**p["comm"], "if_overlapped": comm.overlap_model(A, p)}
-    return {**p, **_mfu(p, ops_all, spec, model_flops)}, spec
+    p = replace(p, overhead=overhead(p, tl, unprofiled_step_ms, unprofiled_note))
+    found, whatif = whatifs(p, A, tl, spec)
+    p = replace(p, waste=found, whatif=whatif)
+    if p.comm is not None and p.comm.ms_per_step:
+        p = replace(p, comm=p.comm.with_overlap_model(comm.overlap_model(A, p)))
+    gemm_flops, model_tflops, mfu = _mfu(p, analysed.ops_all, spec, model_flops)
+    return replace(p, gemm_flops_per_step=gemm_flops, model_tflops=model_tflops, mfu=mfu), spec
 
 
 def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None = None,
@@ -239,61 +242,59 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
     summaries, spec = _ranks(files, unprofiled_step_ms, unprofiled_note, model_flops_per_step)
     main = _combined(summaries, spec, telemetry)
     findings = _findings(summaries, main, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step))
-    meta = run_meta(command, traces=[str(p) for p in files], gpu=summaries[0]["device_name"])
-    warnings = [w for s in summaries for w in s["warnings"]]
+    meta = run_meta(command, traces=[str(p) for p in files], gpu=summaries[0].device_name)
+    warnings = [w for s in summaries for w in s.warnings]
     if warnings:
         meta["warnings"] = warnings
-    return Run(meta=meta, findings=findings, profile=main)
+    return Run(meta=meta, findings=findings, profile=main.to_dict())
 
 
 def _ranks(files: list[Path], unprofiled_step_ms: float | None, unprofiled_note: str | None,
-           model_flops: float | None) -> tuple[list[dict[str, Any]], GpuSpec | None]:
+           model_flops: float | None) -> tuple[list[Section], GpuSpec | None]:
     """Each trace's summary in rank order (a trace that names no rank takes its place in the list),
     and the first rank's GPU spec; two traces of one rank are refused."""
     summaries = []
-    spec = None
     for i, path in enumerate(files):
         s, s_spec = summarize(path, None, unprofiled_step_ms, unprofiled_note, model_flops)
-        if s["rank"] is None:
-            s = {**s, "rank": i if len(files) > 1 else 0}
+        if s.rank is None:
+            s = replace(s, rank=i if len(files) > 1 else 0)
         summaries.append((s, s_spec))
-    if len({s["rank"] for s, _ in summaries}) != len(summaries):
-        raise InputError("several traces claim the same rank: " + ", ".join(f"{s['file']} (rank {s['rank']})"
+    if len({s.rank for s, _ in summaries}) != len(summaries):
+        raise InputError("several traces claim the same rank: " + ", ".join(f"{s.file} (rank {s.rank})"
                                                                           for s, _ in summaries),
                          hint="give one trace per rank of the same run")
-    summaries.sort(key=lambda ss: ss[0]["rank"])
-    spec = summaries[0][1]
-    return [s for s, _ in summaries], spec
+    summaries.sort(key=lambda ss: ss[0].rank or 0)
+    return [s for s, _ in summaries], summaries[0][1]
 
 
 RANK_FIELDS = ("rank", "file", "step_ms", "busy_pct", "idle_ms", "compute_ms", "breakdown_ms", "idle_by_reason_ms",
                "comm", "device_name")
 
 
-def _combined(summaries: list[dict[str, Any]], spec: GpuSpec | None,
-              telemetry: list[dict] | None) -> dict[str, Any]:
+def _rank_row(s: Section) -> RankRow:
+    return RankRow(**{k: getattr(s, k) for k in RANK_FIELDS})
+
+
+def _combined(summaries: list[Section], spec: GpuSpec | None, telemetry: list[dict] | None) -> Section:
     """The Run's profile section: the first rank's summary, with every rank's row, the straggler and
     the files where there are several, and the GPU telemetry sampled during a capture."""
-    main = dict(summaries[0])
+    main = summaries[0]
     if len(summaries) > 1:
-        straggler = _straggler(summaries)
-        main["ranks"] = [{k: s[k] for k in RANK_FIELDS} for s in summaries]
-        main["straggler"] = straggler.to_dict() if straggler else None
-        main["files"] = [s["file"] for s in summaries]
+        ranks = [_rank_row(s) for s in summaries]
+        main = replace(main, ranks=ranks, straggler=_straggler(ranks), files=[s.file for s in summaries])
     if telemetry:
-        main["telemetry"] = rules.telemetry_summary(telemetry, spec)
+        main = replace(main, telemetry=rules.telemetry_summary(telemetry, spec))
     return main
 
 
-def _findings(summaries: list[dict[str, Any]], main: dict[str, Any], ctx: rules.Context) -> list[Finding]:
+def _findings(summaries: list[Section], main: Section, ctx: rules.Context) -> list[Finding]:
     """Every rank's findings (the straggler and telemetry are the run's); where ranks share an id, the
     one that recovers most."""
     by_id: dict[str, Finding] = {}
     for s in summaries:
-        p = {**s, "straggler": main.get("straggler"), "telemetry": main.get("telemetry")}
-        for f in rules.evaluate(p, ctx):
+        for f in rules.evaluate(replace(s, straggler=main.straggler, telemetry=main.telemetry), ctx):
             if len(summaries) > 1 and f.id not in ("straggler-rank", "throttled-during-run"):
-                f.subject = f.subject or f"rank{s['rank']}"
+                f.subject = f.subject or f"rank{s.rank}"
             prev = by_id.get(f.id)
             if prev is None or (f.recoverable_ms or 0) > (prev.recoverable_ms or 0):
                 by_id[f.id] = f

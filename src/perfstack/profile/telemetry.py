@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfstack.profile.records import Telemetry
+
 THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
                  0x80: "HW power brake"}
 
 
-def telemetry_summary(samples: list[dict], spec: Any = None) -> dict | None:
+def telemetry_summary(samples: list[dict], spec: Any = None) -> Telemetry | None:
     """Throttle statistics of NVML samples: t, sm_clock_mhz, power_w, temperature_c,
     clocks_event_reasons (bitmask or list of names), utilization_gpu."""
     rows = [s for s in samples if isinstance(s, dict)]
@@ -26,10 +28,9 @@ def telemetry_summary(samples: list[dict], spec: Any = None) -> dict | None:
     max_clock = max([*clocks, float(getattr(spec, "boost_clock_mhz", 0) or 0)]) if clocks else 0.0
     tclk = _values(thr, "sm_clock_mhz", nonzero=True)
     temps, power = _values(rows, "temperature_c"), _values(rows, "power_w")
-    return {"samples": len(rows), "busy_samples": len(busy), "throttled_pct": round(100 * len(thr) / len(busy), 1),
-            "reasons": sorted(reasons), "throttled_clock_mhz": (sum(tclk) / len(tclk)) if tclk else max_clock,
-            "max_clock_mhz": max_clock, "max_temperature_c": max(temps) if temps else None,
-            "max_power_w": max(power) if power else None}
+    return Telemetry(len(rows), len(busy), round(100 * len(thr) / len(busy), 1), sorted(reasons),
+                     (sum(tclk) / len(tclk)) if tclk else max_clock, max_clock, max(temps) if temps else None,
+                     max(power) if power else None)
 
 
 def _values(rows: list[dict], key: str, nonzero: bool = False) -> list[float]:

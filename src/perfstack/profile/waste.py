@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
+from perfstack.profile.records import (AttentionUnfused, Fp32Conv, Fp32Matmul, GemmMisaligned, LargeVocabLoss,
+                                       MisalignedGroup, OptimizerNotFused, PageableMemcpy, Record, UnfusedElementwise)
 
 if TYPE_CHECKING:
     from perfstack.profile.analyze import Analysis
@@ -42,7 +44,7 @@ class Waste:
     id: str
     new_dur: dict[int, float] = field(default_factory=dict)  # device event index -> µs after the fix
     merged: set[int] = field(default_factory=set)  # events fused into another: their launches go away too
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: Record = field(default_factory=Record)  # the record of records.waste its finding quotes
 
     def saved_us(self, gpu: list) -> float:
         return sum(gpu[i].dur - d for i, d in self.new_dur.items())
@@ -136,9 +138,9 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             o = att.op[i]
             ops[A.trace.ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += gpu[i].dur
     n = max(1, len(A.windows))
-    w.evidence = {"chains_per_step": round(chains / n, 1), "kernels_per_step": round(n_kernels / n, 1),
-                  "eager_ms": round(eager / n / 1e3, 3), "fused_ms": round(fused_total / n / 1e3, 3),
-                  "top_ops": [k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]]}
+    w.evidence = UnfusedElementwise(round(chains / n, 1), round(n_kernels / n, 1), round(eager / n / 1e3, 3),
+                                    round(fused_total / n / 1e3, 3),
+                                    [k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]])
     return w
 
 
@@ -182,8 +184,8 @@ def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             w.new_dur[i] = per_step
         else:
             w.new_dur[i] = 0.0
-    w.evidence = {"vocab": vocab, "rows": rows, "fp32": fp32, "kernels_per_step": round(len(members) / n, 1),
-                  "time_ms": round(t / n / 1e3, 3), "fused_ms": round(per_step / 1e3, 3)}
+    w.evidence = LargeVocabLoss(vocab, rows, fp32, round(len(members) / n, 1), round(t / n / 1e3, 3),
+                                round(per_step / 1e3, 3))
     return w
 
 
@@ -211,9 +213,8 @@ def attention(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     scale = flash / t
     for i in region:
         w.new_dur[i] = gpu[i].dur * scale
-    w.evidence = {"math_path": math_path, "masked": masked, "kernels_per_step": round(len(region) / n, 1),
-                  "time_ms": round(t / n / 1e3, 3), "flash_ms": round(flash / n / 1e3, 3),
-                  "tflops": round(gemm_flops / (t * 1e-6) / 1e12, 1)}
+    w.evidence = AttentionUnfused(math_path, masked, round(len(region) / n, 1), round(t / n / 1e3, 3),
+                                  round(flash / n / 1e3, 3), round(gemm_flops / (t * 1e-6) / 1e12, 1))
     return w
 
 
@@ -293,10 +294,10 @@ def fp32_conv(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         w.new_dur[i] = 0.0
     n = max(1, len(A.windows))
     tc = sum(1 for i in conv if classify.tensor_cores(gpu[i].name, "fp32", None))
-    w.evidence = {"conv_ms": round(conv_t / n / 1e3, 3), "tflops": round(flops_total / (conv_t * 1e-6) / 1e12, 1),
-                  "bf16_ms": round(bf16 / n / 1e3, 3), "tf32_kernels_pct": round(100 * tc / len(conv)),
-                  "elementwise_fp32_ms": round(sum(gpu[i].dur for i in elem) / n / 1e3, 3),
-                  "layout_ms": round(sum(gpu[i].dur for i in layout) / n / 1e3, 3)}
+    w.evidence = Fp32Conv(round(conv_t / n / 1e3, 3), round(flops_total / (conv_t * 1e-6) / 1e12, 1),
+                          round(bf16 / n / 1e3, 3), round(100 * tc / len(conv)),
+                          round(sum(gpu[i].dur for i in elem) / n / 1e3, 3),
+                          round(sum(gpu[i].dur for i in layout) / n / 1e3, 3))
     return w
 
 
@@ -325,8 +326,8 @@ def fp32_matmul(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     n = max(1, len(A.windows))
     t = sum(gpu[i].dur for i in idx)
     fl = sum((A.known_cost(att.op[i]).flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i])) for i in idx)
-    w.evidence = {"kernels_per_step": round(len(idx) / n, 1), "time_ms": round(t / n / 1e3, 3),
-                  "tflops": round(fl / (t * 1e-6) / 1e12, 1) if t else None, "speedup": round(speedup, 1), "source": src}
+    w.evidence = Fp32Matmul(round(len(idx) / n, 1), round(t / n / 1e3, 3),
+                            round(fl / (t * 1e-6) / 1e12, 1) if t else None, round(speedup, 1), src)
     return w
 
 
@@ -370,10 +371,10 @@ def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             t += gpu[i].dur
             fl += f
             shapes[c.shape] += 1
-        parts.append({"dtype": dt, "time_ms": round(t / max(1, len(A.windows)) / 1e3, 3),
-                      "tflops": round(fl / (t * 1e-6) / 1e12, 1), "expect_tflops": round(rate / 1e6, 1), "source": src,
-                      "shapes": [s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]})
-    w.evidence = {"groups": parts}
+        parts.append(MisalignedGroup(dt, round(t / max(1, len(A.windows)) / 1e3, 3), round(fl / (t * 1e-6) / 1e12, 1),
+                                     round(rate / 1e6, 1), src,
+                                     [s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]))
+    w.evidence = GemmMisaligned(parts)
     return w
 
 
@@ -402,8 +403,7 @@ def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if not w.new_dur:
         return None
     n = max(1, len(A.windows))
-    w.evidence = {"time_ms": round(t / n / 1e3, 3), "bytes_per_step": int(b / n), "gbps": round(b / t / 1e3, 1),
-                  "pinned_gbps": round(pinned, 1), "source": src}
+    w.evidence = PageableMemcpy(round(t / n / 1e3, 3), int(b / n), round(b / t / 1e3, 1), round(pinned, 1), src)
     return w
 
 
@@ -444,6 +444,5 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             w.new_dur[i] = fused
         else:
             w.new_dur[i] = 0.0
-    w.evidence = {"kernels_per_step": round(len(idx) / n, 1), "time_ms": round(t / 1e3, 3),
-                  "fused_ms": round(fused / 1e3, 3), "params": params}
+    w.evidence = OptimizerNotFused(round(len(idx) / n, 1), round(t / 1e3, 3), round(fused / 1e3, 3), params)
     return w

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Mapping, TypeVar
 
 from perfstack import sections
 
@@ -35,21 +35,32 @@ class Record:
     CHECK: ClassVar[sections.Check] = sections.obj({})
     KEYS: ClassVar[dict[str, str]] = {}
     WHEN_SET: ClassVar[frozenset[str]] = frozenset()  # fields written only when not None (absent keys stay absent)
+    UNWRITTEN: ClassVar[frozenset[str]] = frozenset()  # fields that are no JSON key (``_unwritten`` reads them)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name == "extra" or (f.name in self.WHEN_SET and getattr(self, f.name) is None):
+            if f.name == "extra" or f.name in self.UNWRITTEN or not self._writes(f.name):
                 continue
             out[self.KEYS.get(f.name, f.name)] = _plain(getattr(self, f.name))
         out.update(getattr(self, "extra", {}))
         return out
 
+    def _writes(self, name: str) -> bool:
+        """Whether ``to_dict`` writes the field ``name``."""
+        return name not in self.WHEN_SET or getattr(self, name) is not None
+
+    @classmethod
+    def _unwritten(cls, d: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``UNWRITTEN`` fields, as the JSON object ``d`` implies them."""
+        return {}
+
     @classmethod
     def from_dict(cls: type[R], d: Any, where: str) -> R:
         cls.CHECK(d, where)
         hints = typing.get_type_hints(cls)
-        names = {cls.KEYS.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}
+        names = {cls.KEYS.get(f.name, f.name): f.name for f in dataclasses.fields(cls)
+                 if f.name != "extra" and f.name not in cls.UNWRITTEN}
         args: dict[str, Any] = {}
         for key, name in names.items():
             if key in d and _fits(hints[name], d[key]):
@@ -57,7 +68,7 @@ class Record:
         extra = {k: v for k, v in d.items() if k not in names}
         if "extra" in {f.name for f in dataclasses.fields(cls)}:
             args["extra"] = extra
-        return cls(**args)
+        return cls(**args, **cls._unwritten(d))
 
 
 def _plain(v: Any) -> Any:
@@ -65,6 +76,8 @@ def _plain(v: Any) -> Any:
         return v.to_dict()
     if isinstance(v, list):
         return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
 
 
@@ -78,6 +91,9 @@ def _typed(hint: Any, v: Any, where: str) -> Any:
     if origin is dict and len(args) == 2 and _is_record(args[1]):  # by key; an entry that is no object is dropped
         return {k: args[1].from_dict(x, f"{where}.{k}") for k, x in v.items() if isinstance(x, dict)}
     if origin is typing.Union and v is not None:
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:  # Optional[...]
+            return _typed(inner[0], v, where)
         recs = [a for a in args if _is_record(a)]
         if recs:
             return recs[0].from_dict(v, where)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from perfstack import sections
 from perfstack.profile.records.base import Record
@@ -67,7 +67,23 @@ class KernelClass(Record):
     tflops: Optional[float] = None
     peak_tflops: Optional[float] = None  # GEMM classes: the SKU's peak for their dtype
     gbps: Optional[float] = None  # the other kernels
+    # A GEMM class writes its peak and one of the other kernels its GB/s, null where unknown (None: the JSON
+    # says neither, and each is written only where known).
+    gemm: Optional[bool] = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    UNWRITTEN = frozenset({"gemm"})
+
+    def _writes(self, name: str) -> bool:
+        if (name, self.gemm) in (("peak_tflops", True), ("gbps", False)):
+            return True
+        return super()._writes(name)
+
+    @classmethod
+    def _unwritten(cls, d: Mapping[str, Any]) -> dict[str, Any]:
+        def said(key: str) -> bool:
+            return key in d and (d[key] is None or isinstance(d[key], (int, float)) and not isinstance(d[key], bool))
+        return {"gemm": True if said("peak_tflops") else False if said("gbps") else None}
 
 
 @dataclass

@@ -18,45 +18,69 @@ from perfstack.profile.records.waste import WasteFound, WhatIf
 
 @dataclass
 class Section(Record):
-    """A profile section (a saved Run's, or a summary the rules evaluate) as its readers use it: the
-    report's views, diff, the terminal report and the profile rules. The pieces that have a record (the
-    modules beside this one) are typed, the rest is as the JSON holds it (validated by the same check).
-    Absent fields take their defaults. Get one with ``load``; the Run keeps the JSON itself, so --json writes what was read."""
+    """A profile section (a saved Run's, or a summary the rules evaluate) as its producers build it and
+    its readers use it: the report's views, diff, the terminal report and the profile rules. The pieces
+    that have a record (the modules beside this one) are typed. Absent fields take their defaults. Get
+    one from a Run with ``load``; the Run keeps the JSON itself, so --json writes what was read.
+
+    The fields are in the order a profile Run's JSON holds them (``analyze``'s, then the efficiency pass's,
+    then ``summary``'s), so ``to_dict`` of a summary writes the JSON the Run always held; the ones only a
+    multi-rank or captured run has are written only when set."""
 
     CHECK = sections.PROFILE
+    WHEN_SET = frozenset({"mean_step_ms", "ranks", "straggler", "files", "telemetry"})
 
+    # the trace and its device (analyze)
+    file: str = ""  # the trace the summary is of
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    device: Optional[int] = None  # the analysed device (the one with the most GPU time)
     device_name: Optional[str] = None
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    step_ms: Optional[float] = None
-    mean_step_ms: Optional[float] = None
+    other_devices: list[int] = field(default_factory=list)
+    # the steps and the means over them (analyze)
+    n_steps: int = 0
     steps: list[Step] = field(default_factory=list)
+    step_ms: Optional[float] = None
+    mean_step_ms: Optional[float] = None  # what some Runs name the step time
+    busy_ms: float = 0.0  # GPU busy per step
+    idle_ms: float = 0.0
+    busy_pct: float = 0.0
+    timeline: Optional[Timeline] = None
     breakdown_ms: dict[str, float] = field(default_factory=dict)  # mean time per step by category
     idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
-    phases_ms: dict[str, float] = field(default_factory=dict)
-    idle_gaps: list[IdleGap] = field(default_factory=list)
-    kernel_classes: list[KernelClass] = field(default_factory=list)
-    ops: list[OpRow] = field(default_factory=list)
-    top_kernels: list[TopKernel] = field(default_factory=list)
+    idle_gaps: list[IdleGap] = field(default_factory=list)  # the longest (analyze.MAX_GAPS)
+    n_idle_gaps: int = 0
     launch: Optional[Launch] = None
     sync: Optional[Sync] = None
     allocator: Optional[Allocator] = None
-    comm: Optional[Comm] = None
-    mfu: Optional[Mfu] = None
-    overhead: Optional[Overhead] = None
-    timeline: Optional[Timeline] = None
-    ranks: list[RankRow] = field(default_factory=list)  # one per rank of a multi-rank trace set
-    straggler: Optional[Straggler] = None
-    # What the profile rules read besides the pieces above (summary.py writes them; a loaded Run's are not
-    # checked, as no report reads them):
-    file: str = ""  # the trace the summary is of
-    busy_ms: float = 0.0  # GPU busy per step
-    busy_pct: float = 0.0
     data_wait_ms: float = 0.0  # the DataLoader's __next__ on the main thread, per step
     data_wait_idle_ms: float = 0.0  # GPU idle while it ran
+    comm: Optional[Comm] = None
+    compute_ms: float = 0.0  # GPU time per step in categories other than idle, communication and CPU
+    precision: Optional[str] = None  # torch's float32_matmul_precision, where the trace records it
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    events_per_step: float = 0.0  # recorded CPU events (the profiler's overhead grows with them)
+    # kernels and operators (the efficiency pass)
+    top_kernels: list[TopKernel] = field(default_factory=list)
+    ops: list[OpRow] = field(default_factory=list)
+    gemms: list[dict[str, Any]] = field(default_factory=list)  # GEMM classes: dtype, Tensor Cores, shapes
+    memcpy: list[dict[str, Any]] = field(default_factory=list)  # copies by direction and memory
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    compiled: Optional[Compiled] = None  # torch.compile regions and compile time per step
+    gpu_spec: Optional[str] = None  # the spec-table row the peaks come from
+    kernel_classes: list[KernelClass] = field(default_factory=list)
+    # the summary's passes
+    overhead: Optional[Overhead] = None
     waste: WasteFound = field(default_factory=WasteFound)  # by finding id: what the waste pass measured
     whatif: dict[str, WhatIf] = field(default_factory=dict)  # by finding id
-    compiled: Optional[Compiled] = None  # torch.compile regions and compile time per step
+    gemm_flops_per_step: float = 0.0
+    model_tflops: Optional[float] = None
+    mfu: Optional[Mfu] = None
+    # what a run of several ranks, or a capture, adds
+    ranks: Optional[list[RankRow]] = None  # one per rank of a multi-rank trace set
+    straggler: Optional[Straggler] = None
+    files: Optional[list[str]] = None
     telemetry: Optional[Telemetry] = None  # the NVML samples' throttle statistics (capture mode)
     extra: dict[str, Any] = field(default_factory=dict)
 
