@@ -121,3 +121,29 @@ def test_measurement_keeps_samples_and_takes_the_median():
     _gpu.finish([s], tel)
     assert s.status == "skipped" and s.telemetry == {}
     assert _gpu.judged(s, 100.0, "x", 0.9).verdict == ""
+
+
+def _gemm(tflops_per_sample):
+    """A GEMM measurement as gemm.figure builds it: per-sample times for 1e12 FLOPs, value at the median."""
+    import statistics
+    from perfstack.model import Measurement
+    samples = [1e12 / (t * 1e12) for t in tflops_per_sample]
+    return Measurement(bench="gemm", name="gemm.tf32.ref", value=1e12 / statistics.median(samples) / 1e12,
+                       unit="TFLOP/s", samples=samples)
+
+
+CAPPED = {"notes": ["clocks limited at the end of the run by power cap (SM 1590 MHz)"]}
+
+
+def test_a_run_the_power_cap_slowed_midway_names_its_fastest_sample():
+    # measured on an H100: TF32 ~408 TFLOP/s for its first samples, ~364 once the cap lowered the clocks
+    m = _gpu.finish([_gemm([396, 401, 408, 398, 381] + [364] * 15)], CAPPED)[0]
+    note = [n for n in m.notes if n.startswith("power cap bit")]
+    assert len(note) == 1 and "fastest sample 408 TFLOP/s" in note[0] and "median 364" in note[0]
+
+
+def test_no_step_in_the_samples_or_no_cap_adds_nothing():
+    steady = _gpu.finish([_gemm([405, 407, 408, 406] * 5)], CAPPED)[0]
+    assert not any(n.startswith("power cap bit") for n in steady.notes)
+    uncapped = _gpu.finish([_gemm([408] * 4 + [364] * 16)], {"notes": []})[0]
+    assert not any(n.startswith("power cap bit") for n in uncapped.notes)

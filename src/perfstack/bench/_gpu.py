@@ -269,11 +269,32 @@ def measurement(bench: str, name: str, samples: list[float], to_value: Callable[
 
 def finish(measurements: list[Measurement], tel: dict[str, Any]) -> list[Measurement]:
     """Attach the block's telemetry (taken after the measurements were built) to each of them."""
+    capped = any("power cap" in n for n in tel.get("notes", []))
     for m in measurements:
         if m.status == "ok":
             m.telemetry = {"before": tel.get("before", {}), "after": tel.get("after", {})}
             m.notes += [n for n in tel.get("notes", []) if n not in m.notes]
+            if capped and (note := capped_note(m)):
+                m.notes.append(note)
     return measurements
+
+
+CAP_STEP = 0.05  # fastest sample this much above the median: the clocks dropped during the run
+
+
+def capped_note(m: Measurement) -> str:
+    """What a figure measured against the power cap gave before the cap lowered the clocks. A GPU at its
+    cap runs a GEMM at full clocks for its first samples and slower once the cap bites (an H100's TF32
+    GEMM ~410 TFLOP/s, then ~355), so a run's median depends on how long it ran and how warm the GPU
+    was: two runs' medians differed by 7-17% while their fastest samples agreed within 0.2-4%."""
+    if not m.samples or not m.value or m.unit not in ("TFLOP/s", "GB/s"):
+        return ""
+    st = timing.summarize(m.samples)
+    if not st["min"] or st["median"] / st["min"] - 1 < CAP_STEP:
+        return ""
+    fast = m.value * st["median"] / st["min"]
+    return (f"power cap bit during the run: fastest sample {fast:.4g} {m.unit}, median {m.value:.4g}; "
+            "medians of capped runs depend on how warm the GPU was, so compare fastest samples too")
 
 
 def skip(bench: str, name: str, reason: str, unit: str = "", params: dict[str, Any] | None = None) -> Measurement:
