@@ -10,6 +10,7 @@ from perfstack.model import (
     Facts,
     Finding,
     Run,
+    RunMeta,
     Severity,
 )
 
@@ -18,7 +19,7 @@ def sample_run():
     facts = Facts({"a.b": Fact("a.b", {"x": [1, 2]}, "/proc/x"), "c": Fact.missing("c", "absent", "/c")})
     finding = Finding("swappiness", "kernel", Severity.WARNING, "t", "vm.swappiness = 60", "fix it", why="w",
                       sources=["/proc/sys/vm/swappiness"], fix_commands=["sysctl -w vm.swappiness=10"])
-    return Run(meta={"command": "doctor"}, facts=facts, findings=[finding],
+    return Run(meta=RunMeta(command="doctor"), facts=facts, findings=[finding],
                checks=[CheckResult("swappiness", "found"), CheckResult("x", "not-checked", "c: absent")])
 
 

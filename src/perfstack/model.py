@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields as dataclass_fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, get_args
+from typing import Any, Iterable, Iterator, Literal, Mapping, get_args
 
 from perfstack.errors import InputError
 
@@ -216,21 +216,82 @@ class CheckResult:
     reason: str = ""
 
 
-def run_meta(command: str, **fields: Any) -> dict[str, Any]:
+@dataclass
+class RunMeta:
+    """What wrote a Run, when and how: the Run's ``meta``, the same names for every command.
+
+    The first five fields are every command's (``run_meta`` fills them); the rest belong to the
+    commands that write them. None means the Run does not say. Keys this perfstack does not know (a
+    newer Run, a hand-edited one) are kept in ``extra``, and ``order`` remembers the keys in the order
+    the Run had them, so that a loaded Run saves back as it was read.
+    """
+
+    tool: str | None = None  # "perfstack"
+    tool_version: str | None = None
+    command: str | None = None  # doctor, bench, profile, estimate, loadtest, fleet
+    created: str | None = None  # UTC, to the second (ISO 8601)
+    python: str | None = None
+    subcommand: str | None = None  # estimate: infer or train; fleet: doctor, bench or report
+    source: str | None = None  # what was read: the live machine, a bundle, a model config, a server URL, ...
+    calibrated_from: str | None = None  # estimate --calibrate: the bench Run the hardware figures came from
+    host_id: str | None = None  # doctor and bench, after redaction
+    elapsed_s: float | None = None
+    bundle: str | None = None  # doctor --bundle: how complete the bundle was
+    fleet: dict[str, Any] | None = None  # a node's Run gathered by fleet: node, gpu, ray_node_id, machine, part
+    fanout: dict[str, Any] | None = None  # a fleet Run gathered through Ray: tasks, failures, overhead per task
+    traces: list[str] | None = None  # profile: the trace files read
+    gpu: str | None = None  # profile: the device the trace names
+    warnings: list[str] | None = None  # profile: what the trace reading had to guess or skip
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def shown(self, names: Iterable[str]) -> list[tuple[str, str]]:
+        """(name, text) of the named fields that hold something, for a report's metadata table."""
+        return [(k, str(v)) for k in names if (v := getattr(self, k)) not in (None, "")]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the keys the Run was read or built with, in that order, then the fields set
+        since (in the order above), then unknown keys added since."""
+        out: dict[str, Any] = {}
+        for k in self.order:
+            if k in _META_FIELDS:
+                out[k] = getattr(self, k)
+            elif k in self.extra:
+                out[k] = self.extra[k]
+        out.update((k, getattr(self, k)) for k in _META_FIELDS if k not in out and getattr(self, k) is not None)
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "meta") -> "RunMeta":
+        """Tolerant: unknown keys are kept in ``extra``; a known one of the wrong type is refused, naming it."""
+        from perfstack.fields import typed
+        if not isinstance(d, dict):
+            raise InputError(f"{where} must be a JSON object")
+        known = typed(cls, {k: v for k, v in d.items() if k in _META_FIELDS}, where)
+        return cls(**known, extra={k: v for k, v in d.items() if k not in _META_FIELDS}, order=tuple(d))
+
+
+_META_FIELDS = tuple(f.name for f in dataclass_fields(RunMeta) if f.name not in ("extra", "order"))
+
+
+def run_meta(command: str, **fields: Any) -> RunMeta:
     """A Run's ``meta``, the same for every command: what wrote it (``tool``, ``tool_version``), which
     command, when (``created``, UTC to the second) and under which Python, then the command's own
-    ``fields`` (``source``, ``elapsed_s``, ``traces`` ...). Reports and diff read these names."""
+    ``fields`` (``source``, ``elapsed_s``, ``traces`` ...), which must be RunMeta's. Reports and diff read
+    these names."""
     from datetime import datetime, timezone
 
     from perfstack import __version__
-    return {"tool": "perfstack", "tool_version": __version__, "command": command,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "python": platform.python_version(), **fields}
+    d = {"tool": "perfstack", "tool_version": __version__, "command": command,
+         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+         "python": platform.python_version(), **fields}
+    return RunMeta(**d, order=tuple(d))
 
 
 @dataclass
 class Run:
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
     facts: Facts = field(default_factory=Facts)
     findings: list[Finding] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
@@ -244,7 +305,7 @@ class Run:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
-            "meta": self.meta,
+            "meta": self.meta.to_dict(),
             "facts": {k: _fact_dict(f) for k, f in sorted(self.facts.items())},
             "findings": [f.to_dict() for f in self.findings],
             "checks": [asdict(c) for c in self.checks],
@@ -288,7 +349,7 @@ class Run:
                        for k, fd in (sec["facts"] or {}).items()})
         status = one_of(*get_args(CheckStatus))
         return cls(
-            meta=dict(sec["meta"] or {}),
+            meta=RunMeta.from_dict(sec["meta"] or {}),
             facts=facts,
             findings=[Finding.from_dict(f, f"findings[{i}]") for i, f in enumerate(sec["findings"] or [])],
             checks=[CheckResult(**typed(CheckResult, c, f"checks[{i}]", {"status": status}))

@@ -127,7 +127,7 @@ def scrub_run(run: Any) -> Any:
     sections hold figures computed by perfstack, not text read from the machine."""
     from dataclasses import replace
 
-    run.meta = value(run.meta)
+    run.meta = type(run.meta).from_dict(value(run.meta.to_dict()))
     for key in list(run.facts):
         f = run.facts[key]
         clean = replace(f, value=value(f.value), reason=text(f.reason), source=text(f.source))

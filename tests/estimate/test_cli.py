@@ -7,7 +7,7 @@ import pytest
 from perfstack.cli import estimate as estimate_cli
 from perfstack.cli import main as cli_main
 from perfstack.estimate import catalog
-from perfstack.model import Measurement, Run
+from perfstack.model import Measurement, Run, RunMeta
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_output_file_round_trips(cli, tmp_path, capsys):
     path = tmp_path / "est.json"
     assert cli(["estimate", "train", "--model", "gpt2", "--seq", "1024", "-o", str(path)]) == 0
     run = Run.load(path)
-    assert run.estimates["memory"]["total_bytes"] > 0 and run.meta["command"] == "estimate"
+    assert run.estimates["memory"]["total_bytes"] > 0 and run.meta.command == "estimate"
 
 
 def test_config_path_and_explicit_flags(cli, tmp_path, capsys):
@@ -121,7 +121,7 @@ def test_non_json_and_unsupported_configs_exit_2(cli, tmp_path, capsys):
 
 
 def _bench_run(tmp_path, measurements):
-    run = Run(meta={"command": "bench"}, measurements=measurements)
+    run = Run(meta=RunMeta(command="bench"), measurements=measurements)
     path = tmp_path / "bench.json"
     run.save(path)
     return path

@@ -3,14 +3,14 @@ import io
 from rich.console import Console
 
 from perfstack.estimate import catalog, hardware, infer, train
-from perfstack.model import Run
+from perfstack.model import Run, RunMeta
 from perfstack.report.estimate_text import render_estimate, render_models
 from perfstack.report.views import build
 
 
 def _render(est, verbose=False):
     buf = io.StringIO()
-    render_estimate(build(Run(meta={"command": "estimate"}, estimates=est)), Console(file=buf, width=140, no_color=True),
+    render_estimate(build(Run(meta=RunMeta(command="estimate"), estimates=est)), Console(file=buf, width=140, no_color=True),
                     verbose=verbose)
     return buf.getvalue()
 

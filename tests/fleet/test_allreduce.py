@@ -18,6 +18,7 @@ from perfstack.fleet import allreduce as ar
 from perfstack.fleet.allreduce import Group, Point, halves, localize, point, slower
 from perfstack.fleet.analysis import FleetAnalysis
 from perfstack.fleet.rank import NodeRank
+from perfstack.model import RunMeta
 
 
 def test_busbw_is_nccl_tests_all_reduce_factor():
@@ -150,10 +151,10 @@ def test_the_reports_show_the_all_reduce():
     c = localize(machines, Network(machines, slow={"c": 2.0}), names={m: f"n{m}" for m in machines}, backend="gloo")
     a = ar.attach(FleetAnalysis(), c)
     con = Console(record=True, width=200)
-    render_fleet(a, {"source": "test"}, con)
+    render_fleet(a, RunMeta(source="test"), con)
     text = con.export_text()
     assert "All-reduce between machines" in text and "node nc: all-reduce busbw 2.00 GB/s vs fleet median" in text
-    html = render_fleet_html(a, {"source": "test"})
+    html = render_fleet_html(a, RunMeta(source="test"))
     assert "All-reduce between machines" in html and "node nc: all-reduce busbw 2.00 GB/s" in html
 
 

@@ -38,7 +38,7 @@ class BundleDoctor:
         from perfstack.rules import select_checks
         path = os.environ["FLEET_TEST_BUNDLE"]
         run = audit(BundleHost(path), select_checks(), f"bundle {path}")
-        run.meta["test_bundle"] = Path(path).name
+        run.meta.extra["test_bundle"] = Path(path).name
         return [run]
 
 
@@ -90,13 +90,13 @@ class _Misbehave:
     """Two nodes misbehave: one raises, one hangs past the deadline; the others answer at once."""
 
     def __call__(self, target: Target):
-        from perfstack.model import Run
+        from perfstack.model import Run, RunMeta
         name = os.path.basename(os.environ["FLEET_TEST_BUNDLE"])
         if name == "healthy-b":
             raise RuntimeError("the doctor crashed on this node")
         if name == "healthy-c":
             time.sleep(600)
-        return [Run(meta={"command": "doctor", "test_bundle": name})]
+        return [Run(meta=RunMeta(command="doctor", extra={"test_bundle": name}))]
 
 
 def test_cli_fleet_doctor_saves_node_runs_that_fleet_report_reads_back(cluster, tmp_path, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfstack.cli.main import main
-from perfstack.model import Facts, Fact, Finding, Run, Severity
+from perfstack.model import Facts, Fact, Finding, Run, RunMeta, Severity
 from perfstack.report.fixscript import render_fix_script
 from perfstack.rules.shell import UnsafeValue, Under, lines, sh, write
 
@@ -95,7 +95,7 @@ def test_block_device_name_is_quoted_and_cannot_leave_sys_block(tmp_path):
 
 
 def test_comments_cannot_be_broken_by_evidence_or_subject():
-    run = Run(meta={"source": "bundle x\nrm -rf /", "created": "now"},
+    run = Run(meta=RunMeta(source="bundle x\nrm -rf /", created="now"),
               findings=[Finding(id="x", layer="storage", severity=Severity.INFO, title="t",
                                 evidence="a\nrm -rf ~\r\x1b]0;title\x07", fix="f\nreboot", subject="s\nhalt",
                                 fix_commands=["echo ok"]),

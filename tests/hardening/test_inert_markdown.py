@@ -140,6 +140,6 @@ def test_profile_markdown_kernel_classes_are_inert():
 
 def test_diff_header_is_inert():
     run = _hostile_doctor_run()
-    run.meta["gpus"] = HOSTILE[0]
+    run.meta.extra["gpus"] = HOSTILE[0]
     d = diff_runs(run, run, "[a](javascript:x).json", "<img src=x onerror=y>.json")
     _assert_inert_document(markdown.render_diff(d))

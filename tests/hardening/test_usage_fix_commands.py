@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from perfstack.cli.main import main
-from perfstack.model import Finding, Run, Severity
+from perfstack.model import Finding, Run, RunMeta, Severity
 from perfstack.report.text import render_doctor
 from perfstack.report.views import build
 
@@ -31,7 +31,7 @@ def _run() -> Run:
     f = Finding("io-scheduler", "storage", Severity.WARNING, "Data disk uses a slow I/O scheduler",
                 "nvme0n1: scheduler [bfq]", f"run as root: {LONG}, then set LD_PRELOAD with {OPTIONS} (or tcmalloc)",
                 why="The scheduler reorders requests.", fix_commands=[LONG, "sysctl -w vm.swappiness=10"])
-    return Run(meta={"source": "bundle"}, findings=[f])
+    return Run(meta=RunMeta(source="bundle"), findings=[f])
 
 
 def test_each_command_is_one_whole_line_at_60_columns():

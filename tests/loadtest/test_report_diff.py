@@ -18,7 +18,7 @@ from perfstack.compare.diff import Diff
 from perfstack.compare.loadtest import WINDOWS, loadtest_diff, token_windows
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request, Slo, to_builtins
-from perfstack.model import Finding, Run, Severity
+from perfstack.model import Finding, Run, RunMeta, Severity
 from perfstack.report import html, markdown
 from perfstack.report.loadtest_md import render_loadtest_md
 from perfstack.report.loadtest_view import loadtest_view
@@ -53,7 +53,7 @@ def _run(seed: int, ttft_ms: float = 40.0, loads: tuple[int, ...] = (1, 4, 16), 
                   workload={"kind": "synthetic", "input_len": 8, "output_len": 16, "ignore_eos": True},
                   **lt_fields)
     lt.sweep = sweep.summary(levels, SLO, None)
-    run = Run(meta={"command": "loadtest", "created": "2026-01-01T00:00:00+00:00", "source": lt.url})
+    run = Run(meta=RunMeta(command="loadtest", created="2026-01-01T00:00:00+00:00", source=lt.url))
     run.loadtest = to_builtins(lt)
     return run
 
@@ -110,7 +110,7 @@ def test_a_slower_server_with_more_requests_shows_throughput_and_tail():
     after = [_level(rng_a, 8, 40.0, 20.0, n=400)]
     runs = []
     for levels in (before, after):
-        r = Run(meta={"command": "loadtest"})
+        r = Run(meta=RunMeta(command="loadtest"))
         r.loadtest = to_builtins(LoadTest(url="u", api="chat", model="m", workload={}, levels=levels, slo=SLO))
         runs.append(r)
     figs = {f.name: f for f in loadtest_diff(*runs).figures()}
@@ -132,7 +132,7 @@ def test_levels_that_do_not_match_and_workloads_that_differ_are_said():
 
 
 def test_a_loadtest_against_another_kind_of_run_says_so(tmp_path, capsys):
-    other = Run(meta={"command": "doctor"})
+    other = Run(meta=RunMeta(command="doctor"))
     d = diff_runs(other, _run(1))
     assert d.loadtest is None and "different kinds" in d.kinds_differ()
     rc = main(["diff", _save(other, tmp_path / "d.json"), _save(_run(1), tmp_path / "l.json"), "--no-color"])

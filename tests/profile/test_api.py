@@ -62,12 +62,12 @@ def test_step_time_without_the_profiler_before_and_after(tmp_path):
 
 def test_unprofiled_step_reaches_the_run(tmp_path, monkeypatch):
     import perfstack.profile.summary as summary
-    from perfstack.model import Run
+    from perfstack.model import Run, RunMeta
     seen = {}
 
     def fake_profile_run(paths, telemetry=None, command="profile", **kw):
         seen.update(kw)
-        return Run(meta={"command": command}, profile={"step_ms": 1.0})
+        return Run(meta=RunMeta(command=command), profile={"step_ms": 1.0})
     monkeypatch.setattr(summary, "profile_run", fake_profile_run)
     with profile(steps=2, out_dir=tmp_path, gpus=[], unprofiled_steps=3) as p:
         train(p, 12)

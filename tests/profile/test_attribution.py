@@ -114,7 +114,7 @@ def test_truncated_trace_analyses_what_is_there(tmp_path):
     p = tmp_path / "cut.json"
     p.write_text(text[: int(len(text) * 0.7)])
     run = profile_run([p])
-    assert run.meta.get("warnings") and run.profile["n_steps"] >= 1
+    assert run.meta.warnings and run.profile["n_steps"] >= 1
 
 
 @pytest.mark.parametrize("name,kind,expected", [

@@ -203,5 +203,5 @@ def full_run(name: str = "h100", seed: int = 1, scale: float = 1.0, recorded: bo
     run.profile = json.loads(json.dumps(profile))
     run.estimates = estimates("h200" if name.startswith("h200") else "h100-sxm")
     run.findings = run.findings + list(found)
-    run.meta = {**run.meta, "command": "doctor"}
+    run.meta.command = "doctor"
     return run

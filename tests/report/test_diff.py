@@ -18,6 +18,7 @@ from perfstack.model import (
     Finding,
     Measurement,
     Run,
+    RunMeta,
     Severity,
 )
 
@@ -43,7 +44,7 @@ def fig(name: str, value: float, n: int = 30, cv: float = 0.01, seed: int = 0, u
 
 def run_with(measurements=(), findings=(), checks=(), gpu="NVIDIA H100 80GB HBM3", **fact_values) -> Run:
     f = facts(gpu__list=[{"index": 0, "name": gpu}], gpu__count=1, cpu__model="Xeon", **fact_values)
-    return Run(meta={"command": "bench"}, facts=f, measurements=list(measurements), findings=list(findings),
+    return Run(meta=RunMeta(command="bench"), facts=f, measurements=list(measurements), findings=list(findings),
                checks=list(checks))
 
 

@@ -62,7 +62,7 @@ def doctor_run(args: argparse.Namespace, err: Console) -> Run:
     with status:
         result = audit(host, checks, source)
     if isinstance(host, BundleHost):
-        result.meta["bundle"] = host.integrity  # how complete it was, shown under the report's header
+        result.meta.bundle = host.integrity  # how complete it was, shown under the report's header
     return result
 
 

@@ -125,7 +125,7 @@ def _saved_fleet_run(paths: list[str]) -> Run | None:
         return None
     from perfstack.cli.report import load_run
     run = load_run(paths[0])
-    return run if run.meta.get("command") == "fleet" else None
+    return run if run.meta.command == "fleet" else None
 
 
 SAVED_FLEET_RUN = "fleet.json"  # what --save-runs writes beside the node Runs: the all-reduce lives only there
@@ -143,9 +143,9 @@ def _saved_allreduce(paths: list[Path], analysis: FleetAnalysis, err: Console) -
             continue
         try:
             run = load_run(str(p))
-            comms = (run.fleet or {}).get("comms") if run.meta.get("command") == "fleet" else None
+            comms = (run.fleet or {}).get("comms") if run.meta.command == "fleet" else None
             if comms is not None:
-                found.append((str(run.meta.get("created", "")), p, allreduce.Comms.from_dict(comms)))
+                found.append((run.meta.created or "", p, allreduce.Comms.from_dict(comms)))
         except PerfstackError as e:
             err.print(f"warning: {p}: the all-reduce record was not read: {e.message}", markup=False)
     if found:

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                          unprofiled_step_ms=step_ms, unprofiled_note=note)
     if unprofiled and result.profile is not None:
         result.profile["unprofiled"] = unprofiled
-    for w in result.meta.get("warnings", []):
+    for w in result.meta.warnings or []:
         err.print(f"perfstack: warning: {w}", markup=False)
     output.emit_run(result, args, out, err, lambda: render_profile(build(result), out, verbose=args.verbose > 0))
     if cmd and res.interrupted:  # the steps traced before Ctrl-C are reported; the exit says it was cut short

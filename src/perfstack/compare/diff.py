@@ -322,7 +322,8 @@ def _step_times(pb: Section | None, pa: Section | None, bb: dict[str, float],
 # -- the whole diff ---------------------------------------------------------------------------
 def _side(run: Run, label: str | None) -> dict[str, Any]:
     keep = ("command", "created", "source", "host_id", "tool_version")
-    out = {k: run.meta.get(k) for k in keep if k in run.meta}
+    meta = run.meta.to_dict()
+    out = {k: meta[k] for k in keep if k in meta}
     out["gpus"] = run.facts.value("gpu.summary")
     if label:
         out["file"] = label

@@ -34,7 +34,7 @@ def is_bundle(d: Path) -> bool:
 
 
 def _node_name(run: Run, fallback: str) -> str:
-    fleet = run.meta.get("fleet")
+    fleet = run.meta.fleet
     node = fleet.get("node") if isinstance(fleet, dict) else None
     return node if isinstance(node, str) and node.strip() else fallback
 
@@ -59,7 +59,7 @@ def read_run_file(p: Path) -> NodeSummary | None:
         return failed(_stem(p), e.message, str(p))
     except (RecursionError, MemoryError) as e:
         return failed(_stem(p), f"{p.name} could not be loaded ({type(e).__name__})", str(p))
-    if run.meta.get("command") == "fleet":
+    if run.meta.command == "fleet":
         return None
     return summarize(run, _node_name(run, _stem(p)), str(p))
 

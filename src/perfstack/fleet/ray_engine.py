@@ -195,7 +195,7 @@ def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[s
     runs = job(target)
     out = []
     for r in runs:
-        r.meta["fleet"] = {"node": target.node, "gpu": target.gpu, "ray_node_id": node_id, "machine": target.machine,
+        r.meta.fleet = {"node": target.node, "gpu": target.gpu, "ray_node_id": node_id, "machine": target.machine,
                            "part": getattr(job, "part", None)}
         out.append(r.to_dict())
     return {"runs": out, "job_s": time.perf_counter() - t0}

@@ -111,14 +111,14 @@ def sku_of(run: Run) -> str:
 
 
 def _machine(run: Run) -> str:
-    fleet = run.meta.get("fleet")
+    fleet = run.meta.fleet
     machine = fleet.get("machine") if isinstance(fleet, dict) else None
     return machine if isinstance(machine, str) else ""
 
 
 def _figure_subject(run: Run) -> str:
     """The GPU a per-GPU bench Run measured, from the fleet's own meta ("gpu0"), else the node."""
-    fleet = run.meta.get("fleet")
+    fleet = run.meta.fleet
     gpu = fleet.get("gpu") if isinstance(fleet, dict) else None
     return f"gpu{int(gpu)}" if isinstance(gpu, int) and not isinstance(gpu, bool) else ""
 
@@ -141,7 +141,7 @@ def summarize(run: Run, name: str, source: str = "") -> NodeSummary:
     findings = [FindingRef(f.id, f.subject, f.severity.value, f.layer, f.title, f.evidence)
                 for f in run.findings if f.recoverable_ms is None]
     return NodeSummary(name=name, source=source, machine=_machine(run),
-                       tool_version=str(run.meta.get("tool_version", "")), command=str(run.meta.get("command", "")),
+                       tool_version=run.meta.tool_version or "", command=run.meta.command or "",
                        sku=sku_of(run), gpus=str(run.facts.value("gpu.summary") or ""), config=config, findings=findings,
                        figures=figures_of(run),
                        checked=frozenset(c.id for c in run.checks if c.status in ("passed", "found")))

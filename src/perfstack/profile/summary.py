@@ -245,7 +245,7 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
     meta = run_meta(command, traces=[str(p) for p in files], gpu=summaries[0].device_name)
     warnings = [w for s in summaries for w in s.warnings]
     if warnings:
-        meta["warnings"] = warnings
+        meta.warnings = warnings
     return Run(meta=meta, findings=findings, profile=main.to_dict())
 
 

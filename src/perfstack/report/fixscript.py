@@ -20,7 +20,7 @@ def render_fix_script(run: Run) -> str:
         "#!/bin/sh",
         "# Fixes proposed by perfstack doctor. Review every line before running it; perfstack",
         "# changes nothing itself. Each command is safe to run twice. Most need root.",
-        visible(f"# Audited: {run.meta.get('source', '')} on {run.meta.get('created', '')}"),
+        visible(f"# Audited: {run.meta.source or ''} on {run.meta.created or ''}"),
         "set -eu",
         "",
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.fleet.analysis import FleetAnalysis, HeatMap
+from perfstack.model import RunMeta
 from perfstack.report.charts import num
 from perfstack.report.html import Section, _page, _table, e
 
@@ -51,9 +52,9 @@ table.heatmap th.hmh span { writing-mode:vertical-rl; transform:rotate(180deg); 
 </style>"""
 
 
-def render_fleet_html(a: FleetAnalysis, meta: dict[str, Any]) -> str:
+def render_fleet_html(a: FleetAnalysis, meta: RunMeta) -> str:
     s = a.summary()
-    sub = (f"{e(meta.get('source', ''))} · {s['nodes']} nodes, {s['ok']} reported"
+    sub = (f"{e(meta.source or '')} · {s['nodes']} nodes, {s['ok']} reported"
            + (f", {s['failed']} failed" if s["failed"] else "") + " · "
            + e("; ".join(f"{k} ×{len(v)}" for k, v in a.skus.items())))
     sections: list[Section] = [("", "", STYLE), _nodes(a, s)]

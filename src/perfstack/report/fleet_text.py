@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.fleet.analysis import FleetAnalysis
+from perfstack.model import RunMeta
 from perfstack.report.charts import num
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -41,13 +42,13 @@ def _grid(*widths: int | None) -> Table:
     return t
 
 
-def render_fleet(a: FleetAnalysis, meta: dict[str, Any], console: Console, verbose: bool = False) -> None:
+def render_fleet(a: FleetAnalysis, meta: RunMeta, console: Console, verbose: bool = False) -> None:
     s = a.summary()
     skus = "; ".join(f"{inert(k)} ×{len(v)}" for k, v in a.skus.items()) or "no node compared"
     head = f"{s['nodes']} nodes ({s['ok']} reported"
     head += f", {s['failed']} failed" if s["failed"] else ""
     head += f", {s['other_version']} on another perfstack version" if s["other_version"] else ""
-    console.print(Text.assemble(("perfstack fleet", "bold"), f"  {inert(meta.get('source', ''))}  ·  {head})  ·  {skus}"))
+    console.print(Text.assemble(("perfstack fleet", "bold"), f"  {inert(meta.source or '')}  ·  {head})  ·  {skus}"))
     _ranking(a, console, verbose)
     _drift(a, console, verbose)
     _outliers(a, console, verbose)
@@ -60,7 +61,7 @@ def render_fleet(a: FleetAnalysis, meta: dict[str, Any], console: Console, verbo
             console.print(Text.assemble(("  " + inert(m.name), "bold"), f"  {inert(m.reason, 200)}"))
     for note in a.notes:
         console.print(Text(f"note: {inert(note)}", style="dim"))
-    fan = meta.get("fanout")
+    fan = meta.fanout
     if isinstance(fan, dict) and fan.get("overhead_s_median") is not None:
         console.print(Text(f"fan-out: {fan.get('tasks')} tasks, overhead per task median "
                            f"{fan['overhead_s_median'] * 1000:.0f} ms, max {fan['overhead_s_max'] * 1000:.0f} ms",

@@ -131,5 +131,5 @@ def loadtest_view(run: Run) -> Optional[LoadtestView]:
         title="perfstack loadtest", headline=headline(lt), workload=workload_line(lt), headers=list(HEADERS),
         rows=level_rows(lt), sweep=sweep_line(lt), notes=list(lt.notes), findings=list(run.findings),
         curves=curves(lt), server=server_rows(lt), errors=error_rows(lt), client=client_rows(lt),
-        meta=[(k, str(run.meta[k])) for k in META_KEYS if run.meta.get(k) not in (None, "")],
+        meta=run.meta.shown(META_KEYS),
         interrupted=lt.interrupted)

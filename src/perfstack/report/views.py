@@ -119,7 +119,7 @@ def gpu_name(run: Run, profile: Section | None) -> str | None:
         if isinstance(g, dict) and g.get("name"):
             return str(g["name"])
     # a profile Run has no machine facts: the traced device's name
-    name = (profile.device_name if profile else None) or run.meta.get("gpu")
+    name = (profile.device_name if profile else None) or run.meta.gpu
     return str(name) if isinstance(name, str) and name else None
 
 
@@ -154,7 +154,7 @@ def doctor_view(run: Run) -> DoctorView | None:
     layers += [(lid, lid, [f for f in findings if f.layer == lid]) for lid in extra]
     return DoctorView(summary=audit_summary(counted), fix_first=fix_first(findings), layers=layers,
                       not_checked=[c for c in run.checks if c.status in ("not-checked", "not-applicable")],
-                      findings=findings, source=str(run.meta.get("source", "")), bundle=str(run.meta.get("bundle") or ""))
+                      findings=findings, source=run.meta.source or "", bundle=run.meta.bundle or "")
 
 
 # -- bench ------------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def profile_view(run: Run, profile: Section | None) -> ProfileView | None:
     gaps = sorted((g.to_dict() for g in p.idle_gaps), key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
     return ProfileView(categories=cats, steps=steps, step_ms=p.step_time(mean), gaps=gaps, ranked=ranked,
                        kernels=profile_kernels(p), timing=profile_timing(p), ops=p.ops[:15],
-                       section=p, warnings=[str(w) for w in run.meta.get("warnings", [])])
+                       section=p, warnings=list(run.meta.warnings or []))
 
 
 def _step_bars(p: Section, mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
@@ -376,14 +376,13 @@ def build(run: Run) -> RunView:
     profile = load(run.profile)
     spec = gpu_spec(run, profile)
     keys = ("command", "created", "source", "bundle", "host_id", "tool_version", "elapsed_s")
-    meta = [(k, str(run.meta[k])) for k in keys
-            if run.meta.get(k) not in (None, "")]
+    meta = run.meta.shown(keys)
     facts = [(label, _fact_text(run.facts.value(key))) for label, key in KEY_FACTS
              if run.facts.value(key) not in (None, "", [], {})]
     os_name = run.facts.value("system.os_release")
     if isinstance(os_name, dict) and os_name.get("PRETTY_NAME"):
         facts.insert(7, ("OS", str(os_name["PRETTY_NAME"])))
-    view = RunView(title=f"perfstack {run.meta.get('command', 'report')}",
+    view = RunView(title=f"perfstack {run.meta.command or 'report'}",
                    gpus=str(run.facts.value("gpu.summary") or "no NVIDIA GPU seen"), meta=meta, facts=facts,
                    doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec, profile),
                    profile=profile_view(run, profile), estimates=estimate_view(run, spec))
