@@ -171,7 +171,7 @@ def main() -> int:
     fleet_runs: dict[int, list] = {}  # GPU -> its fleet measurements (GPU-only and host-bound parts: two Runs)
     for f in sorted((out / "runs-bench").glob("*.gpu*.json")):
         r = Run.load(f)
-        slot = slot_of.get(r.meta.get("fleet", {}).get("ray_node_id"))
+        slot = slot_of.get((r.meta.fleet or {}).get("ray_node_id"))
         if slot is not None:
             fleet_runs.setdefault(int(slot), []).extend(r.measurements)
     alone_round(2, n, args.suite, out, alone, failures)  # after the fleet: GPUs still warm from it
