@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from perfstack.cli.loadtest import _bound
-from perfstack.loadtest import findings, metrics, record, sweep
+from perfstack.loadtest import findings, metrics, sweep
 from perfstack.model import Run
 
 
@@ -28,14 +28,15 @@ def main() -> None:
     bound = _bound(a)
     for path in a.runs:
         run = Run.load(path)
-        lt = record.from_builtins(run.loadtest)
+        lt = run.loadtest
+        if lt is None:
+            raise SystemExit(f"{path} is not a load-test Run")
         for lv in lt.levels:
             lv.summary = metrics.summarize(lv.requests, lt.slo)
         if lt.sweep:
             lt.sweep = sweep.summary(lt.levels, lt.slo, lt.sweep.get("stopped"))
         lt.notes = [n for n in lt.notes if not n.startswith("decode bound not computed")]
         run.findings = findings.findings(lt, bound)
-        run.loadtest = record.to_builtins(lt)
         out = Path(path) if a.in_place else Path(tempfile.mkdtemp()) / Path(path).name
         run.save(out)
         print(f"{path}: {', '.join(f.id for f in run.findings) or 'no findings'} -> {out}", file=sys.stderr)

@@ -11,9 +11,13 @@ import platform
 from dataclasses import asdict, dataclass, field, fields as dataclass_fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, get_args
 
 from perfstack.errors import InputError
+
+if TYPE_CHECKING:  # imported when a Run holds one: fleet.analysis imports this module, a load test needs msgspec
+    from perfstack.fleet.analysis import FleetAnalysis
+    from perfstack.loadtest.record import LoadTest
 
 SCHEMA_VERSION = 1
 
@@ -298,8 +302,8 @@ class Run:
     measurements: list[Measurement] = field(default_factory=list)
     profile: dict[str, Any] | None = None
     estimates: dict[str, Any] | None = None
-    loadtest: dict[str, Any] | None = None  # loadtest.record.LoadTest as JSON; read back with from_builtins
-    fleet: dict[str, Any] | None = None  # perfstack fleet's analysis of many nodes (fleet.analysis.FleetAnalysis)
+    loadtest: LoadTest | None = None  # perfstack loadtest's requests, levels and sweep
+    fleet: FleetAnalysis | None = None  # perfstack fleet's analysis of many nodes
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -312,8 +316,8 @@ class Run:
             "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile,
             "estimates": self.estimates,
-            **({"loadtest": self.loadtest} if self.loadtest is not None else {}),
-            **({"fleet": self.fleet} if self.fleet is not None else {}),
+            **({"loadtest": _loadtest_dict(self.loadtest)} if self.loadtest is not None else {}),
+            **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -358,7 +362,7 @@ class Run:
             profile=sections.profile(sec["profile"]),
             estimates=sections.estimates(sec["estimates"]),
             loadtest=_loadtest(d.get("loadtest")),
-            fleet=d.get("fleet"),
+            fleet=_fleet(d.get("fleet")),
             schema_version=version,
         )
 
@@ -382,12 +386,24 @@ class Run:
             raise InputError(f"{p} is not a valid perfstack Run ({type(e).__name__}: {e})") from None
 
 
-def _loadtest(data: Any) -> dict[str, Any] | None:
+def _loadtest(data: Any) -> LoadTest | None:
     """A load test section is checked against its types once, here, so that readers can trust it."""
     if data is None:
         return None
-    from perfstack.loadtest.record import from_builtins, to_builtins
-    return to_builtins(from_builtins(data))
+    from perfstack.loadtest.record import from_builtins
+    return from_builtins(data)
+
+
+def _loadtest_dict(lt: LoadTest) -> dict[str, Any]:
+    from perfstack.loadtest.record import to_builtins
+    return to_builtins(lt)
+
+
+def _fleet(data: Any) -> FleetAnalysis | None:
+    if data is None:
+        return None
+    from perfstack.fleet.analysis import FleetAnalysis
+    return FleetAnalysis.from_dict(data)
 
 
 def _fact_dict(f: Fact) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def test_figures_match_the_servers_schedule(tmp_path, capsys):
         rc, run = _run(srv.url, tmp_path, "--concurrency", "1,4", "--requests", "12", "--output-len", "8")
         lateness = sorted(srv.app[STATE].lateness)
     assert rc == 0 and run is not None
-    lt = record.from_builtins(run.loadtest)
+    lt = run.loadtest
     assert [lv.load for lv in lt.levels] == [1, 4]
     for lv in lt.levels:
         s = lv.summary
@@ -52,7 +52,7 @@ def test_figures_match_the_servers_schedule(tmp_path, capsys):
 def test_server_metrics_are_scraped_and_queueing_named(tmp_path):
     with Background(make_app(interval=0.01, ttft=0.01, max_running=2)) as srv:
         rc, run = _run(srv.url, tmp_path, "--concurrency", "1,8", "--requests", "24", "--output-len", "10")
-    lt = record.from_builtins(run.loadtest)
+    lt = run.loadtest
     assert lt.server.get("metrics") == "/metrics"
     heavy = lt.levels[1]
     assert heavy.server and max(x.waiting for x in heavy.server) >= 1
@@ -68,7 +68,7 @@ def test_failures_mid_run_are_counted_by_kind(tmp_path, mode, kind):
         rc, run = _run(srv.url, tmp_path, "--model", mode, "--concurrency", "2", "--requests", "8",
                        "--output-len", "6", "--stall-timeout", "0.5", "--warmup", "0")
     assert rc == 0
-    s = record.from_builtins(run.loadtest).levels[0].summary
+    s = run.loadtest.levels[0].summary
     assert s.errors.get(kind, 0) >= 3 and s.completed >= 3
     f = {f.id: f for f in run.findings}["serve-errors"]
     assert kind in f.evidence
@@ -121,7 +121,7 @@ def test_prompt_file_with_bad_lines(tmp_path):
     with Background(make_app(interval=0.002, ttft=0.002)) as srv:
         rc, run = _run(srv.url, tmp_path, "--prompts", str(f), "--requests", "6", "--api", "completions")
     assert rc == 0
-    lt = record.from_builtins(run.loadtest)
+    lt = run.loadtest
     assert any("2 unusable entries" in n for n in lt.notes)
     assert {r.output_tokens for r in lt.levels[0].requests} == {4, 5}
     empty = tmp_path / "e.jsonl"
@@ -133,11 +133,11 @@ def test_open_loop_rate_and_sweep(tmp_path):
     with Background(make_app(interval=0.002, ttft=0.005, max_running=4)) as srv:
         rc, run = _run(srv.url, tmp_path, "--rate", "50", "--requests", "20", "--output-len", "4")
         assert rc == 0
-        lv = record.from_builtins(run.loadtest).levels[0]
+        lv = run.loadtest.levels[0]
         assert lv.mode == "rate" and lv.summary.completed == 20
         rc, run = _run(srv.url, tmp_path, "--sweep", "--sweep-max", "16", "--requests", "8", "--output-len", "20",
                        "--slo", "ttft=30ms")
-    lt = record.from_builtins(run.loadtest)
+    lt = run.loadtest
     assert rc == 0 and lt.sweep["knee"] in [lv.load for lv in lt.levels]
     assert lt.sweep["max_load_meeting_slo"] is not None and lt.sweep["max_load_meeting_slo"] < 16
 
@@ -189,7 +189,7 @@ def test_a_level_shared_by_client_processes_reads_as_one(tmp_path):
                        "--output-len", "5")
         sends = srv.app[STATE].sends
     assert rc == 0
-    lv = record.from_builtins(run.loadtest).levels[0]
+    lv = run.loadtest.levels[0]
     assert lv.client.processes == 3 and lv.summary.completed == 18 and sum(r.warmup for r in lv.requests) == 6
     assert lv.summary.concurrency_mean > 3  # the three processes ran at the same time
     # the merged records keep the prompts' order: record k was prompt k (synthetic prompts are numbered;

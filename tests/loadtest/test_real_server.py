@@ -22,7 +22,6 @@ if not shutil.which("transformers"):
     pytest.skip("the transformers command is not installed", allow_module_level=True)
 
 from perfstack.cli.main import main  # noqa: E402
-from perfstack.loadtest import record  # noqa: E402
 from perfstack.model import Run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +79,7 @@ def test_loadtest_of_a_real_continuous_batching_server(server, tmp_path):
     rc = main(["loadtest", url, "--model", str(model), "--concurrency", "1,3", "--requests", "6", "--input-len", "24",
                "--output-len", "8", "--tokenizer", str(model), "-o", str(out), "--no-color"])
     assert rc == 0
-    lt = record.from_builtins(Run.load(out).loadtest)
+    lt = Run.load(out).loadtest
     assert lt.server["models"] or any("/v1/models" in n for n in lt.notes)
     for lv in lt.levels:
         s = lv.summary

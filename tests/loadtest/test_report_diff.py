@@ -17,7 +17,7 @@ from perfstack.compare import diff_runs
 from perfstack.compare.diff import Diff
 from perfstack.compare.loadtest import WINDOWS, loadtest_diff, token_windows
 from perfstack.loadtest import metrics, sweep
-from perfstack.loadtest.record import Level, LoadTest, Request, Slo, to_builtins
+from perfstack.loadtest.record import Level, LoadTest, Request, Slo, from_builtins, to_builtins
 from perfstack.model import Finding, Run, RunMeta, Severity
 from perfstack.report import html, markdown
 from perfstack.report.loadtest_md import render_loadtest_md
@@ -54,7 +54,7 @@ def _run(seed: int, ttft_ms: float = 40.0, loads: tuple[int, ...] = (1, 4, 16), 
                   **lt_fields)
     lt.sweep = sweep.summary(levels, SLO, None)
     run = Run(meta=RunMeta(command="loadtest", created="2026-01-01T00:00:00+00:00", source=lt.url))
-    run.loadtest = to_builtins(lt)
+    run.loadtest = lt
     return run
 
 
@@ -85,7 +85,7 @@ def test_an_unchanged_servers_rerun_is_noise():
 def test_figures_are_the_records_own_medians():
     before, after = _run(1), _run(2, ttft_ms=80.0)
     d = loadtest_diff(before, after)
-    lv_b = before.loadtest["levels"][1]
+    lv_b = to_builtins(before.loadtest)["levels"][1]
     ttft = [r["ttft_ms"] for r in lv_b["requests"] if not r.get("warmup")]
     fig = next(f for f in d.levels[1].figures if f.name == "TTFT p50 @ 4 streams")
     assert fig.before == pytest.approx(statistics.median(ttft))
@@ -111,7 +111,7 @@ def test_a_slower_server_with_more_requests_shows_throughput_and_tail():
     runs = []
     for levels in (before, after):
         r = Run(meta=RunMeta(command="loadtest"))
-        r.loadtest = to_builtins(LoadTest(url="u", api="chat", model="m", workload={}, levels=levels, slo=SLO))
+        r.loadtest = LoadTest(url="u", api="chat", model="m", workload={}, levels=levels, slo=SLO)
         runs.append(r)
     figs = {f.name: f for f in loadtest_diff(*runs).figures()}
     assert figs["ITL p50 @ 8 streams"].verdict == "regressed"
@@ -123,8 +123,8 @@ def test_a_slower_server_with_more_requests_shows_throughput_and_tail():
 def test_levels_that_do_not_match_and_workloads_that_differ_are_said():
     before = _run(1, loads=(1, 2))
     after = _run(2, loads=(4, 8))
-    after_lt = dict(after.loadtest, workload={**after.loadtest["workload"], "input_len": 512})
-    after.loadtest = after_lt
+    assert after.loadtest is not None
+    after.loadtest.workload = {**after.loadtest.workload, "input_len": 512}
     d = loadtest_diff(before, after)
     assert not d.levels and d.only_before == ["1 streams", "2 streams"] and d.only_after == ["4 streams", "8 streams"]
     notes = " ".join(d.notes)
@@ -159,11 +159,11 @@ def test_diff_cli_formats_and_the_regression_gate(tmp_path, capsys):
 # -- reports ----------------------------------------------------------------------------------
 def _hostile_run() -> Run:
     run = _run(1, notes=[HOSTILE])
-    lt = dict(run.loadtest, model=HOSTILE, url="http://h/" + HOSTILE, server={"version": HOSTILE},
+    lt = dict(to_builtins(run.loadtest), model=HOSTILE, url="http://h/" + HOSTILE, server={"version": HOSTILE},
               workload={"kind": "file", "file": HOSTILE, "requests": 3})
     lt["levels"][1]["requests"][0].update(error="bad-stream", detail=HOSTILE, ttft_ms=None)
     lt["levels"][1]["summary"].update(completed=14, failed=1, errors={"bad-stream": 1})
-    run.loadtest = lt
+    run.loadtest = from_builtins(lt)
     run.findings = [Finding(id="serve-queueing", layer="serving", severity=Severity.WARNING, title=HOSTILE,
                             evidence=HOSTILE, fix=HOSTILE, subject=HOSTILE)]
     return run

@@ -143,9 +143,9 @@ def _saved_allreduce(paths: list[Path], analysis: FleetAnalysis, err: Console) -
             continue
         try:
             run = load_run(str(p))
-            comms = (run.fleet or {}).get("comms") if run.meta.command == "fleet" else None
-            if comms is not None:
-                found.append((run.meta.created or "", p, allreduce.Comms.from_dict(comms)))
+            saved = run.fleet.comms if run.fleet is not None and run.meta.command == "fleet" else None
+            if saved is not None:
+                found.append((run.meta.created or "", p, allreduce.Comms.from_dict(saved)))
         except PerfstackError as e:
             err.print(f"warning: {p}: the all-reduce record was not read: {e.message}", markup=False)
     if found:

@@ -160,7 +160,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         import aiohttp  # noqa: F401
-        from perfstack.loadtest import findings, record, workload
+        from perfstack.loadtest import findings, workload
         from perfstack.loadtest import run as lrun
     except ImportError as e:
         raise CannotRunHere(f"perfstack loadtest needs the loadtest extra ({e.name} is missing)",
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     lt.notes[:0] = notes
     result = Run(meta=run_meta("loadtest", source=lt.url, elapsed_s=round(time.perf_counter() - t0, 3)),
                  findings=findings.findings(lt, bound))
-    result.loadtest = record.to_builtins(lt)
+    result.loadtest = lt
     from perfstack.report.loadtest_text import render_loadtest
     output.emit_run(result, args, out, err, lambda: render_loadtest(result, out, verbose=args.verbose > 0))
     if lt.interrupted:

@@ -35,7 +35,7 @@ import msgspec
 from perfstack.compare.diff import IMPROVED, NOISE, REGRESSED, MeasurementDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
-from perfstack.loadtest.record import Level, LoadTest, Request, Slo, from_builtins
+from perfstack.loadtest.record import Level, LoadTest, Request, Slo
 from perfstack.model import Run
 
 NOT_COMPARED = "not compared"
@@ -318,7 +318,7 @@ def loadtest_diff(before: Run, after: Run, alpha: float = ALPHA) -> Optional[Loa
     """The load-test part of a diff, or None unless both Runs are load tests."""
     if before.loadtest is None or after.loadtest is None:
         return None
-    lb, la = from_builtins(before.loadtest, "before Run"), from_builtins(after.loadtest, "after Run")
+    lb, la = before.loadtest, after.loadtest
     slo, notes = common_slo(lb, la)
     notes += _workload_notes(lb, la)
     d = LoadtestDiff(slo=msgspec.to_builtins(slo) if slo is not None else None, notes=notes, alpha=alpha)

@@ -12,15 +12,12 @@ from perfstack.model import Run, run_meta
 def fleet_run(analysis: FleetAnalysis, subcommand: str, source: str, elapsed_s: float,
               extra: dict[str, Any] | None = None) -> Run:
     meta = run_meta("fleet", subcommand=subcommand, source=source, elapsed_s=round(elapsed_s, 3), **(extra or {}))
-    return Run(meta=meta, fleet=analysis.to_dict())
+    return Run(meta=meta, fleet=analysis)
 
 
 def analysis_of(run: Run, label: str) -> FleetAnalysis:
-    """The fleet section of a loaded Run, validated; InputError naming the file when it is not one."""
+    """The fleet section of a Run (checked when the Run was loaded); InputError naming the file when it has none."""
     if run.fleet is None:
         raise InputError(f"{label} is not a fleet Run (it has no fleet section)",
                          hint="give a file written by 'perfstack fleet ... -o FILE'")
-    try:
-        return FleetAnalysis.from_dict(run.fleet)
-    except InputError as e:
-        raise InputError(f"{label}: {e.message}", e.hint) from None
+    return run.fleet

@@ -1,8 +1,8 @@
 """The typed records of a load test, from one request to a whole sweep.
 
-A Run keeps them as plain JSON (``Run.loadtest``); ``from_builtins`` turns that back into these types
-and rejects a hostile or damaged file with the path of the wrong field, so readers (report, diff,
-rules) never re-validate a dict.
+A Run holds a ``LoadTest`` (``Run.loadtest``) and saves it as plain JSON (``to_builtins``); loading the
+Run turns that back into these types with ``from_builtins``, which rejects a hostile or damaged file
+with the path of the wrong field, so readers (report, diff, rules) never re-validate a dict.
 
 Times are in milliseconds, offsets from the level's start in seconds. Annotations use ``Optional``
 rather than ``X | None`` because msgspec evaluates them at run time on every supported Python.

@@ -10,7 +10,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.loadtest.record import Dist, Level, LoadTest, from_builtins
+from perfstack.loadtest.record import Dist, Level, LoadTest
 from perfstack.model import Run
 from perfstack.report.text import _finding
 
@@ -88,7 +88,9 @@ def sweep_line(lt: LoadTest) -> str:
 
 
 def render_loadtest(run: Run, console: Console, verbose: bool = False) -> None:
-    lt = from_builtins(run.loadtest)
+    lt = run.loadtest
+    if lt is None:
+        raise ValueError("render_loadtest takes a load-test Run")
     console.print(Text.assemble(("perfstack loadtest", "bold"), "  ", headline(lt)), markup=False)
     console.print(Text(workload_line(lt), style="dim"))
     t = Table(*HEADERS, box=None, pad_edge=False, header_style="bold")

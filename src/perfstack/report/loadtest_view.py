@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from perfstack.loadtest.record import Level, LoadTest, from_builtins
+from perfstack.loadtest.record import Level, LoadTest
 from perfstack.model import Finding, Run
 from perfstack.report.loadtest_text import HEADERS, headline, level_rows, load_label, sweep_line, workload_line
 
@@ -126,7 +126,7 @@ def loadtest_view(run: Run) -> Optional[LoadtestView]:
     """The view of a load-test Run, or None when the Run holds no load test."""
     if run.loadtest is None:
         return None
-    lt = from_builtins(run.loadtest)
+    lt = run.loadtest
     return LoadtestView(
         title="perfstack loadtest", headline=headline(lt), workload=workload_line(lt), headers=list(HEADERS),
         rows=level_rows(lt), sweep=sweep_line(lt), notes=list(lt.notes), findings=list(run.findings),
