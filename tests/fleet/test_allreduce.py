@@ -147,14 +147,15 @@ def test_the_reports_show_the_all_reduce():
 
     from perfstack.report.fleet_html import render_fleet_html
     from perfstack.report.fleet_text import render_fleet
+    from perfstack.report.fleet_view import fleet_view
     machines = list("abcd")
     c = localize(machines, Network(machines, slow={"c": 2.0}), names={m: f"n{m}" for m in machines}, backend="gloo")
     a = ar.attach(FleetAnalysis(), c)
     con = Console(record=True, width=200)
-    render_fleet(a, RunMeta(source="test"), con)
+    render_fleet(fleet_view(a, RunMeta(source="test")), con)
     text = con.export_text()
     assert "All-reduce between machines" in text and "node nc: all-reduce busbw 2.00 GB/s vs fleet median" in text
-    html = render_fleet_html(a, RunMeta(source="test"))
+    html = render_fleet_html(fleet_view(a, RunMeta(source="test")))
     assert "All-reduce between machines" in html and "node nc: all-reduce busbw 2.00 GB/s" in html
 
 

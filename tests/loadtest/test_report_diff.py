@@ -238,3 +238,25 @@ def test_real_runs_report_and_diff(tmp_path, capsys):
     d = diff_runs(Run.load(before), Run.load(after))
     verdicts = {f.name: f.verdict for f in d.loadtest.figures()}
     assert verdicts["TTFT p50 @ 1 streams"] == "regressed" and verdicts["TTFT p50 @ 4 streams"] == "regressed"
+
+
+def test_the_terminal_report_formats_the_view_the_markdown_and_html_reports_format():
+    import io
+
+    from rich.console import Console
+
+    from perfstack.loadtest.record import ClientLoad
+    from perfstack.report.loadtest_text import render_loadtest
+    run = _run(1, loads=(1, 4))
+    assert run.loadtest is not None
+    run.loadtest.levels[0].client = ClientLoad(0.5, 1.25, 2.0, 300.0)
+    run.loadtest.levels[1].client = ClientLoad(0.97, 4.0, 9.0, 120.0, processes=3)
+    view = loadtest_view(run)
+    assert view is not None and view.client[1] == ["4 streams", "97%", "4.00 ms", "120 µs", "3"]
+    buf = io.StringIO()
+    render_loadtest(view, Console(file=buf, width=140, no_color=True), verbose=True)
+    text = buf.getvalue()
+    assert "client at 1 streams: 50% CPU, timer lag p99 1.25 ms, 300 µs CPU per chunk" in text
+    assert "client at 4 streams in 3 processes (busiest shown): 97% CPU, timer lag p99 4.00 ms" in text
+    assert view.headline in text and view.workload in text and all(row[0] in text for row in view.rows)
+    assert r"| 4 streams | 97% | 4\.00 ms | 120 µs | 3 |" in render_loadtest_md(view)  # Markdown escapes the dot

@@ -93,8 +93,10 @@ def _emit(result: Run, analysis: FleetAnalysis, args: argparse.Namespace, out: C
     exit code by the worst flagged node."""
     from perfstack.report.fleet_html import render_fleet_html
     from perfstack.report.fleet_text import render_fleet
-    output.emit_run(result, args, out, err, lambda: render_fleet(analysis, result.meta, out, verbose=args.verbose > 0),
-                    html=lambda: render_fleet_html(analysis, result.meta))
+    from perfstack.report.fleet_view import fleet_view
+    view = fleet_view(analysis, result.meta)
+    output.emit_run(result, args, out, err, lambda: render_fleet(view, out, verbose=args.verbose > 0),
+                    html=lambda: render_fleet_html(view))
     worst = analysis.worst()
     if args.fail_on == "never" or worst is None:
         return 0
@@ -231,17 +233,18 @@ def report_fleet_run(run: Run, fmt: str, args: argparse.Namespace, out: Console,
     from perfstack.cli.report import text_file
     from perfstack.fleet.output import analysis_of
     from perfstack.report.fleet_text import render_fleet
-    a = analysis_of(run, args.run_file)
+    from perfstack.report.fleet_view import fleet_view
+    view = fleet_view(analysis_of(run, args.run_file), run.meta)
     if fmt == "html":
         from perfstack.report.fleet_html import render_fleet_html
-        write_document(render_fleet_html(a, run.meta), args.output, out, err, "the HTML report")
+        write_document(render_fleet_html(view), args.output, out, err, "the HTML report")
     elif fmt == "md":
         raise UsageError("a fleet Run has no Markdown view", hint="use -f text, -f html or -f json")
     elif args.output:
-        write_document(text_file(lambda c: render_fleet(a, run.meta, c, args.verbose > 0), 140), args.output, out, err,
+        write_document(text_file(lambda c: render_fleet(view, c, args.verbose > 0), 140), args.output, out, err,
                  "the report")
     else:
-        render_fleet(a, run.meta, out, verbose=args.verbose > 0)
+        render_fleet(view, out, verbose=args.verbose > 0)
     return 0
 
 

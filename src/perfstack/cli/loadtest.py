@@ -184,7 +184,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                  findings=findings.findings(lt, bound))
     result.loadtest = lt
     from perfstack.report.loadtest_text import render_loadtest
-    output.emit_run(result, args, out, err, lambda: render_loadtest(result, out, verbose=args.verbose > 0))
+    from perfstack.report.loadtest_view import view_of
+    output.emit_run(result, args, out, err, lambda: render_loadtest(view_of(lt, result), out, verbose=args.verbose > 0))
     if lt.interrupted:
         err.print("perfstack: interrupted: the partial load test is above" + (f" and in {args.output}" if args.output else ""),
                   markup=False)

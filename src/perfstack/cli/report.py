@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -20,6 +20,9 @@ from perfstack.report.bench_text import render_bench
 from perfstack.report.inert import protect
 from perfstack.report.text import render_doctor
 from perfstack.report.views import RunView, build
+
+if TYPE_CHECKING:
+    from perfstack.loadtest.record import LoadTest
 
 FORMATS = ("text", "md", "html", "json")
 EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".txt": "text"}
@@ -107,18 +110,21 @@ def _estimate_text(view: RunView, console: Console, verbose: bool) -> bool:
     return True
 
 
-def _report_loadtest(r: Run, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
+def _report_loadtest(r: Run, lt: LoadTest, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
+    from perfstack.report.loadtest_html import render_loadtest_html
     from perfstack.report.loadtest_md import render_loadtest_md
     from perfstack.report.loadtest_text import render_loadtest
-    from perfstack.report.loadtest_view import loadtest_view
+    from perfstack.report.loadtest_view import view_of
+    view = view_of(lt, r)
     if fmt == "html":
-        write_document(html.render_report(r), args.output, out, err, "the HTML report")
-    elif fmt == "md" and (view := loadtest_view(r)) is not None:
+        write_document(render_loadtest_html(view), args.output, out, err, "the HTML report")
+    elif fmt == "md":
         write_document(render_loadtest_md(view), args.output, out, err, "the Markdown report")
     elif args.output:
-        write_document(text_file(lambda c: render_loadtest(r, c, args.verbose > 0), 140), args.output, out, err, "the report")
+        write_document(text_file(lambda c: render_loadtest(view, c, args.verbose > 0), 140), args.output, out, err,
+                       "the report")
     else:
-        render_loadtest(r, out, args.verbose > 0)
+        render_loadtest(view, out, args.verbose > 0)
     return 0
 
 
@@ -133,7 +139,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         write_document(r.to_json(), args.output, out, err, "the Run")
         return 0
     if r.loadtest is not None:  # a load test has its own views
-        return _report_loadtest(r, fmt, args, out, err)
+        return _report_loadtest(r, r.loadtest, fmt, args, out, err)
     view = build(r)
     if fmt == "html":
         write_document(html.render_run(view), args.output, out, err, "the HTML report")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.fleet.analysis import FleetAnalysis, HeatMap
-from perfstack.model import RunMeta
+from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
 from perfstack.report.html import Section, _page, _table, e
 
@@ -52,9 +52,9 @@ table.heatmap th.hmh span { writing-mode:vertical-rl; transform:rotate(180deg); 
 </style>"""
 
 
-def render_fleet_html(a: FleetAnalysis, meta: RunMeta) -> str:
-    s = a.summary()
-    sub = (f"{e(meta.source or '')} · {s['nodes']} nodes, {s['ok']} reported"
+def render_fleet_html(v: FleetView) -> str:
+    a, s = v.analysis, v.summary
+    sub = (f"{e(v.source)} · {s['nodes']} nodes, {s['ok']} reported"
            + (f", {s['failed']} failed" if s["failed"] else "") + " · "
            + e("; ".join(f"{k} ×{len(v)}" for k, v in a.skus.items())))
     sections: list[Section] = [("", "", STYLE), _nodes(a, s)]
@@ -63,7 +63,7 @@ def render_fleet_html(a: FleetAnalysis, meta: RunMeta) -> str:
         if section is not None:
             sections.append(section)
     sections.append(_members(a))
-    return _page("perfstack fleet", sub, sections)
+    return _page(v.title, sub, sections)
 
 
 def _nodes(a: FleetAnalysis, s: dict[str, Any]) -> Section:

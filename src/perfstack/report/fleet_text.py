@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.fleet.analysis import FleetAnalysis
-from perfstack.model import RunMeta
+from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -42,13 +42,13 @@ def _grid(*widths: int | None) -> Table:
     return t
 
 
-def render_fleet(a: FleetAnalysis, meta: RunMeta, console: Console, verbose: bool = False) -> None:
-    s = a.summary()
+def render_fleet(v: FleetView, console: Console, verbose: bool = False) -> None:
+    a, s = v.analysis, v.summary
     skus = "; ".join(f"{inert(k)} ×{len(v)}" for k, v in a.skus.items()) or "no node compared"
     head = f"{s['nodes']} nodes ({s['ok']} reported"
     head += f", {s['failed']} failed" if s["failed"] else ""
     head += f", {s['other_version']} on another perfstack version" if s["other_version"] else ""
-    console.print(Text.assemble(("perfstack fleet", "bold"), f"  {inert(meta.source or '')}  ·  {head})  ·  {skus}"))
+    console.print(Text.assemble((v.title, "bold"), f"  {inert(v.source)}  ·  {head})  ·  {skus}"))
     _ranking(a, console, verbose)
     _drift(a, console, verbose)
     _outliers(a, console, verbose)
@@ -61,11 +61,8 @@ def render_fleet(a: FleetAnalysis, meta: RunMeta, console: Console, verbose: boo
             console.print(Text.assemble(("  " + inert(m.name), "bold"), f"  {inert(m.reason, 200)}"))
     for note in a.notes:
         console.print(Text(f"note: {inert(note)}", style="dim"))
-    fan = meta.fanout
-    if isinstance(fan, dict) and fan.get("overhead_s_median") is not None:
-        console.print(Text(f"fan-out: {fan.get('tasks')} tasks, overhead per task median "
-                           f"{fan['overhead_s_median'] * 1000:.0f} ms, max {fan['overhead_s_max'] * 1000:.0f} ms",
-                           style="dim"))
+    if v.fanout:
+        console.print(Text(v.fanout, style="dim"))
     _totals(a, s, console)
 
 

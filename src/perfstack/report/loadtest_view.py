@@ -1,23 +1,94 @@
-"""What a load test's Markdown and HTML reports show, computed once from the Run.
+"""What a load test's reports show, computed once from the Run for every format, the terminal's included.
 
-The level table, the headline, the workload and the sweep's verdict are the terminal report's own
-(``loadtest_text``), so every format says the same thing. Added here: the latency-against-throughput
-curves of a sweep (one point per level, x its output throughput; the knee, the highest load meeting
-the SLO and the SLO's objectives marked), what the server's metrics endpoint said per level, the
-errors by kind and the client's own load. The renderers only format a ``LoadtestView``.
+The headline, the workload, the level table and the sweep's verdict; the latency-against-throughput
+curves of a sweep (one point per level, x its output throughput; the knee, the highest load meeting the
+SLO and the SLO's objectives marked); what the server's metrics endpoint said per level, the errors by
+kind and the client's own load. The renderers (text, Markdown, HTML) only format a ``LoadtestView``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from perfstack.loadtest.record import Level, LoadTest
+from perfstack.loadtest.record import Dist, Level, LoadTest
 from perfstack.model import Finding, Run
-from perfstack.report.loadtest_text import HEADERS, headline, level_rows, load_label, sweep_line, workload_line
 
 X_LABEL = "output throughput (tokens/s)"
 META_KEYS = ("command", "created", "source", "tool_version", "python", "elapsed_s")
+
+
+def load_label(lv: Level) -> str:
+    if lv.mode == "concurrency":
+        return f"{lv.load:g} streams"
+    return "all at once" if math.isinf(lv.load) else f"{lv.load:g}/s"
+
+
+def ms(d: Optional[Dist], which: str) -> str:
+    if d is None:
+        return "—"
+    v = getattr(d, which)
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def level_rows(lt: LoadTest) -> list[list[str]]:
+    """The level table as strings."""
+    rows = []
+    for lv in lt.levels:
+        s = lv.summary
+        good = f"{s.slo_attainment:.0%}" if s.slo_attainment is not None else "—"
+        rows.append([load_label(lv) + (" (partial)" if lv.interrupted else ""),
+                     f"{s.completed}" + (f" +{s.failed}✗" if s.failed else ""),
+                     f"{s.request_throughput:,.2f}", f"{s.output_throughput:,.0f}",
+                     f"{ms(s.ttft, 'median')}/{ms(s.ttft, 'p99')}", f"{ms(s.tpot, 'median')}/{ms(s.tpot, 'p99')}",
+                     f"{ms(s.itl, 'median')}/{ms(s.itl, 'p99')}", ms(s.e2e, "median"), good])
+    return rows
+
+
+HEADERS = ["load", "done", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50/p99 ms",
+           "E2E p50 ms", "met SLO"]
+
+
+def headline(lt: LoadTest) -> str:
+    ident = lt.server
+    who = ident.get("version") or ident.get("server") or ""
+    return f"{lt.url}  ·  {lt.model}  ·  /v1/{'chat/completions' if lt.api == 'chat' else 'completions'}" + (
+        f"  ·  {who}" if who else "")
+
+
+def workload_line(lt: LoadTest) -> str:
+    w = lt.workload
+    if w.get("kind") == "file":
+        shape = f"{w.get('requests')} prompts from {w.get('file')}"
+    else:
+        spread = f" ±{w.get('spread', 0):.0%}" if w.get("spread") else ""
+        shape = f"synthetic {w.get('input_len')}{spread} in → {w.get('output_len')}{spread} out tokens"
+        if w.get("shared_prefix"):
+            shape += f", {w['shared_prefix']}-token shared prefix"
+    slo = ""
+    if lt.slo is not None:
+        parts = [f"{k}≤{v:g} ms" for k, v in (("TTFT", lt.slo.ttft_ms), ("TPOT", lt.slo.itl_ms), ("E2E", lt.slo.e2e_ms))
+                 if v is not None]
+        slo = f"  ·  SLO {', '.join(parts)} for {lt.slo.attainment:.0%} of requests"
+    return shape + ("" if w.get("ignore_eos") else ", lengths chosen by the model") + slo
+
+
+def sweep_line(lt: LoadTest) -> str:
+    sw = lt.sweep
+    if not sw:
+        return ""
+    unit = " streams" if sw.get("mode") == "concurrency" else " req/s"
+    parts = []
+    if sw.get("knee") is not None:
+        parts.append(f"knee at {sw['knee']:g}{unit} ({sw.get('knee_output_throughput', 0):,.0f} tok/s, "
+                     f"best {sw.get('best_output_throughput', 0):,.0f})")
+    if "max_load_meeting_slo" in sw:
+        m = sw["max_load_meeting_slo"]
+        parts.append(f"highest load meeting the SLO: {m:g}{unit}" if m is not None else "no load tried met the SLO")
+    if sw.get("stopped"):
+        parts.append(f"stopped: {sw['stopped']}")
+    return "  ·  ".join(parts)
 
 
 @dataclass
@@ -124,9 +195,11 @@ def client_rows(lt: LoadTest) -> list[list[str]]:
 
 def loadtest_view(run: Run) -> Optional[LoadtestView]:
     """The view of a load-test Run, or None when the Run holds no load test."""
-    if run.loadtest is None:
-        return None
-    lt = run.loadtest
+    return None if run.loadtest is None else view_of(run.loadtest, run)
+
+
+def view_of(lt: LoadTest, run: Run) -> LoadtestView:
+    """The view of ``lt``, the load test ``run`` holds (its findings and metadata are the Run's)."""
     return LoadtestView(
         title="perfstack loadtest", headline=headline(lt), workload=workload_line(lt), headers=list(HEADERS),
         rows=level_rows(lt), sweep=sweep_line(lt), notes=list(lt.notes), findings=list(run.findings),
