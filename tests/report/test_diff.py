@@ -140,6 +140,26 @@ def test_verdicts_judged_against_the_samples_spread():
         assert m.n_before == m.n_after == 30
 
 
+def capped_gemm(tflops_per_sample: list[float]) -> Measurement:
+    """A TF32 GEMM run at the power cap: per-sample times for 1e12 FLOPs and the cap's note."""
+    samples = [1 / t for t in tflops_per_sample]
+    stats = summarize(samples)
+    return Measurement(bench="gemm", name="gemm.tf32.ref", value=1 / stats["median"], unit="TFLOP/s",
+                       samples=samples, stats=stats,
+                       notes=["clocks limited at the end of the run by power cap (SM 1590 MHz)"])
+
+
+def test_power_capped_runs_whose_fastest_samples_agree_are_not_a_regression():
+    # the shape measured on an H100: ~410 TFLOP/s until the cap bit, then ~355 (a warm GPU bit sooner)
+    before = run_with([capped_gemm([407, 410, 411, 410, 409, 410, 411, 408] * 2 + [362] * 4)])
+    warm = run_with([capped_gemm([405, 408] + [355, 356, 354, 355] * 4 + [356, 355])])
+    d = diff_runs(before, warm).measurements[0]
+    assert d.delta_pct < -10 and d.verdict == "within noise" and "power cap" in d.note
+    # the same medians with the fastest samples apart too: a real regression stays one
+    slower = run_with([capped_gemm([380, 381] + [355, 356, 354, 355] * 4 + [356, 355])])
+    assert diff_runs(before, slower).measurements[0].verdict == "regressed"
+
+
 def test_figures_that_cannot_be_compared_say_why():
     a = fig("x", 10.0)
     b = fig("x", 11.0)

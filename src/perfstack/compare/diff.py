@@ -278,7 +278,26 @@ def measurement_delta(mb: Measurement | None, ma: Measurement | None, bound_part
     d.verdict = (IMPROVED if better else REGRESSED) if c.significant else NOISE
     if d.hardware_bound:
         d.note = "hardware differs: this compares the machines, not the change"
+    elif c.significant and hib and (gap := _capped_gap(mb, ma, vb, va)) is not None:
+        # At the power cap a GPU runs full clocks for a run's first samples and slower once the cap
+        # bites, so two runs' medians move with how warm the GPU was (7-17% seen on H100/H200 GEMMs)
+        # while their fastest samples agree: that is not the change.
+        d.verdict = NOISE
+        d.note = (f"both runs hit the power cap: fastest samples {max(vb):.4g} vs {max(va):.4g} "
+                  f"({gap:+.1f}%); the medians differ by the clocks the cap lowered")
     return d
+
+
+CAPPED_FAST_AGREE_PCT = 3.0  # fastest samples this close: the same GPU capability
+
+
+def _capped_gap(mb: Measurement, ma: Measurement, vb: list[float], va: list[float]) -> float | None:
+    """The fastest samples' gap in % when both figures were measured at the power cap and it is small."""
+    capped = all(any("power cap" in n for n in m.notes) for m in (mb, ma))
+    if not (capped and vb and va and max(vb) > 0):
+        return None
+    gap = (max(va) / max(vb) - 1) * 100
+    return gap if abs(gap) <= CAPPED_FAST_AGREE_PCT else None
 
 
 def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: float = ALPHA) -> list[MeasurementDelta]:
