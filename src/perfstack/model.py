@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, get
 from perfstack.errors import InputError
 
 if TYPE_CHECKING:  # imported when a Run holds one: fleet.analysis imports this module, a load test needs msgspec
+    from perfstack.estimate.record import Estimates
     from perfstack.fleet.analysis import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
 
@@ -301,7 +302,7 @@ class Run:
     checks: list[CheckResult] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     profile: dict[str, Any] | None = None
-    estimates: dict[str, Any] | None = None
+    estimates: Estimates | None = None  # perfstack estimate's sheet, or a hand-made tree of quantities
     loadtest: LoadTest | None = None  # perfstack loadtest's requests, levels and sweep
     fleet: FleetAnalysis | None = None  # perfstack fleet's analysis of many nodes
     schema_version: int = SCHEMA_VERSION
@@ -315,7 +316,7 @@ class Run:
             "checks": [asdict(c) for c in self.checks],
             "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile,
-            "estimates": self.estimates,
+            "estimates": self.estimates.to_dict() if self.estimates is not None else None,
             **({"loadtest": _loadtest_dict(self.loadtest)} if self.loadtest is not None else {}),
             **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
         }
@@ -360,7 +361,7 @@ class Run:
                     for i, c in enumerate(sec["checks"] or [])],
             measurements=[Measurement.from_dict(m, f"measurements[{i}]") for i, m in enumerate(sec["measurements"] or [])],
             profile=sections.profile(sec["profile"]),
-            estimates=sections.estimates(sec["estimates"]),
+            estimates=_estimates(sec["estimates"]),
             loadtest=_loadtest(d.get("loadtest")),
             fleet=_fleet(d.get("fleet")),
             schema_version=version,
@@ -384,6 +385,13 @@ class Run:
             raise InputError(f"{p}: {e.message}", e.hint) from None
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise InputError(f"{p} is not a valid perfstack Run ({type(e).__name__}: {e})") from None
+
+
+def _estimates(data: Any) -> Estimates | None:
+    if data is None:
+        return None
+    from perfstack.estimate.record import from_dict
+    return from_dict(data)
 
 
 def _loadtest(data: Any) -> LoadTest | None:

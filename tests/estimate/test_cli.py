@@ -67,7 +67,7 @@ def test_output_file_round_trips(cli, tmp_path, capsys):
     path = tmp_path / "est.json"
     assert cli(["estimate", "train", "--model", "gpt2", "--seq", "1024", "-o", str(path)]) == 0
     run = Run.load(path)
-    assert run.estimates["memory"]["total_bytes"] > 0 and run.meta.command == "estimate"
+    assert run.estimates.memory["total_bytes"] > 0 and run.meta.command == "estimate"
 
 
 def test_config_path_and_explicit_flags(cli, tmp_path, capsys):

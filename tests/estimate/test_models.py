@@ -28,8 +28,8 @@ def test_mla_latent_is_not_sharded_and_window_caps():
 def test_quantized_weights_and_fp8_kv():
     m = catalog.get("llama-3-8b")
     s = dict(batch=4, prompt=1024, gen=128)
-    base = infer.estimate(m, H100, infer.InferSettings(**s))["memory"]
-    q = infer.estimate(m, H100, infer.InferSettings(**s, weights="int4", kv_dtype="fp8"))["memory"]
+    base = infer.estimate(m, H100, infer.InferSettings(**s)).memory
+    q = infer.estimate(m, H100, infer.InferSettings(**s, weights="int4", kv_dtype="fp8")).memory
     assert q["kv_cache_bytes"] == base["kv_cache_bytes"] / 2
     assert q["weights_bytes"] < 0.4 * base["weights_bytes"]
 
@@ -40,7 +40,7 @@ def test_fp8_weights_use_the_fp8_peak():
     assert hw8.peak_flops == pytest.approx(1978.9e12)
     a100 = hardware.resolve("a100-sxm4-80gb", "fp8")  # no FP8 tensor cores: computed in 16-bit
     assert a100.dtype == "bf16" and any("no FP8" in x for x in a100.assumptions)
-    assert infer.estimate(m, hw8, infer.InferSettings(1, 512, 16, weights="fp8"))["time"]["ttft_s"] > 0
+    assert infer.estimate(m, hw8, infer.InferSettings(1, 512, 16, weights="fp8")).time["ttft_s"] > 0
 
 
 def test_max_batch_fits_and_one_more_does_not():
@@ -49,8 +49,8 @@ def test_max_batch_fits_and_one_more_does_not():
         def total(b):
             s = infer.InferSettings(batch=b, prompt=8000, gen=192, prefill_chunk=chunk)
             return infer.estimate(m, H100, s)
-        bmax = total(1)["capacity"]["max_batch"]
-        assert total(bmax)["memory"]["total_bytes"] <= 80e9 < total(bmax + 1)["memory"]["total_bytes"]
+        bmax = total(1).capacity["max_batch"]
+        assert total(bmax).memory["total_bytes"] <= 80e9 < total(bmax + 1).memory["total_bytes"]
         if chunk:  # a chunked prefill leaves room for KV: R-04 gives 57 with KV only and 2 GB overhead
             assert 45 < bmax < 57
         else:  # eager whole-prompt prefill of every sequence at once holds 8000·(3d + 3F)·2 B each
@@ -61,7 +61,7 @@ def test_decode_turns_compute_bound_past_the_ridge():
     m = catalog.get("llama-3-8b")
     small = infer.estimate(m, H100, infer.InferSettings(batch=1, prompt=128, gen=2))
     big = infer.estimate(m, H100, infer.InferSettings(batch=1024, prompt=16, gen=2))
-    assert small["regime"]["decode"] == "memory-bound" and big["regime"]["decode"] == "compute-bound"
+    assert small.regime["decode"] == "memory-bound" and big.regime["decode"] == "compute-bound"
 
 
 def test_moe_decode_reads_only_the_experts_it_touches():
@@ -69,7 +69,7 @@ def test_moe_decode_reads_only_the_experts_it_touches():
     assert moe_experts_touched(256, 8, 1) == pytest.approx(8)
     assert 7.9 < moe_experts_touched(8, 2, 64) <= 8
     m = catalog.get("mixtral-8x7b")
-    b1 = infer.estimate(m, H100, infer.InferSettings(batch=1, prompt=64, gen=2))["flops"]["decode_step_bytes"]
+    b1 = infer.estimate(m, H100, infer.InferSettings(batch=1, prompt=64, gen=2)).flops["decode_step_bytes"]
     assert b1 == pytest.approx(count(m).active * 2, rel=0.01)
 
 
@@ -106,8 +106,8 @@ def test_comms_volumes():
     assert comms.tensor_parallel(1, 80, 1e6, 4) == 0
     s = train.TrainSettings(batch=1, seq=2048, dp=2, tp=2, pp=2, micro_batches=4)
     est = train.estimate(catalog.get("llama-3-8b"), H100, s)
-    assert est["comms"]["tp_bytes"] > 0 and est["comms"]["pp_bytes"] > 0
-    assert est["time"]["pipeline_bubble_fraction"] == pytest.approx(1 / 5)
+    assert est.comms["tp_bytes"] > 0 and est.comms["pp_bytes"] > 0
+    assert est.time["pipeline_bubble_fraction"] == pytest.approx(1 / 5)
 
 
 def test_roofline_regimes():
@@ -122,8 +122,8 @@ def test_inference_grows_with_batch_and_length(batch, prompt, gen):
     m = catalog.get("mistral-7b")
     a = infer.estimate(m, H100, infer.InferSettings(batch, prompt, gen))
     b = infer.estimate(m, H100, infer.InferSettings(batch + 1, prompt + 1, gen))
-    assert b["memory"]["total_bytes"] > a["memory"]["total_bytes"] > a["memory"]["weights_bytes"]
-    assert b["time"]["ttft_s"] >= a["time"]["ttft_s"] and a["time"]["itl_s"] > 0
+    assert b.memory["total_bytes"] > a.memory["total_bytes"] > a.memory["weights_bytes"]
+    assert b.time["ttft_s"] >= a.time["ttft_s"] and a.time["itl_s"] > 0
 
 
 @settings(max_examples=40, deadline=None)

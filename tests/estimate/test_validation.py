@@ -67,13 +67,13 @@ def test_parameter_count_matches_the_built_model(name):
 
 @pytest.mark.parametrize("name,r", INFER, ids=[f"{n}-b{r['batch']}-p{r['prompt']}" for n, r in INFER])
 def test_inference_peak_memory_within_10_percent(name, r):
-    est = _infer(name, r)["memory"]["peak_allocated_bytes"]
+    est = _infer(name, r).memory["peak_allocated_bytes"]
     assert est == pytest.approx(r["peak_allocated_bytes"], rel=0.10)
 
 
 @pytest.mark.parametrize("name,r", TRAIN, ids=[f"{n}-ckpt{int(r['grad_ckpt'])}" for n, r in TRAIN])
 def test_training_peak_memory_within_15_percent(name, r):
-    mem = _train(name, r)["memory"]
+    mem = _train(name, r).memory
     assert mem["peak_allocated_bytes"] == pytest.approx(r["peak_allocated_bytes"], rel=0.15)
     # and each phase, forward/backward and the optimizer step, separately
     assert mem["peak_forward_backward_bytes"] == pytest.approx(r["peak_forward_backward_bytes"], rel=0.15)
@@ -82,13 +82,13 @@ def test_training_peak_memory_within_15_percent(name, r):
 
 @pytest.mark.parametrize("name,r", INFER + TRAIN, ids=[f"{n}-{i}" for i, (n, _) in enumerate(INFER + TRAIN)])
 def test_total_is_close_to_the_device_memory_the_process_used(name, r):
-    est = (_infer(name, r) if "prompt" in r else _train(name, r))["memory"]["total_bytes"]
+    est = (_infer(name, r) if "prompt" in r else _train(name, r)).memory["total_bytes"]
     assert est == pytest.approx(r["device_used_bytes"], rel=0.25)
 
 
 @pytest.mark.parametrize("name,r", INFER, ids=[f"{n}-b{r['batch']}" for n, r in INFER])
 def test_latency_bounds_are_below_the_measurement(name, r):
-    t = _infer(name, r)["time"]
+    t = _infer(name, r).time
     ratio = r["itl_s"] / t["itl_s"]
     # eager HF generate spends 10-20 ms per token in Python and kernel launches: 6-72x the roofline
     assert 1 < ratio < 100, f"measured ITL is {ratio:.1f}x the bound"
@@ -97,7 +97,7 @@ def test_latency_bounds_are_below_the_measurement(name, r):
 
 @pytest.mark.parametrize("name,r", TRAIN, ids=[f"{n}-ckpt{int(r['grad_ckpt'])}" for n, r in TRAIN])
 def test_step_time_bound_is_below_the_measurement(name, r):
-    t = _train(name, r)["time"]
+    t = _train(name, r).time
     assert 1 < r["step_s"] / t["step_time_s"] < 50
 
 
@@ -115,6 +115,6 @@ def test_perfstack_is_closer_than_the_other_tools_on_training_memory():
     ours, theirs = [], []
     for name, r in TRAIN:
         la = {t["grad_ckpt"]: t for t in TOOLS["models"][name]["llm_analysis"]["train"]}[r["grad_ckpt"]]
-        ours.append(err(_train(name, r)["memory"]["peak_allocated_bytes"], r["peak_allocated_bytes"]))
+        ours.append(err(_train(name, r).memory["peak_allocated_bytes"], r["peak_allocated_bytes"]))
         theirs.append(err(la["memory_bytes"], r["peak_allocated_bytes"]))
     assert max(ours) < 0.05 and sum(ours) < sum(theirs)

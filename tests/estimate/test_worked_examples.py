@@ -111,9 +111,9 @@ def test_we15_wrong_llama3_70b_bf16_does_not_fit_one_h200():
     """✗ 001:801 totals ≈147 GB and calls it a (barely) fit on a 141 GB H200: it does not fit."""
     m = catalog.get("llama-3-70b").with_overrides(max_seq_len=None)
     est = infer.estimate(m, hardware.resolve("h200", "bf16"), _llama70_4k())
-    assert est["memory"]["weights_bytes"] / GB == pytest.approx(141.1, abs=0.1)
-    assert est["memory"]["total_bytes"] > 141e9
-    fit = {r["gpu"]: r["gpus_needed"] for r in est["fit"]}
+    assert est.memory["weights_bytes"] / GB == pytest.approx(141.1, abs=0.1)
+    assert est.memory["total_bytes"] > 141e9
+    fit = {r["gpu"]: r["gpus_needed"] for r in est.fit}
     assert fit["h200"] == 2 and fit["h100-sxm"] == 2  # 2×H100 (160 GB) does hold it ✓
 
 
@@ -158,8 +158,8 @@ def test_we23_wrong_fp16_weights_keep_about_1x_memory():
     s16 = infer.InferSettings(batch=1, prompt=512, gen=64)
     s16_fp8kv = infer.InferSettings(batch=1, prompt=512, gen=64, kv_dtype="fp8")
     hw = hardware.resolve("h100-sxm", "bf16")
-    a = infer.estimate(m, hw, s16)["memory"]["total_bytes"]
-    b = infer.estimate(m, hw, s16_fp8kv)["memory"]["total_bytes"]
+    a = infer.estimate(m, hw, s16).memory["total_bytes"]
+    b = infer.estimate(m, hw, s16_fp8kv).memory["total_bytes"]
     assert b / a > 0.95
     m70 = catalog.get("llama-3-70b")
     w4 = memory.weight_bytes(m70, 2.0, quant="int4") / memory.weight_bytes(m70, 2.0)

@@ -19,6 +19,8 @@ from typing import Any
 
 from perfstack.bench.timing import summarize
 from perfstack.bench.verdict import judge, lower_is_better
+from perfstack.estimate import record as estimate_record
+from perfstack.estimate.record import Estimates
 from perfstack.model import Finding, Measurement, Run, Severity
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -181,7 +183,7 @@ def profile_findings() -> list[Finding]:
     ]
 
 
-def estimates(gpu: str = "h100-sxm") -> dict[str, Any]:
+def estimates(gpu: str = "h100-sxm") -> Estimates:
     """What `perfstack estimate` writes for Llama-2-7B serving on ``gpu``; the hand-built nested
     form when the estimate package is not importable."""
     try:
@@ -189,7 +191,7 @@ def estimates(gpu: str = "h100-sxm") -> dict[str, Any]:
         return infer.estimate(catalog.get("llama-2-7b"), hardware.resolve(gpu, "bf16"),
                               infer.InferSettings(batch=8, prompt=2048, gen=256))
     except Exception:
-        return ESTIMATES
+        return estimate_record.from_dict(ESTIMATES)
 
 
 def full_run(name: str = "h100", seed: int = 1, scale: float = 1.0, recorded: bool = True) -> Run:

@@ -9,6 +9,7 @@ import pytest
 from synthetic import ESTIMATES, doctor, full_run
 
 from perfstack.compare import diff_runs
+from perfstack.estimate import record as estimate_record
 from perfstack.model import Measurement, Run
 from perfstack.report import charts, html, markdown
 from perfstack.report.views import build, gemm_intensity, series_key
@@ -105,7 +106,7 @@ def test_full_view_has_every_section_with_series():
                                                                   reverse=True)
     est = v.estimates  # perfstack estimate's sheet for Llama-2-7B on an H200
     assert est.capacity == ("NVIDIA H200 SXM 141GB capacity", pytest.approx(141.0))
-    sheet = full_run("h200x2").estimates["memory"]
+    sheet = full_run("h200x2").estimates.memory
     parts = dict(est.memory[0][1])
     assert parts["weights"] == pytest.approx(sheet["weights_bytes"] / 1e9)
     assert "decode working set" not in parts  # the peak is in the prefill phase: its working set counts
@@ -116,7 +117,7 @@ def test_full_view_has_every_section_with_series():
 
 def test_nested_estimates_render_generically():
     run = doctor("h100")
-    run.estimates = ESTIMATES
+    run.estimates = estimate_record.from_dict(ESTIMATES)
     est = build(run).estimates
     assert est.memory[0][0] == "memory" and dict(est.memory[0][1])["kv_cache"] == pytest.approx(17.18)
     assert est.capacity == ("NVIDIA H100 80GB HBM3 memory", pytest.approx(85.520809984))  # from the facts

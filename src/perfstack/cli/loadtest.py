@@ -137,7 +137,7 @@ def _bound(args: argparse.Namespace) -> Bound | None:
 
     def itl_ms(batch: int, prompt: int, gen: int) -> float:
         est = infer.estimate(spec, hw, infer.InferSettings(batch=batch, prompt=prompt, gen=gen, tp=args.tp))
-        return est["time"]["itl_s"] * 1e3
+        return float((est.time or {})["itl_s"] or 0.0) * 1e3
 
     return Bound(itl_ms=itl_ms, what=f"{spec.name} bf16 on {hw.spec.name} ({hw.hbm_bw / 1e12:.2f} TB/s"
                                      + (f", TP {args.tp}" if args.tp > 1 else "") + ")")

@@ -1,6 +1,6 @@
 """``perfstack estimate infer``: memory, capacity and roofline latency for serving one model.
 
-Pure: a ModelSpec, a Hardware and the settings in, a dict of estimates (values + working) out.
+Pure: a ModelSpec, a Hardware and the settings in, an EstimateSheet (values + working) out.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from perfstack.estimate.config import ModelSpec
 from perfstack.estimate.hardware import Hardware
 from perfstack.estimate.latency import moe_experts_touched, ridge, roofline
 from perfstack.estimate.quantity import Sheet, q
+from perfstack.estimate.record import EstimateSheet
 
 MFU_PREFILL = 0.5  # 001:437: prefill MFU 0.4-0.6
 MBU_DECODE = 0.7  # 001:439: decode MBU 0.6-0.8
@@ -87,7 +88,7 @@ def fits(m: ModelSpec, s: InferSettings) -> list[dict[str, Any]]:
     return rows
 
 
-def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> dict[str, Any]:
+def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> EstimateSheet:
     check(m, s)
     sheet = Sheet()
     c = pc.count(m)
@@ -209,7 +210,7 @@ def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> dict[str, Any]:
         sheet.add("comms", q("tp_decode_bytes", "TP all-reduce bytes per decode step per GPU", comm_b, "B",
                              "2·L · 2·(TP−1)/TP · B·d·b", {"TP": tp, "L": m.n_layers, "d": m.d_model},
                              [hw.link]))
-    return {
+    return EstimateSheet.of({
         "kind": "infer",
         "model": dict(m.to_dict(), description=m.describe()),
         "gpu": hw.to_dict(),
@@ -221,4 +222,4 @@ def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> dict[str, Any]:
             "time figures are roofline lower bounds (MFU = MBU = 1); *_expected_s use typical utilisation",
             "peaks: " + hw.flops_source + "; " + hw.bw_source],
         "working": sheet.working(),
-    }
+    })

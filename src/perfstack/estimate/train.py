@@ -1,6 +1,6 @@
 """``perfstack estimate train``: per-GPU memory, step-time bound and communication for training.
 
-Pure: a ModelSpec, a Hardware and the settings in, a dict of estimates (values + working) out.
+Pure: a ModelSpec, a Hardware and the settings in, an EstimateSheet (values + working) out.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from perfstack.estimate.config import ModelSpec
 from perfstack.estimate.hardware import Hardware
 from perfstack.estimate.latency import pipeline_bubble
 from perfstack.estimate.quantity import Sheet, q
+from perfstack.estimate.record import EstimateSheet
 
 MFU_TRAIN = 0.4  # 001:415/427: 0.40-0.55 is excellent on H100
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
@@ -67,7 +68,7 @@ def _memory(m: ModelSpec, s: TrainSettings) -> mem.TrainingMemory:
                         s.micro_batches)
 
 
-def estimate(m: ModelSpec, hw: Hardware, s: TrainSettings) -> dict[str, Any]:
+def estimate(m: ModelSpec, hw: Hardware, s: TrainSettings) -> EstimateSheet:
     check(m, s)
     sheet = Sheet()
     c = pc.count(m)
@@ -170,7 +171,7 @@ def estimate(m: ModelSpec, hw: Hardware, s: TrainSettings) -> dict[str, Any]:
               q("comm_time_s", "communication time floor", (dp_b + tp_b + pp_b) / link if hw.link_bw else 0.0, "s",
                 "(DP + TP + PP bytes) / link bandwidth per direction", {"link": hw.link},
                 ["all groups assumed inside one node's GPU-to-GPU link; overlap with compute not counted (F22)"]))
-    return {
+    return EstimateSheet.of({
         "kind": "train",
         "model": dict(m.to_dict(), description=m.describe()),
         "gpu": hw.to_dict(),
@@ -182,7 +183,7 @@ def estimate(m: ModelSpec, hw: Hardware, s: TrainSettings) -> dict[str, Any]:
             "eager PyTorch (Hugging Face style) training: AdamW via foreach ops, SDPA/FlashAttention, loss "
             "upcast to fp32", "peaks: " + hw.flops_source],
         "working": sheet.working(),
-    }
+    })
 
 
 def fits(m: ModelSpec, s: TrainSettings) -> list[dict[str, Any]]:

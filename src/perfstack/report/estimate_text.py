@@ -15,6 +15,7 @@ from rich.text import Text
 from perfstack.estimate import catalog
 from perfstack.estimate.params import count
 from perfstack.estimate.quantity import fmt_value
+from perfstack.estimate.record import EstimateSheet, Figure
 from perfstack.report.views import RunView
 
 SECTION_TITLES = {"params": "Parameters", "memory": "Memory per GPU", "capacity": "Capacity", "flops": "Work per phase",
@@ -32,9 +33,9 @@ def _inputs(d: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _settings(est: Mapping[str, Any]) -> str:
-    s = est["settings"]
-    if est["kind"] == "infer":
+def _settings(est: EstimateSheet) -> str:
+    s = est.settings
+    if est.kind == "infer":
         txt = f"batch {s['batch']} · prompt {s['prompt']} · gen {s['gen']} · {s['dtype']}"
         if s.get("weights"):
             txt += f" · weights {s['weights']}"
@@ -50,27 +51,29 @@ def _settings(est: Mapping[str, Any]) -> str:
 
 
 def render_estimate(view: RunView, console: Console, verbose: bool = False) -> None:
-    est = (view.estimates.sheet if view.estimates else None) or {}
-    gpu = est.get("gpu", {})
-    console.print(Text.assemble((f"perfstack estimate {est.get('kind', '')}", "bold"), "  ·  ",
-                                est.get("model", {}).get("name", "?"), "  ·  ", gpu.get("name", "?")))
-    console.print(Text(est.get("model", {}).get("description", ""), style="dim"))
+    est = view.estimates.sheet if view.estimates else None
+    if est is None:
+        return
+    model = est.model or {}
+    console.print(Text.assemble((f"perfstack estimate {est.kind}", "bold"), "  ·  ",
+                                model.get("name", "?"), "  ·  ", (est.gpu or {}).get("name", "?")))
+    console.print(Text(model.get("description", ""), style="dim"))
     console.print(Text(_settings(est), style="dim"))
     for section, title in SECTION_TITLES.items():
-        keys = est.get(section)
-        if isinstance(keys, dict) and keys:
-            console.print(_section_table(title, keys, est.get("working", {}), verbose))
-    regime = est.get("regime") or {}
+        keys = est.section(section)
+        if keys:
+            console.print(_section_table(title, keys, est.working, verbose))
+    regime = est.regime or {}
     if regime:
         console.print(Text("regime: " + ", ".join(f"{k} {v}" for k, v in regime.items())))
     _fit(est, console, verbose)
-    for a in est.get("assumptions", []):
+    for a in est.assumptions or []:
         console.print(Text(f"· {a}", style="dim"))
     if not verbose:
         console.print(Text("-v shows every figure's inputs and assumptions; --json has them all", style="dim"))
 
 
-def _section_table(title: str, keys: dict[str, Any], working: dict[str, Any], verbose: bool) -> Table:
+def _section_table(title: str, keys: Mapping[str, Any], working: Mapping[str, Figure], verbose: bool) -> Table:
     """One section of the sheet (memory, time, ...): each figure's value and formula, -v its inputs too."""
     t = Table("component", "value", "formula", title=title, title_justify="left", title_style="bold",
               box=None, pad_edge=False, header_style="bold")
@@ -79,18 +82,17 @@ def _section_table(title: str, keys: dict[str, Any], working: dict[str, Any], ve
         if not w:
             continue
         style = "bold" if key in ("total_bytes", "ttft_s", "itl_s", "step_time_s", "max_batch") else ""
-        t.add_row(Text(w["label"], style=style), Text(fmt_value(w["value"], w["unit"]), style=style),
-                  Text(w["formula"]))
-        if verbose and (w["inputs"] or w["assumptions"]):
-            extra = "; ".join(filter(None, [_inputs(w["inputs"]), *w["assumptions"]]))
+        t.add_row(Text(w.label, style=style), Text(fmt_value(w.value, w.unit), style=style), Text(w.formula))
+        if verbose and (w.inputs or w.assumptions):
+            extra = "; ".join(filter(None, [_inputs(w.inputs), *w.assumptions]))
             t.add_row("", "", Text(extra, style="dim"))
     return t
 
 
-def _fit(est: Mapping[str, Any], console: Console, verbose: bool) -> None:
+def _fit(est: EstimateSheet, console: Console, verbose: bool) -> None:
     """Which GPUs of the table the model fits on: one, with tensor parallelism, or (-v) not at all."""
-    fit = est.get("fit") or []
-    if est.get("kind") == "infer" and fit:
+    fit = est.fit or []
+    if est.kind == "infer" and fit:
         ones = [r["gpu"] for r in fit if r["gpus_needed"] == 1]
         multi = [f"{r['gpu']}×{r['gpus_needed']}" for r in fit if r["gpus_needed"] and r["gpus_needed"] > 1]
         none = [r["gpu"] for r in fit if not r["gpus_needed"]]

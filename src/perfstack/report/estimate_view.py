@@ -1,7 +1,7 @@
 """The estimates section of a report: memory stacks against the GPU's capacity, latency bounds, and
 every estimated figure with its formula, from what ``perfstack estimate`` writes (a sheet: sections
-of numbers in base units with their working under ``working``) or any nested dict of
-{value, unit, formula} leaves.
+of numbers in base units with their working under ``working``, an EstimateSheet) or a hand-made tree
+of {value, unit, formula} leaves (an EstimateTree); see perfstack.estimate.record.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from perfstack.estimate.record import EstimateSheet, EstimateTree, Leaf
 from perfstack.model import Run
 
 BYTE_UNITS = {"b": 1e-9, "bytes": 1e-9, "kb": 1e-6, "mb": 1e-3, "gb": 1.0, "tb": 1e3, "kib": 2**10 / 1e9,
@@ -35,7 +36,7 @@ class EstimateView:
     latency: list[tuple[str, float, float, str]]  # (bound, ms, value, unit as estimated)
     rows: list[EstimateRow]
     total: tuple[str, float] | None = None  # the estimate's own peak total (GB), when the components overlap
-    sheet: Mapping[str, Any] | None = None  # the sheet perfstack estimate wrote (its own terminal table), else None
+    sheet: EstimateSheet | None = None  # the sheet perfstack estimate wrote (its own terminal table), else None
 
 
 def _bytes_to_gb(value: float, unit: str) -> float | None:
@@ -58,16 +59,12 @@ def _gpu(run: Run) -> tuple[str | None, float | None]:
 
 
 # -- estimates --------------------------------------------------------------------------------
-def _is_leaf(d: Any) -> bool:
-    return isinstance(d, Mapping) and "value" in d and not isinstance(d.get("value"), Mapping)
-
-
 def estimate_rows(node: Any, path: str = "") -> list[EstimateRow]:
-    if _is_leaf(node):
-        return [EstimateRow(path, node.get("value"), str(node.get("unit") or ""), str(node.get("formula") or ""))]
-    if isinstance(node, Mapping):
+    if isinstance(node, Leaf):
+        return [EstimateRow(path, node.value, node.unit or "", node.formula or "")]
+    if isinstance(node, EstimateTree):
         out = []
-        for k, v in node.items():
+        for k, v in node.items.items():
             out += estimate_rows(v, f"{path}.{k}" if path else str(k))
         return out
     if isinstance(node, list):
@@ -78,13 +75,13 @@ def estimate_rows(node: Any, path: str = "") -> list[EstimateRow]:
 def _memory_stacks(node: Any, path: str = "") -> list[tuple[str, list[tuple[str, float]], dict[str, float]]]:
     """Every dict under a key naming memory whose leaves are sizes: (path, components in GB, totals in GB)."""
     found: list[tuple[str, list[tuple[str, float]], dict[str, float]]] = []
-    if not isinstance(node, Mapping) or _is_leaf(node):
+    if not isinstance(node, EstimateTree):
         return found
     segs: list[tuple[str, float]] = []
     totals: dict[str, float] = {}
-    for k, v in node.items():
-        if _is_leaf(v) and isinstance(v.get("value"), (int, float)):
-            gb = _bytes_to_gb(float(v["value"]), str(v.get("unit") or ""))
+    for k, v in node.items.items():
+        if isinstance(v, Leaf) and isinstance(v.value, (int, float)):
+            gb = _bytes_to_gb(float(v.value), v.unit or "")
             if gb is None:
                 continue
             if _NOT_SEGMENT.search(str(k)):
@@ -93,22 +90,22 @@ def _memory_stacks(node: Any, path: str = "") -> list[tuple[str, list[tuple[str,
                 segs.append((str(k), gb))
     if segs and re.search(r"mem", path, re.I):
         found.append((path or "memory", segs, totals))
-    for k, v in node.items():
+    for k, v in node.items.items():
         found += _memory_stacks(v, f"{path}.{k}" if path else str(k))
     return found
 
 
 def _latencies(node: Any, path: str = "") -> list[tuple[str, float, float, str]]:
     out: list[tuple[str, float, float, str]] = []
-    if not isinstance(node, Mapping) or _is_leaf(node):
+    if not isinstance(node, EstimateTree):
         return out
-    for k, v in node.items():
+    for k, v in node.items.items():
         p = f"{path}.{k}" if path else str(k)
         timed = re.search(r"latency|time|bound", f"{path}.{k}", re.I)
-        if _is_leaf(v) and isinstance(v.get("value"), (int, float)) and timed:
-            ms = _time_to_ms(float(v["value"]), str(v.get("unit") or ""))
+        if isinstance(v, Leaf) and isinstance(v.value, (int, float)) and timed:
+            ms = _time_to_ms(float(v.value), v.unit or "")
             if ms is not None:
-                out.append((p, ms, float(v["value"]), str(v.get("unit") or "")))
+                out.append((p, ms, float(v.value), v.unit or ""))
         else:
             out += _latencies(v, p)
     return out
@@ -119,27 +116,30 @@ def _latencies(node: Any, path: str = "") -> list[tuple[str, float, float, str]]
 _NOT_A_PART = re.compile(r"total|peak|per_token|no_ckpt|ckpt_bytes|optimizer_temp|capacity|headroom", re.I)
 
 
-def _sheet_memory(e: Mapping[str, Any]) -> tuple[list[tuple[str, float]], float | None]:
+def _sheet_memory(e: EstimateSheet) -> tuple[list[tuple[str, float]], float | None]:
     """(components in GB, the estimate's total in GB) from an estimate sheet's ``memory`` section."""
-    memory, working = e.get("memory") or {}, e.get("working") or {}
-    phase = ((working.get("peak_allocated_bytes") or {}).get("inputs") or {}).get("phase")
+    memory, working = e.memory or {}, e.working
+    peak = working.get("peak_allocated_bytes")
+    phase = peak.inputs.get("phase") if peak else None
     skip = {"decode": "activations_bytes", "prefill": "decode_working_bytes"}.get(str(phase), "decode_working_bytes")
     segs = []
     for k, v in memory.items():
-        unit = (working.get(k) or {}).get("unit", "B" if k.endswith("_bytes") else "")
+        w = working.get(k)
+        unit = w.unit if w else "B" if k.endswith("_bytes") else ""
         if k == skip or _NOT_A_PART.search(k) or not isinstance(v, (int, float)) or v <= 0:
             continue
-        gb = _bytes_to_gb(float(v), str(unit))
+        gb = _bytes_to_gb(float(v), unit)
         if gb is not None:
-            segs.append(((working.get(k) or {}).get("label") or k, gb))
+            segs.append(((w.label if w else "") or k, gb))
     total = memory.get("total_bytes")
     return segs, float(total) / 1e9 if isinstance(total, (int, float)) else None
 
 
-def _sheet_view(e: Mapping[str, Any]) -> tuple[list[EstimateRow], list[tuple[str, float, float, str]]]:
+def _sheet_view(e: EstimateSheet) -> tuple[list[EstimateRow], list[tuple[str, float, float, str]]]:
     """Rows (section.key with label, value, unit, formula) and time bounds from an estimate sheet:
-    sections of plain numbers whose working (label, unit, formula) is under ``working``."""
-    working = e.get("working") or {}
+    sections of plain numbers whose working (label, unit, formula) is under ``working``; its other
+    objects (model, gpu, ...) give a row of their description or name."""
+    working = e.working
     rows: list[EstimateRow] = []
     times: list[tuple[str, float, float, str]] = []
     for section, values in e.items():
@@ -153,22 +153,21 @@ def _sheet_view(e: Mapping[str, Any]) -> tuple[list[EstimateRow], list[tuple[str
             continue
         for k in keyed:
             w = working[k]
-            rows.append(EstimateRow(f"{section}.{k}", values[k], str(w.get("unit") or ""), str(w.get("formula") or ""),
-                                    str(w.get("label") or "")))
-            ms = _time_to_ms(float(values[k]), str(w.get("unit") or "")) if isinstance(values[k], (int, float)) else None
+            rows.append(EstimateRow(f"{section}.{k}", values[k], w.unit, w.formula, w.label))
+            ms = _time_to_ms(float(values[k]), w.unit) if isinstance(values[k], (int, float)) else None
             if ms is not None and section in ("time", "latency"):
-                times.append((str(w.get("label") or k), ms, float(values[k]), str(w.get("unit"))))
+                times.append((w.label or k, ms, float(values[k]), w.unit))
     return rows, times
 
 
 def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     e = run.estimates
-    if not isinstance(e, Mapping) or not e:
+    if e is None or (isinstance(e, EstimateTree) and not e.items):
         return None
-    if isinstance(e.get("working"), Mapping):  # the estimate sheet perfstack estimate writes
+    if isinstance(e, EstimateSheet):  # the estimate sheet perfstack estimate writes
         view, total_gb = _sheet_estimate(e)
         view.sheet = e
-    else:  # any nested dict of {value, unit, formula} leaves
+    else:  # a hand-made tree of {value, unit, formula} leaves
         view, total_gb = _any_estimate(e), None
     if view.capacity is None:
         view.capacity = _gpu_capacity(run, spec)
@@ -178,13 +177,13 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     return view
 
 
-def _sheet_estimate(e: Mapping[str, Any]) -> tuple[EstimateView, float | None]:
+def _sheet_estimate(e: EstimateSheet) -> tuple[EstimateView, float | None]:
     """The view of an estimate sheet, and the sheet's own memory total (GB) when it states one."""
     segs, total_gb = _sheet_memory(e)
     capacity: tuple[str, float] | None = None
-    cap = (e.get("capacity") or {}).get("gpu_capacity_bytes")
+    cap = (e.capacity or {}).get("gpu_capacity_bytes")
     if isinstance(cap, (int, float)) and cap:
-        name = (e.get("gpu") or {}).get("name") if isinstance(e.get("gpu"), Mapping) else None
+        name = (e.gpu or {}).get("name")
         capacity = (f"{name or 'GPU'} capacity", float(cap) / 1e9)
     total = None
     if total_gb is not None and segs and abs(sum(v for _, v in segs) - total_gb) > 0.01 * total_gb:
@@ -194,7 +193,7 @@ def _sheet_estimate(e: Mapping[str, Any]) -> tuple[EstimateView, float | None]:
                         latency=lat, rows=rows, total=total), total_gb
 
 
-def _any_estimate(e: Mapping[str, Any]) -> EstimateView:
+def _any_estimate(e: EstimateTree | Leaf) -> EstimateView:
     stacks = _memory_stacks(e)
     capacity: tuple[str, float] | None = None
     for _, _, stack_totals in stacks:

@@ -1,0 +1,197 @@
+"""The ``estimates`` section of a Run as records, read once when the Run is loaded.
+
+Two shapes are accepted, and each has its record:
+
+- ``EstimateSheet``: what ``perfstack estimate infer|train`` writes (``estimate/infer.py``,
+  ``estimate/train.py``): the settings, sections of plain numbers in base units (``memory.total_bytes``,
+  what a script reads) and, under ``working``, every figure's label, unit, formula, inputs and
+  assumptions (a ``Figure``).
+- ``EstimateTree``: a hand-made section, any nesting of objects whose leaves are ``{value, unit,
+  formula}`` (a ``Leaf``). It is kept as a tree of typed nodes rather than forced into a sheet because
+  its names are the author's own (``memory.kv_cache``, ``latency.decode_memory_bound``): the report
+  finds memory stacks and latency bounds by those names, and a sheet would have to invent sections,
+  units and labels the author did not write.
+
+Both are tolerant as ``RunMeta`` is: keys this perfstack does not know are kept (``extra``) with the
+order the Run had its keys (``order``), so that a loaded Run saves back byte for byte. A known key of
+the wrong type is refused when the Run is loaded, naming it (``sections.estimates`` holds the sheet's
+checks, shared with the profile's), so that renderers read attributes without re-checking them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from perfstack.errors import InputError
+
+_OPEN = ("extra", "order")
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in _OPEN)
+
+
+def _open_dict(rec: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object of a tolerant record: the keys it was read with in that order, then the fields
+    set since, then unknown keys added since (as ``RunMeta.to_dict``)."""
+    out: dict[str, Any] = {}
+    for k in rec.order:
+        if k in names:
+            out[k] = _plain(getattr(rec, k))
+        elif k in rec.extra:
+            out[k] = rec.extra[k]
+    out.update((k, _plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
+    out.update((k, v) for k, v in rec.extra.items() if k not in out)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (Figure, Leaf, EstimateTree)):
+        return v.to_dict()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+@dataclass
+class Figure:
+    """One estimated figure's working: what ``Quantity.to_dict`` writes under the sheet's ``working``."""
+
+    label: str
+    value: float | None
+    unit: str  # "B", "FLOP", "s", "B/s", "FLOP/s", "tok/s", "count", "fraction", "GPUs"
+    formula: str
+    inputs: dict[str, Any]  # symbol -> value used
+    assumptions: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_dict(self, _FIGURE)
+
+
+_FIGURE = _names(Figure)
+
+SECTIONS = ("params", "memory", "capacity", "flops", "time", "comms")  # the sheet's sections of numbers
+
+
+@dataclass
+class EstimateSheet:
+    """What ``perfstack estimate`` writes. ``kind`` is "infer" or "train"; ``settings`` and the ``fit``
+    rows hold the names of that kind's settings (InferSettings, TrainSettings) and are checked against
+    them on loading; a section of numbers the estimate did not produce is None."""
+
+    kind: str
+    model: dict[str, Any] | None = None  # the model's shape, with name and description
+    gpu: dict[str, Any] | None = None  # the hardware figures used, with name
+    settings: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, float | None] | None = None
+    memory: dict[str, float | None] | None = None
+    capacity: dict[str, float | None] | None = None
+    flops: dict[str, float | None] | None = None
+    time: dict[str, float | None] | None = None
+    comms: dict[str, float | None] | None = None
+    regime: dict[str, str | None] | None = None  # phase -> compute- or memory-bound
+    fit: list[dict[str, Any]] | None = None  # per GPU of the table: whether the model fits
+    assumptions: list[str] | None = None
+    working: dict[str, Figure] = field(default_factory=dict)  # figure key -> its working
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def model_name(self) -> str | None:
+        return _text((self.model or {}).get("name"))
+
+    @property
+    def gpu_name(self) -> str | None:
+        return _text((self.gpu or {}).get("name"))
+
+    def section(self, name: str) -> dict[str, float | None] | None:
+        """A section of numbers by name ("memory", "time", ...)."""
+        return getattr(self, name) if name in SECTIONS else None
+
+    def items(self) -> list[tuple[str, Any]]:
+        """Every top-level entry as the JSON has it, in its order (the report lists them so)."""
+        return list(self.to_dict().items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_dict(self, _SHEET)
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> "EstimateSheet":
+        """The record of a sheet already checked (``sections.estimates``) or just computed by an estimator."""
+        known = {k: v for k, v in d.items() if k in _SHEET}
+        known["working"] = {k: _figure(w) for k, w in (d.get("working") or {}).items()}
+        return cls(**known, extra={k: v for k, v in d.items() if k not in _SHEET}, order=tuple(d))
+
+
+_SHEET = _names(EstimateSheet)
+
+
+def _figure(w: Mapping[str, Any]) -> Figure:
+    return Figure(w["label"], w["value"], w["unit"], w["formula"], dict(w["inputs"]), list(w["assumptions"]),
+                  extra={k: v for k, v in w.items() if k not in _FIGURE}, order=tuple(w))
+
+
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@dataclass
+class Leaf:
+    """A ``{value, unit, formula}`` leaf of a hand-made estimate. ``value`` is shown as written (a
+    number, usually); ``unit`` and ``formula`` are text where present."""
+
+    value: Any
+    unit: str | None = None
+    formula: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _open_dict(self, _LEAF) if self.order else {"value": self.value, **_open_dict(self, _LEAF)}
+
+
+_LEAF = _names(Leaf)
+
+
+@dataclass
+class EstimateTree:
+    """A hand-made estimate: named nodes, each a Leaf, a nested EstimateTree, or a JSON value shown
+    as it is (a list, a string, a number not in a leaf)."""
+
+    items: dict[str, "Leaf | EstimateTree | Any"] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _plain(v) for k, v in self.items.items()}
+
+
+Estimates = EstimateSheet | EstimateTree | Leaf  # what Run.estimates holds, when it holds one
+
+
+def is_leaf(d: Any) -> bool:
+    """A leaf is an object with a ``value`` that is not itself an object."""
+    return isinstance(d, dict) and "value" in d and not isinstance(d.get("value"), dict)
+
+
+def from_dict(section: Any, where: str = "estimates") -> Estimates:
+    """The estimates section of a saved Run, checked once: a sheet (it has ``working``) against the
+    shape ``perfstack estimate`` writes for its kind, a hand-made tree for the types of its leaves."""
+    if not isinstance(section, dict):
+        raise InputError(f"{where} must be a JSON object")
+    if "working" in section:
+        from perfstack import sections
+        return EstimateSheet.of(sections.estimates(section))
+    return _node(section, where)
+
+
+def _node(d: dict[str, Any], where: str) -> EstimateTree | Leaf:
+    if is_leaf(d):
+        for k in ("unit", "formula"):
+            if d.get(k) is not None and not isinstance(d[k], str):
+                from perfstack.fields import _show
+                raise InputError(f"{where}.{k} must be a string or null, not {_show(d[k])}")
+        return Leaf(**{k: v for k, v in d.items() if k in _LEAF},
+                    extra={k: v for k, v in d.items() if k not in _LEAF}, order=tuple(d))
+    return EstimateTree({k: _node(v, f"{where}.{k}") if isinstance(v, dict) else v for k, v in d.items()})
