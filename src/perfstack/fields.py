@@ -44,6 +44,10 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "list[float]": (_list_of(_number), "a list of numbers"),
     "dict[str, float]": (_dict_of(lambda x: x is None or _number(x)), "an object of numbers"),
     "dict[str, Any]": (_dict_of(lambda x: True), "an object"),
+    "float": (_number, "a number"),
+    "dict[str, str]": (_dict_of(_text), "an object of strings"),
+    "dict[str, list[str]]": (_dict_of(_list_of(_text)), "an object of lists of strings"),
+    "list[dict[str, Any]]": (_list_of(_dict_of(lambda x: True)), "a list of objects"),
     "Any": (lambda v: True, "any value"),
 }
 

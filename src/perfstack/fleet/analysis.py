@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from perfstack.errors import InputError
+from perfstack.fields import one_of, typed
 from perfstack.fleet.drift import Drift, DriftGroup, drift
 from perfstack.fleet.findings import SharedFinding, UnevenFinding, findings
 from perfstack.fleet.outliers import FigureStats, Outlier, outliers
@@ -22,6 +23,7 @@ from perfstack.fleet.summary import NodeSummary, summarize
 from perfstack.model import Run, Severity
 
 FLEET_SCHEMA_VERSION = 1
+T = TypeVar("T")
 
 
 @dataclass
@@ -83,26 +85,51 @@ class FleetAnalysis:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FleetAnalysis":
+        """The fleet section of a saved Run, checked once: every record against its dataclass's types
+        (fields.typed) and severities against Severity, so that a wrong type is refused naming it
+        ("fleet.outliers[2].z must be a number") instead of failing in a renderer."""
         if not isinstance(d, Mapping):
             raise InputError("the fleet section is not a JSON object")
         version = d.get("schema_version")
         if not isinstance(version, int) or version > FLEET_SCHEMA_VERSION:
             raise InputError(f"the fleet section has schema_version {version!r}; this perfstack reads up to "
                              f"{FLEET_SCHEMA_VERSION}", hint="upgrade perfstack: pip install -U perfstack")
-        try:
-            return cls(
-                members=[Member(**m) for m in d.get("members", [])],
-                skus={str(k): list(v) for k, v in d.get("skus", {}).items()},
-                drift=[Drift(**{**x, "odd": [DriftGroup(**g) for g in x.get("odd", [])]}) for x in d.get("drift", [])],
-                identity_keys=int(d.get("identity_keys", 0)),
-                outliers=[Outlier(**o) for o in d.get("outliers", [])],
-                heatmaps=[HeatMap(**h) for h in d.get("heatmaps", [])],
-                uneven=[UnevenFinding(**u) for u in d.get("uneven", [])],
-                shared=[SharedFinding(**s) for s in d.get("shared", [])],
-                ranking=[NodeRank(**r) for r in d.get("ranking", [])],
-                notes=[str(n) for n in d.get("notes", [])], comms=d.get("comms"), schema_version=version)
-        except (TypeError, ValueError, AttributeError) as e:
-            raise InputError(f"the fleet section is malformed ({type(e).__name__}: {e})") from None
+        top = typed(cls, {k: d[k] for k in ("skus", "identity_keys", "notes") if k in d}, "fleet")
+        return cls(
+            members=_each(d, "members", lambda m, w: Member(**typed(Member, m, w))),
+            drift=_each(d, "drift", _drift),
+            outliers=_each(d, "outliers", lambda o, w: Outlier(**typed(Outlier, o, w))),
+            heatmaps=_each(d, "heatmaps", lambda h, w: HeatMap(**typed(HeatMap, h, w))),
+            uneven=_each(d, "uneven", lambda u, w: UnevenFinding(**typed(UnevenFinding, u, w, _SEVERITY))),
+            shared=_each(d, "shared", lambda s, w: SharedFinding(**typed(SharedFinding, s, w, _SEVERITY))),
+            ranking=_each(d, "ranking", lambda r, w: NodeRank(**typed(NodeRank, r, w, _SEVERITY))),
+            comms=_comms(d.get("comms")), schema_version=version, **top)
+
+
+_SEVERITY = {"severity": one_of(*(s.value for s in Severity))}
+
+
+def _each(d: Mapping[str, Any], key: str, make: Callable[[Any, str], T]) -> list[T]:
+    """The records of the list ``d[key]`` (absent: none), each made by ``make`` (record, where)."""
+    items = d.get(key, [])
+    if not isinstance(items, list):
+        raise InputError(f"fleet.{key} must be a list")
+    return [make(x, f"fleet.{key}[{i}]") for i, x in enumerate(items)]
+
+
+def _drift(x: Any, where: str) -> Drift:
+    fields = typed(Drift, x, where)
+    groups = fields.get("odd", [])
+    if not isinstance(groups, list):
+        raise InputError(f"{where}.odd must be a list")
+    fields["odd"] = [DriftGroup(**typed(DriftGroup, g, f"{where}.odd[{i}]")) for i, g in enumerate(groups)]
+    return Drift(**fields)
+
+
+def _comms(c: Any) -> dict[str, Any] | None:
+    if c is not None and not isinstance(c, dict):
+        raise InputError("fleet.comms must be a JSON object or null")
+    return c
 
 
 def _minor(version: str) -> str:

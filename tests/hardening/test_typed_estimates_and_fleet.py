@@ -1,0 +1,115 @@
+"""A Run's estimates and fleet sections are records, checked once when the Run is loaded: a wrong type
+is refused naming the field (exit 2 for report), and what perfstack writes loads back byte for byte."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures.fleet_runs import fleet, slow
+
+from perfstack.cli.main import main
+from perfstack.errors import InputError
+from perfstack.estimate import catalog, hardware, infer, train
+from perfstack.estimate.record import EstimateSheet, EstimateTree, Figure, Leaf
+from perfstack.fleet import analyze, summarize
+from perfstack.model import Run, RunMeta
+
+TREE = {"memory": {"weights": {"value": 13.5, "unit": "GB", "formula": "N · 2", "source": "hand"},
+                   "kv_cache": {"value": 4.0, "unit": "GB"}},
+        "latency": {"decode": {"unit": "ms", "value": 9.1}}, "notes": ["by hand"], "model": "llama"}
+
+
+def _run_dict(estimates: Any = None, fleet_section: Any = None) -> dict[str, Any]:
+    d = Run(meta=RunMeta(command="estimate")).to_dict()
+    d["estimates"] = estimates
+    if fleet_section is not None:
+        d["fleet"] = fleet_section
+    return d
+
+
+def _sheet() -> dict[str, Any]:
+    return infer.estimate(catalog.get("gpt2"), hardware.resolve("h100-sxm", "bf16"),
+                          infer.InferSettings(batch=2, prompt=128, gen=16)).to_dict()
+
+
+def test_the_estimators_return_a_sheet_of_typed_figures():
+    est = train.estimate(catalog.get("gpt2"), hardware.resolve("h100-sxm", "bf16"), train.TrainSettings(batch=2, seq=128))
+    assert isinstance(est, EstimateSheet) and est.kind == "train" and est.memory and est.memory["total_bytes"] > 0
+    w = est.working["total_bytes"]
+    assert isinstance(w, Figure) and w.unit == "B" and w.value == est.memory["total_bytes"]
+
+
+def test_a_sheet_and_a_hand_made_tree_load_back_byte_for_byte_with_unknown_keys_kept():
+    sheet = _sheet()
+    sheet["by_hand"] = {"x": 1}  # a key this perfstack does not know, kept in its place
+    sheet["working"]["total_bytes"]["note"] = "checked"
+    for est in (sheet, TREE, {"value": 3, "unit": "GB"}, {}):
+        d = _run_dict(copy.deepcopy(est))
+        assert json.dumps(Run.from_dict(json.loads(json.dumps(d))).to_dict()) == json.dumps(d)
+    tree = Run.from_dict(_run_dict(TREE)).estimates
+    assert isinstance(tree, EstimateTree) and isinstance(tree.items["memory"], EstimateTree)
+    weights = tree.items["memory"].items["weights"]
+    assert isinstance(weights, Leaf) and weights.unit == "GB" and weights.extra == {"source": "hand"}
+
+
+@pytest.mark.parametrize("path,bad,message", [
+    (("memory", "weights", "unit"), 5, "estimates.memory.weights.unit must be a string or null, not 5"),
+    (("latency", "decode", "formula"), ["x"], "estimates.latency.decode.formula must be a string or null"),
+])
+def test_a_hand_made_tree_with_a_wrong_type_is_refused_naming_the_field(path, bad, message):
+    est = copy.deepcopy(TREE)
+    node = est
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = bad
+    with pytest.raises(InputError, match=message.replace(".", r"\.")):
+        Run.from_dict(_run_dict(est))
+
+
+def test_a_sheet_with_a_wrong_type_is_refused_and_report_exits_2(tmp_path: Path, capsys):
+    sheet = _sheet()
+    sheet["working"]["itl_s"]["unit"] = 7
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(_run_dict(sheet)))
+    assert main(["report", str(p), "--no-color"]) == 2
+    assert "estimates.working.itl_s.unit must be a string" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def fleet_section() -> dict[str, Any]:
+    runs = fleet("h200x2-bench-full", 3, seed=14, gpus=2, plant={1: lambda d: slow(d, 0.7)})
+    nodes = [summarize(Run.from_dict(d), f"{d['meta']['fleet']['node']}.gpu{d['meta']['fleet']['gpu']}")
+             for d in runs]
+    return json.loads(json.dumps(analyze(nodes).to_dict()))
+
+
+def test_a_fleet_section_loads_back_byte_for_byte(fleet_section):
+    d = _run_dict(fleet_section=fleet_section)
+    assert json.dumps(Run.from_dict(copy.deepcopy(d)).to_dict()) == json.dumps(d)
+
+
+@pytest.mark.parametrize("where,bad,message", [
+    (("members", 0, "figures"), "12", "fleet.members[0].figures must be an integer, not '12'"),
+    (("members", 0, "name"), None, "fleet.members[0].name must be a string"),
+    (("outliers", 0, "z"), "3.1", "fleet.outliers[0].z must be a number"),
+    (("outliers", 0, "slow"), 1, "fleet.outliers[0].slow must be true or false"),
+    (("ranking", 0, "severity"), "urgent", "fleet.ranking[0].severity must be one of critical, warning, info"),
+    (("ranking", 0, "reasons"), "slow", "fleet.ranking[0].reasons must be a list of strings"),
+    (("heatmaps", 0, "rows"), {}, "fleet.heatmaps[0].rows must be a list of objects"),
+    (("skus",), {"h200": "node000"}, "fleet.skus must be an object of lists of strings"),
+    (("identity_keys",), 1.5, "fleet.identity_keys must be an integer"),
+    (("ranking",), {}, "fleet.ranking must be a list"),
+    (("comms",), [], "fleet.comms must be a JSON object or null"),
+])
+def test_a_fleet_section_with_a_wrong_type_is_refused_naming_the_field(fleet_section, where, bad, message):
+    f = copy.deepcopy(fleet_section)
+    node = f
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = bad
+    with pytest.raises(InputError, match=message.replace(".", r"\.").replace("[", r"\[")):
+        Run.from_dict(_run_dict(fleet_section=f))
