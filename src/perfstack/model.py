@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported when a Run holds one: fleet.analysis imports this 
     from perfstack.estimate.record import Estimates
     from perfstack.fleet.analysis import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
+    from perfstack.profile.records import Section
 
 SCHEMA_VERSION = 1
 
@@ -301,7 +302,7 @@ class Run:
     findings: list[Finding] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
-    profile: dict[str, Any] | None = None
+    profile: Section | None = None  # perfstack profile's summary of a trace
     estimates: Estimates | None = None  # perfstack estimate's sheet, or a hand-made tree of quantities
     loadtest: LoadTest | None = None  # perfstack loadtest's requests, levels and sweep
     fleet: FleetAnalysis | None = None  # perfstack fleet's analysis of many nodes
@@ -315,7 +316,7 @@ class Run:
             "findings": [f.to_dict() for f in self.findings],
             "checks": [asdict(c) for c in self.checks],
             "measurements": [m.to_dict() for m in self.measurements],
-            "profile": self.profile,
+            "profile": self.profile.to_dict() if self.profile is not None else None,
             "estimates": self.estimates.to_dict() if self.estimates is not None else None,
             **({"loadtest": _loadtest_dict(self.loadtest)} if self.loadtest is not None else {}),
             **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
@@ -343,7 +344,6 @@ class Run:
         # Every section is checked here, once, against the types of the records that hold it (fields.py;
         # sections.py for profile and estimates), so that renderers can trust a loaded Run; a wrong type
         # names its field.
-        from perfstack import sections
         from perfstack.fields import one_of, typed
         sec = {k: d.get(k) for k in ("meta", "facts", "findings", "checks", "measurements", "profile", "estimates")}
         for k, want in (("meta", dict), ("facts", dict), ("findings", list), ("checks", list),
@@ -360,7 +360,7 @@ class Run:
             checks=[CheckResult(**typed(CheckResult, c, f"checks[{i}]", {"status": status}))
                     for i, c in enumerate(sec["checks"] or [])],
             measurements=[Measurement.from_dict(m, f"measurements[{i}]") for i, m in enumerate(sec["measurements"] or [])],
-            profile=sections.profile(sec["profile"]),
+            profile=_profile(sec["profile"]),
             estimates=_estimates(sec["estimates"]),
             loadtest=_loadtest(d.get("loadtest")),
             fleet=_fleet(d.get("fleet")),
@@ -419,3 +419,10 @@ def _fact_dict(f: Fact) -> dict[str, Any]:
     if not f.available:
         d.update(available=False, reason=f.reason)
     return d
+def _profile(data: Any) -> Section | None:
+    """The profile section, typed once here and checked against ``sections.PROFILE`` (exit 2 naming the
+    field); it writes back the JSON it was read from."""
+    from perfstack.profile.records import load
+    return load(data)
+
+

@@ -2,11 +2,12 @@
 
 Findings and measurements are dataclasses (fields.py); these two sections are the JSON that
 ``perfstack profile`` and ``perfstack estimate`` write, read back by the report, the Markdown and HTML
-renderers and diff. ``Run.from_dict`` passes them through ``profile`` and ``estimates`` once, so a
+renderers and diff. ``Run.from_dict`` checks them once (the profile through its typed records,
+``perfstack.profile.records``, which check it against ``PROFILE``; the estimates through ``estimates``), so a
 Run with ``"total_ms": "12"`` in a step or a string where the estimate sheet has a number is refused
 on loading, naming the field (exit 2), instead of failing in a renderer. Every field a reader of a
 saved Run uses is typed here (the report, Markdown, HTML, diff and the profile's own terminal report,
-which read the profile through ``perfstack.profile.records.load``); a field may be absent (readers
+which read the profile as the Run's ``records.Section``); a field may be absent (readers
 treat absence as "not measured"), and fields no such reader uses pass as they are.
 """
 
@@ -129,13 +130,6 @@ FIT = {"gpu": TEXT, "name": TEXT, "gpus_needed": INT_, "fits": BOOL}
 SHEET = {"model": obj({"name": TEXT, "description": TEXT}), "gpu": obj({"name": TEXT}),
          "working": map_of(WORKING), "regime": map_of(TEXT_), "assumptions": list_of(TEXT),
          **{s: map_of(NUM_) for s in ("params", "memory", "capacity", "flops", "time", "comms")}}
-
-
-def profile(section: Any) -> Any:
-    """The profile section, unchanged, once its fields have the types the readers expect."""
-    if section is not None:
-        PROFILE(section, "profile")
-    return section
 
 
 def estimates(section: Any) -> Any:

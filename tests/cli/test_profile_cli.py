@@ -12,6 +12,7 @@ import perfstack.profile.capture as cap
 import perfstack.profile.summary as summary
 from perfstack.cli.main import main
 from perfstack.model import Run, RunMeta
+from perfstack.profile import records
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "traces" / "h100" / "pageable-memcpy.pt.trace.json.gz"
 U = {"before_ms": 4.25, "after_ms": 4.31, "before_steps": 5, "after_steps": 5, "step_ms": 4.25, "profiled_ms": 7.1}
@@ -23,7 +24,7 @@ def seen(monkeypatch):
 
     def fake_profile_run(paths, model_flops_per_step=None, telemetry=None, command="profile", **kw):
         calls.update(kw, paths=list(paths))
-        return Run(meta=RunMeta(command=command), profile={"step_ms": 7.1})
+        return Run(meta=RunMeta(command=command), profile=records.load({"step_ms": 7.1}))
     monkeypatch.setattr(summary, "profile_run", fake_profile_run)
     return calls
 

@@ -63,11 +63,12 @@ def test_step_time_without_the_profiler_before_and_after(tmp_path):
 def test_unprofiled_step_reaches_the_run(tmp_path, monkeypatch):
     import perfstack.profile.summary as summary
     from perfstack.model import Run, RunMeta
+    from perfstack.profile.records import load
     seen = {}
 
     def fake_profile_run(paths, telemetry=None, command="profile", **kw):
         seen.update(kw)
-        return Run(meta=RunMeta(command=command), profile={"step_ms": 1.0})
+        return Run(meta=RunMeta(command=command), profile=load({"step_ms": 1.0}))
     monkeypatch.setattr(summary, "profile_run", fake_profile_run)
     with profile(steps=2, out_dir=tmp_path, gpus=[], unprofiled_steps=3) as p:
         train(p, 12)
@@ -75,7 +76,7 @@ def test_unprofiled_step_reaches_the_run(tmp_path, monkeypatch):
     assert seen["unprofiled_step_ms"] == p.unprofiled["step_ms"]
     assert seen["unprofiled_note"] == ("measured without the profiler over 3 steps before and 3 after the "
                                        "profiled window; the faster window is used (python api)")
-    assert Run.load(p.run_path).profile["unprofiled"] == p.unprofiled
+    assert Run.load(p.run_path).profile.unprofiled == p.unprofiled
 
 
 def test_no_timing_when_the_block_is_too_short_or_timing_is_off(tmp_path):
@@ -110,7 +111,7 @@ def test_run_json_written_when_the_analysis_is_installed(tmp_path):
     assert p.run_path is not None and p.run_path.parent == p.trace_paths[0].parent
     from perfstack.model import Run
     run = Run.load(p.run_path)
-    assert run.profile and run.profile["unprofiled"] == p.unprofiled
+    assert run.profile and run.profile.unprofiled == p.unprofiled
 
 
 def test_bad_arguments():

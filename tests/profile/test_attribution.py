@@ -63,7 +63,7 @@ def test_no_correlation_ids_falls_back_to_timestamps_and_says_so(tmp_path):
         if isinstance(e.get("args"), dict):
             e["args"].pop("correlation", None)
     run = profile_run([write(tmp_path, d)])
-    p = run.profile
+    p = run.profile.to_dict()
     assert p["timeline"]["attribution"] != "launch"
     assert any("correlation id" in n for n in p["notes"])
     assert p["busy_ms"] > 0 and p["n_steps"] == 3
@@ -73,16 +73,16 @@ def test_no_profiler_steps_is_one_window(tmp_path):
     d = doc()
     d["traceEvents"] = [e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
     run = profile_run([write(tmp_path, d)])
-    assert run.profile["n_steps"] == 1
-    assert any("no ProfilerStep" in n for n in run.profile["notes"])
+    assert run.profile.n_steps == 1
+    assert any("no ProfilerStep" in n for n in run.profile.notes)
 
 
 def test_no_gpu_events_is_a_cpu_only_profile(tmp_path):
     d = doc()
     d["traceEvents"] = [e for e in d["traceEvents"] if e not in gpu_events(d)]
     run = profile_run([write(tmp_path, d)])
-    assert any("no GPU kernels" in n for n in run.profile["notes"])
-    assert run.profile["busy_ms"] == 0
+    assert any("no GPU kernels" in n for n in run.profile.notes)
+    assert run.profile.busy_ms == 0
 
 
 def test_several_devices_analyses_the_busiest_and_names_the_rest(tmp_path):
@@ -95,8 +95,8 @@ def test_several_devices_analyses_the_busiest_and_names_the_rest(tmp_path):
         extra.append(e2)
     d["traceEvents"] += extra
     run = profile_run([write(tmp_path, d)])
-    assert run.profile["device"] == 0 and run.profile["other_devices"] == [1]
-    assert any("devices [0, 1]" in n for n in run.profile["notes"])
+    assert run.profile.device == 0 and run.profile.other_devices == [1]
+    assert any("devices [0, 1]" in n for n in run.profile.notes)
 
 
 def test_clock_skew_is_reported(tmp_path):
@@ -104,9 +104,9 @@ def test_clock_skew_is_reported(tmp_path):
     for e in gpu_events(d):
         e["ts"] -= 50_000.0  # the GPU clock 50 ms behind the CPU's
     run = profile_run([write(tmp_path, d)])
-    assert any("clocks disagree" in n for n in run.profile["notes"])
+    assert any("clocks disagree" in n for n in run.profile.notes)
     # attribution by correlation id does not depend on the clocks
-    assert run.profile["n_steps"] == 3 and run.profile["launch"]["kernels_per_step"] == 318
+    assert run.profile.n_steps == 3 and run.profile.launch.kernels_per_step == 318
 
 
 def test_truncated_trace_analyses_what_is_there(tmp_path):
@@ -114,7 +114,7 @@ def test_truncated_trace_analyses_what_is_there(tmp_path):
     p = tmp_path / "cut.json"
     p.write_text(text[: int(len(text) * 0.7)])
     run = profile_run([p])
-    assert run.meta.warnings and run.profile["n_steps"] >= 1
+    assert run.meta.warnings and run.profile.n_steps >= 1
 
 
 @pytest.mark.parametrize("name,kind,expected", [

@@ -152,13 +152,13 @@ def test_recorded_ddp_traces():
     """2xH200, per-tensor all_reduce after backward (no averaging) vs DDP (gradient_as_bucket_view off):
     rank 0 reached each step's first all-reduce first and waited there for rank 1; DDP's bf16 GEMMs
     ran 0.3-0.4 ms slower per ms of all-reduce beside them; the DDP trace has nothing left to overlap."""
-    r0, r1 = (profile_run([H200 / f"ddp-not-overlapped.rank{r}.pt.trace.json.gz"]).profile["comm"]["if_overlapped"]
+    r0, r1 = (profile_run([H200 / f"ddp-not-overlapped.rank{r}.pt.trace.json.gz"]).profile.comm.extra["if_overlapped"]
               for r in (0, 1))
     assert r0["wait_ms"] > 0.3 and r1["wait_ms"] < 0.05
     assert r0["transfer_ms"] == pytest.approx(r1["transfer_ms"], rel=0.02)  # the same bytes over the same link
     assert r0["recoverable_ms"] < 0.5 * r0["exposed_ms"]
     for r in (0, 1):
         run = profile_run([H200 / f"ddp-not-overlapped-fixed.rank{r}.pt.trace.json.gz"], unprofiled_step_ms=5.70)
-        m = run.profile["comm"]["if_overlapped"]
+        m = run.profile.comm.extra["if_overlapped"]
         assert 0.25 <= m["contention"] <= 0.45 and m["contention_source"].startswith("measured")
         assert "comm-not-overlapped" not in [f.id for f in run.findings]

@@ -79,7 +79,7 @@ def test_no_profiler_steps_whole_trace_is_one_step(tmp_path):
     p = tmp_path / "nosteps.json"
     p.write_text(json.dumps(d))
     run = profile_run([p])
-    assert run.profile["n_steps"] == 1 and run.profile["notes"]
+    assert run.profile.n_steps == 1 and run.profile.notes
 
 
 def test_cpu_only_trace(tmp_path):
@@ -88,7 +88,7 @@ def test_cpu_only_trace(tmp_path):
     p = tmp_path / "cpu.json"
     p.write_text(json.dumps(d))
     run = profile_run([p])
-    assert run.profile["busy_ms"] == 0 and any("CPU-only" in n for n in run.profile["notes"])
+    assert run.profile.busy_ms == 0 and any("CPU-only" in n for n in run.profile.notes)
     assert "gpu-idle" not in [f.id for f in run.findings]
 
 

@@ -47,7 +47,7 @@ def test_control_raises_no_planted_id():
     run = run_of("control")
     bad = [f.id for f in run.findings if f.id in ALL_IDS and f.severity.rank >= Severity.WARNING.rank]
     assert bad == []
-    assert run.profile["busy_pct"] > 90
+    assert run.profile.busy_pct > 90
 
 
 def test_host_sync_found_but_honestly_cheap_when_the_cpu_is_the_bottleneck():
@@ -55,7 +55,7 @@ def test_host_sync_found_but_honestly_cheap_when_the_cpu_is_the_bottleneck():
     recovered nothing (23.9 → 24.9 ms). The model must say the syncs exist and cost little."""
     run = run_of("host-sync", H200)
     f = next(f for f in run.findings if f.id == "host-sync")
-    assert run.profile["sync"]["calls_per_step"] >= 8
+    assert run.profile.sync.calls_per_step >= 8
     assert f.recoverable_pct < 5 and f.severity is Severity.INFO
     assert top3(run)[0] in ("launch-bound", "gpu-idle")  # the real bottleneck ranks first
     assert "host-sync" not in [x.id for x in run_of("host-sync-fixed", H200).findings]
@@ -63,13 +63,13 @@ def test_host_sync_found_but_honestly_cheap_when_the_cpu_is_the_bottleneck():
 
 def test_ddp_not_overlapped_two_ranks():
     run = profile_run(sorted(H200.glob("ddp-not-overlapped.rank*.pt.trace.json.gz")))
-    assert len(run.profile["ranks"]) == 2
+    assert len(run.profile.ranks) == 2
     f = next(f for f in run.findings if f.id == "comm-not-overlapped")
     assert f.severity.rank >= Severity.WARNING.rank and f.id in top3(run)
-    assert run.profile["comm"]["overlap_pct"] < 5
+    assert run.profile.comm.overlap_pct < 5
     fixed = profile_run(sorted(H200.glob("ddp-not-overlapped-fixed.rank*.pt.trace.json.gz")))
-    assert fixed.profile["comm"]["overlap_pct"] > 50
-    assert run.profile["straggler"]["rank"] in (0, 1)
+    assert fixed.profile.comm.overlap_pct > 50
+    assert run.profile.straggler.rank in (0, 1)
 
 
 def test_fixes_reduce_the_finding():
@@ -81,14 +81,14 @@ def test_fixes_reduce_the_finding():
 
 def test_cuda_graph_trace():
     run = run_of("launch-bound-fixed")
-    assert run.profile["launch"]["graph_launches_per_step"] == 1
-    assert run.profile["launch"]["kernels_per_step"] > 100
+    assert run.profile.launch.graph_launches_per_step == 1
+    assert run.profile.launch.kernels_per_step > 100
     assert "launch-bound" not in [f.id for f in run.findings]
 
 
 def test_profile_shape_for_report_and_diff(tmp_path):
     run = run_of("pageable-memcpy")
-    p = run.profile
+    p = run.profile.to_dict()
     for s in p["steps"]:
         assert {"step", "total_ms", "categories"} <= set(s)
         assert abs(sum(s["categories"].values()) - s["total_ms"]) < 0.01 * s["total_ms"]
@@ -100,17 +100,15 @@ def test_profile_shape_for_report_and_diff(tmp_path):
     assert section is not None and section.step_time(section.breakdown()) == pytest.approx(p["step_ms"])
     run.save(tmp_path / "r.json")
     back = Run.load(tmp_path / "r.json")
-    assert back.profile == json.loads(json.dumps(p)) and [f.id for f in back.findings] == [f.id for f in run.findings]
+    assert back.profile.to_dict() == json.loads(json.dumps(p)) and [f.id for f in back.findings] == [f.id for f in run.findings]
 
 
 def test_gemm_flops_and_tensor_cores():
-    p = run_of("fp32-matmul").profile
-    g = p["gemms"][0]
+    g = run_of("fp32-matmul").profile.gemms[0]
     assert g["dtype"] == "fp32" and g["tensor_cores"] is False
     assert g["flops_per_step"] == pytest.approx(11 * 2 * 4096**3)
-    p = run_of("fp32-matmul-fixed").profile
-    assert p["gemms"][0]["tensor_cores"] is True
-    assert run_of("control").profile["mfu"]["value"] > 0.3
+    assert run_of("fp32-matmul-fixed").profile.gemms[0]["tensor_cores"] is True
+    assert run_of("control").profile.mfu.value > 0.3
 
 
 def _measured() -> dict:

@@ -82,7 +82,7 @@ def row(name: str, with_step_ms: bool) -> dict:
     return {"workload": name, "slow_ms": slow, "fixed_ms": fixed, "measured_pct": 100 * (slow - fixed) / slow,
             "finding": fid, "rank": [x.id for x in run.findings].index(fid) + 1 if f else None,
             "predicted_pct": f.recoverable_pct if f else 0.0, "top": run.findings[0].id if run.findings else None,
-            "profiled_ms": run.profile["step_ms"], "estimated_ms": run.profile["overhead"]["step_ms"]}
+            "profiled_ms": run.profile.step_ms, "estimated_ms": run.profile.overhead.step_ms}
 
 
 @pytest.mark.parametrize("name", sorted(FIXES))
@@ -115,12 +115,12 @@ def test_compile_on_a_cpu_bound_step_is_not_recommended():
     run = profile_run([trace("sync-compiled", "slow")], unprofiled_step_ms=m["slow"]["min_ms"])
     f = next((f for f in run.findings if f.id == "unfused-elementwise"), None)
     assert f is None or f.severity is Severity.INFO
-    assert run.profile["timeline"]["bound"] != "gpu"
+    assert run.profile.timeline.bound != "gpu"
 
 
 def test_a_loop_that_never_syncs_and_one_that_syncs_every_step_give_the_same_gpu_figures():
-    free = profile_run([trace("mlp-bf16-control", "control")]).profile
-    synced = profile_run([trace("mlp-bf16-control-synced", "control")]).profile
+    free = profile_run([trace("mlp-bf16-control", "control")]).profile.to_dict()
+    synced = profile_run([trace("mlp-bf16-control-synced", "control")]).profile.to_dict()
     assert free["timeline"]["cpu_ahead_ms"] > 1.0  # the CPU runs ahead: its step windows are short
     assert free["timeline"]["cpu_step_ms"] < 0.5 * free["step_ms"]
     # the same work per step; the free-running GPU runs its GEMMs back to back at full power and a few
@@ -133,7 +133,7 @@ def test_a_loop_that_never_syncs_and_one_that_syncs_every_step_give_the_same_gpu
 
 
 def test_gpu_work_queued_ahead_of_the_cpu_is_counted():
-    p = profile_run([trace("fp32-runahead", "slow")]).profile
+    p = profile_run([trace("fp32-runahead", "slow")]).profile.to_dict()
     assert p["launch"]["kernels_per_step"] >= 3 and p["busy_pct"] > 90
     assert p["gemms"][0]["flops_per_step"] == pytest.approx(3 * 2 * 8192**3, rel=0.01)
 

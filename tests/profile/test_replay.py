@@ -157,6 +157,6 @@ def test_mutated_real_traces_never_crash_the_analysis(tmp_path, seed, step_ms):
         run = profile_run([p], unprofiled_step_ms=step_ms)
     except InputError:
         return
-    json.dumps(run.to_dict() if hasattr(run, "to_dict") else run.profile, default=str)
+    json.dumps(run.to_dict(), default=str)
     for f in run.findings:
         assert f.recoverable_ms is not None and f.recoverable_ms >= 0

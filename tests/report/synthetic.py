@@ -22,6 +22,7 @@ from perfstack.bench.verdict import judge, lower_is_better
 from perfstack.estimate import record as estimate_record
 from perfstack.estimate.record import Estimates
 from perfstack.model import Finding, Measurement, Run, Severity
+from perfstack.profile import records
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -54,7 +55,7 @@ def recorded_profile(name: str = "h100") -> tuple[dict[str, Any], list[Finding]]
     """perfstack's analysis of a trace recorded on that machine: (Run.profile, ranked findings)."""
     from perfstack.profile.summary import profile_run
     run = profile_run([TRACES / t for t in RECORDED_TRACES[name]])
-    return run.profile, run.findings
+    return run.profile.to_dict(), run.findings
 
 
 def recorded_bench(name: str = "h100") -> Run | None:
@@ -202,7 +203,7 @@ def full_run(name: str = "h100", seed: int = 1, scale: float = 1.0, recorded: bo
     gpus = len(run.facts.value("gpu.list") or []) or 1
     run.measurements = recorded.measurements if recorded and scale == 1.0 else bench_measurements(seed, scale, gpus)
     profile, found = recorded_profile(name) if recorded else (PROFILE, profile_findings())
-    run.profile = json.loads(json.dumps(profile))
+    run.profile = records.load(json.loads(json.dumps(profile)))
     run.estimates = estimates("h200" if name.startswith("h200") else "h100-sxm")
     run.findings = run.findings + list(found)
     run.meta.command = "doctor"

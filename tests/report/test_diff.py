@@ -210,13 +210,13 @@ def test_profile_deltas_and_recovered_time_against_the_prediction():
     assert p is not None
     rows = {r["category"]: r for r in p["categories"]}
     assert rows["idle"]["delta_ms"] < -40  # ~50 ms of idle per step gone
-    assert p["measured_recovered_ms"] == pytest.approx(before.profile["step_ms"] - fixed.profile["step_ms"], abs=0.01)
+    assert p["measured_recovered_ms"] == pytest.approx(before.profile.step_ms - fixed.profile.step_ms, abs=0.01)
     stall = next(f for f in before.findings if f.id == "dataloader-stall")
     assert "dataloader-stall" in p["predicted_by"]
     assert p["predicted_recovered_ms"] >= stall.recoverable_ms
     # the predicted share (of the step without the profiler) is within 15 points of the share the fix
     # recovered in the profiled steps
-    measured_pct = 100 * p["measured_recovered_ms"] / before.profile["step_ms"]
+    measured_pct = 100 * p["measured_recovered_ms"] / before.profile.step_ms
     assert abs(stall.recoverable_pct - measured_pct) < 15
     assert next(f for f in d.findings if f.id == "dataloader-stall").status == "fixed"
 

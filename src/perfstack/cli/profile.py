@@ -125,7 +125,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     result = profile_run(paths, model_flops_per_step=args.model_flops_per_step, telemetry=telemetry,
                          unprofiled_step_ms=step_ms, unprofiled_note=note)
     if unprofiled and result.profile is not None:
-        result.profile["unprofiled"] = unprofiled
+        result.profile.unprofiled = unprofiled
     for w in result.meta.warnings or []:
         err.print(f"perfstack: warning: {w}", markup=False)
     output.emit_run(result, args, out, err, lambda: render_profile(build(result), out, verbose=args.verbose > 0))

@@ -28,7 +28,7 @@ from perfstack.compare import facts as factdiff
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.errors import InputError
 from perfstack.model import Finding, Measurement, Run
-from perfstack.profile.records import Section, load
+from perfstack.profile.records import Section
 
 if TYPE_CHECKING:
     from perfstack.compare.loadtest import LoadtestDiff
@@ -194,7 +194,7 @@ def finding_changes(before: Run, after: Run) -> list[FindingChange]:
 def _gone(f: Finding, after: Run, check: Any) -> tuple[str, str]:
     """A finding of the before-Run the after-Run lacks: fixed, or only not looked at?"""
     if f.recoverable_ms is not None:  # a profile finding: judged by whether the after-Run has a profile
-        return ("fixed", "") if after.profile else ("not checked after", "the after-Run has no profile")
+        return ("fixed", "") if _has_profile(after) else ("not checked after", "the after-Run has no profile")
     if check is None:
         return "not checked after", "the after-Run did not run this check"
     if check.status in ("not-checked", "not-applicable"):
@@ -202,11 +202,16 @@ def _gone(f: Finding, after: Run, check: Any) -> tuple[str, str]:
     return "fixed", ""
 
 
+def _has_profile(run: Run) -> bool:
+    """Whether the Run holds a profile (a Run saved with an empty ``profile`` object holds none)."""
+    return run.profile is not None and not run.profile.is_empty()
+
+
 def _new(f: Finding, before: Run, check: Any) -> tuple[str, str]:
     """A finding the before-Run lacks: introduced, or only not looked at before (a bench Run
     against a doctor Run runs different checks)?"""
     if f.recoverable_ms is not None:
-        return ("introduced", "") if before.profile else ("not checked before", "the before-Run has no profile")
+        return ("introduced", "") if _has_profile(before) else ("not checked before", "the before-Run has no profile")
     if check is None:
         return "not checked before", "the before-Run did not run this check"
     if check.status in ("not-checked", "not-applicable"):
@@ -309,7 +314,7 @@ def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: fl
 
 # -- profile ----------------------------------------------------------------------------------
 def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
-    pb, pa = load(before.profile), load(after.profile)
+    pb, pa = before.profile, after.profile
     bb, ba = (pb.breakdown() if pb else None), (pa.breakdown() if pa else None)
     if bb is None and ba is None:
         return None

@@ -172,7 +172,7 @@ class Profile:
                           unprofiled_step_ms=u["step_ms"] if u else None,
                           unprofiled_note=unprofiled_note(u, "python api") if u else None)
         if u and run.profile is not None:
-            run.profile["unprofiled"] = u
+            run.profile.unprofiled = u
         first = self.trace_paths[0]
         path = first.with_name(first.name.replace(".pt.trace.json.gz", ".run.json"))
         run.save(path)

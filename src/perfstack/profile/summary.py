@@ -246,7 +246,7 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
     warnings = [w for s in summaries for w in s.warnings]
     if warnings:
         meta.warnings = warnings
-    return Run(meta=meta, findings=findings, profile=main.to_dict())
+    return Run(meta=meta, findings=findings, profile=main)
 
 
 def _ranks(files: list[Path], unprofiled_step_ms: float | None, unprofiled_note: str | None,

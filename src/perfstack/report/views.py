@@ -7,7 +7,7 @@ per-step breakdown and ranked findings, and the estimates as memory stacks and l
 renderers only format a RunView, the terminal's, Markdown's and HTML's alike; a section that is
 absent from the Run is None.
 
-The profile section is read through its typed records (``perfstack.profile.records.load``), once.
+The profile section is the Run's typed records (``Run.profile``, a ``perfstack.profile.records.Section``).
 Estimates section (``perfstack estimate``): a nested dict whose leaves are {"value", "unit", "formula"}.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
-from perfstack.profile.records import KernelClass, OpRow, Section, load
+from perfstack.profile.records import KernelClass, OpRow, Section
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.rules import fix_first
 
@@ -373,7 +373,7 @@ def profile_timing(p: Section) -> list[tuple[str, str]]:
 
 # -- the whole report -------------------------------------------------------------------------
 def build(run: Run) -> RunView:
-    profile = load(run.profile)
+    profile = run.profile
     spec = gpu_spec(run, profile)
     keys = ("command", "created", "source", "bundle", "host_id", "tool_version", "elapsed_s")
     meta = run.meta.shown(keys)

@@ -10,6 +10,13 @@ written back, so a round trip is lossless. A field the check does not cover that
 wrong kind (a string where a number belongs, a list where an object does) takes its default, so no reader
 meets a type it did not ask for.
 
+A record read by ``from_dict`` remembers the keys it was read with, in their order (``loaded``), so that
+``to_dict`` writes back the JSON it was read from, whatever version of perfstack wrote it: the keys read,
+in that order (a value the field could not hold, one of the wrong kind or a map with entries that are no
+object, is written back as it was read unless the field has been set since), then the fields set since
+that the JSON did not have (those that differ from their default), then unknown keys added since. A
+record built by a producer writes every field.
+
 Times are milliseconds per step unless the name says otherwise (``_us``: microseconds). Annotations use
 ``Optional`` rather than ``X | None``: ``from_dict`` reads them at run time, on every supported Python,
 so a module of records imports every record its annotations name.
@@ -17,10 +24,11 @@ so a module of records imports every record its annotations name.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
-from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
 from perfstack import sections
 
@@ -37,13 +45,27 @@ class Record:
     WHEN_SET: ClassVar[frozenset[str]] = frozenset()  # fields written only when not None (absent keys stay absent)
     UNWRITTEN: ClassVar[frozenset[str]] = frozenset()  # fields that are no JSON key (``_unwritten`` reads them)
 
+    # The keys ``from_dict`` read, in order, and the values the fields could not hold (None for a record
+    # built by a producer). Not compared: a loaded record equals one built with its values.
+    loaded: Optional[Loaded] = field(default=None, init=False, repr=False, compare=False)
+
     def to_dict(self) -> dict[str, Any]:
+        by_key = {self.KEYS.get(f.name, f.name): f for f in _written_fields(type(self))}
+        extra: dict[str, Any] = getattr(self, "extra", {})
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name == "extra" or f.name in self.UNWRITTEN or not self._writes(f.name):
-                continue
-            out[self.KEYS.get(f.name, f.name)] = _plain(getattr(self, f.name))
-        out.update(getattr(self, "extra", {}))
+        if self.loaded is not None:
+            for key in self.loaded.keys:
+                f = by_key.get(key)
+                if f is not None:
+                    v = getattr(self, f.name)
+                    as_read = self.loaded.unfit.get(key)
+                    out[key] = as_read[0] if as_read is not None and v == as_read[1] else _plain(v)
+                elif key in extra:
+                    out[key] = extra[key]
+        for key, f in by_key.items():
+            if key not in out and self._writes(f.name) and (self.loaded is None or getattr(self, f.name) != _default(f)):
+                out[key] = _plain(getattr(self, f.name))
+        out.update((k, v) for k, v in extra.items() if k not in out)
         return out
 
     def _writes(self, name: str) -> bool:
@@ -59,16 +81,46 @@ class Record:
     def from_dict(cls: type[R], d: Any, where: str) -> R:
         cls.CHECK(d, where)
         hints = typing.get_type_hints(cls)
-        names = {cls.KEYS.get(f.name, f.name): f.name for f in dataclasses.fields(cls)
-                 if f.name != "extra" and f.name not in cls.UNWRITTEN}
+        fields = {f.name: f for f in _written_fields(cls)}
+        names = {cls.KEYS.get(name, name): name for name in fields}
         args: dict[str, Any] = {}
+        unfit: dict[str, tuple[Any, Any]] = {}
         for key, name in names.items():
-            if key in d and _fits(hints[name], d[key]):
-                args[name] = _typed(hints[name], d[key], f"{where}.{key}")
+            if key not in d:
+                continue
+            if not _fits(hints[name], d[key]):
+                unfit[key] = (d[key], _default(fields[name]))
+                continue
+            args[name] = _typed(hints[name], d[key], f"{where}.{key}")
+            if isinstance(args[name], dict) and len(args[name]) < len(d[key]):  # entries that are no object
+                unfit[key] = (d[key], copy.deepcopy(args[name]))
         extra = {k: v for k, v in d.items() if k not in names}
         if "extra" in {f.name for f in dataclasses.fields(cls)}:
             args["extra"] = extra
-        return cls(**args, **cls._unwritten(d))
+        rec = cls(**args, **cls._unwritten(d))
+        rec.loaded = Loaded(tuple(d), unfit)
+        return rec
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a record's JSON held when it was read: its keys in order, and for each key whose value the
+    field could not hold, (the JSON value, the field's value as read): the JSON value is written back
+    while the field still holds what it was read as."""
+
+    keys: tuple[str, ...]
+    unfit: dict[str, tuple[Any, Any]]
+
+
+def _written_fields(cls: type[Record]) -> list[dataclasses.Field[Any]]:
+    """The fields that are JSON keys of ``cls`` (not ``extra``, ``loaded`` or an ``UNWRITTEN`` one)."""
+    return [f for f in dataclasses.fields(cls) if f.name not in ("extra", "loaded") and f.name not in cls.UNWRITTEN]
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def _plain(v: Any) -> Any:

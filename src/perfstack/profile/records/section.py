@@ -20,15 +20,15 @@ from perfstack.profile.records.waste import WasteFound, WhatIf
 class Section(Record):
     """A profile section (a saved Run's, or a summary the rules evaluate) as its producers build it and
     its readers use it: the report's views, diff, the terminal report and the profile rules. The pieces
-    that have a record (the modules beside this one) are typed. Absent fields take their defaults. Get
-    one from a Run with ``load``; the Run keeps the JSON itself, so --json writes what was read.
+    that have a record (the modules beside this one) are typed. Absent fields take their defaults. A
+    loaded Run holds one (``Run.profile``, read by ``load``) and writes back the JSON it was read from.
 
     The fields are in the order a profile Run's JSON holds them (``analyze``'s, then the efficiency pass's,
     then ``summary``'s), so ``to_dict`` of a summary writes the JSON the Run always held; the ones only a
     multi-rank or captured run has are written only when set."""
 
     CHECK = sections.PROFILE
-    WHEN_SET = frozenset({"mean_step_ms", "ranks", "straggler", "files", "telemetry"})
+    WHEN_SET = frozenset({"mean_step_ms", "ranks", "straggler", "files", "telemetry", "unprofiled"})
 
     # the trace and its device (analyze)
     file: str = ""  # the trace the summary is of
@@ -82,7 +82,12 @@ class Section(Record):
     straggler: Optional[Straggler] = None
     files: Optional[list[str]] = None
     telemetry: Optional[Telemetry] = None  # the NVML samples' throttle statistics (capture mode)
+    unprofiled: Optional[dict[str, Any]] = None  # the step time measured without the profiler (capture.UNPROFILED_KEYS)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        """Whether the section holds nothing (a Run saved with an empty ``profile`` object)."""
+        return not self.to_dict()
 
     def breakdown(self) -> dict[str, float] | None:
         """Mean time per step by category (ms): ``breakdown_ms`` when present, else the mean of the
@@ -116,6 +121,7 @@ class Section(Record):
 
 
 def load(profile: Any) -> Section | None:
-    """The one way to read a Run's profile section: typed, or None where the Run has none. The section
-    is checked as ``Run.from_dict`` checks it (exit 2 naming the field), so a reader trusts the types."""
+    """The one way to read a Run's profile section (``Run.from_dict`` calls it): typed, or None where the
+    Run has none. The section is checked against ``sections.PROFILE`` (exit 2 naming the field), so a
+    reader trusts the types."""
     return Section.from_dict(profile, "profile") if isinstance(profile, Mapping) else None
