@@ -48,6 +48,9 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "dict[str, str]": (_dict_of(_text), "an object of strings"),
     "dict[str, list[str]]": (_dict_of(_list_of(_text)), "an object of lists of strings"),
     "list[dict[str, Any]]": (_list_of(_dict_of(lambda x: True)), "a list of objects"),
+    "list[dict[str, Any]] | None": (lambda v: v is None or _list_of(_dict_of(lambda x: True))(v),
+                                    "a list of objects or null"),
+    "int | None": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
     "Any": (lambda v: True, "any value"),
 }
 
@@ -73,6 +76,45 @@ def typed(cls: type, d: Any, where: str, extra: Mapping[str, Callable[[Any], str
         if complaint:
             raise InputError(f"{where}.{name} {complaint}")
     return dict(d)
+
+
+# -- tolerant records: a dataclass with ``extra`` (keys this perfstack does not know) and ``order`` (the keys
+# in the order the Run had them), so that a record read from a newer or hand-edited Run saves back as read.
+OPEN = ("extra", "order")
+
+
+def open_fields(cls: type, d: Any, where: str, extra: Mapping[str, Callable[[Any], str]] | None = None) -> dict[str, Any]:
+    """``cls(**...)``'s arguments from the JSON object ``d``: its known fields checked (``typed``), the
+    others kept in ``extra``, the keys' order in ``order``."""
+    if not isinstance(d, dict):
+        raise InputError(f"{where} must be a JSON object")
+    names = {f.name for f in dataclasses.fields(cls)} - set(OPEN)
+    known = typed(cls, {k: v for k, v in d.items() if k in names}, where, extra)
+    return {**known, "extra": {k: v for k, v in d.items() if k not in names}, "order": tuple(d)}
+
+
+def open_dict(rec: Any) -> dict[str, Any]:
+    """The JSON object of a tolerant record: the keys it was read or built with, in that order, then the
+    fields set since (in the dataclass's order), then unknown keys added since. A field holding a record
+    (or a dict of records) is written as its ``to_dict()``."""
+    names = tuple(f.name for f in dataclasses.fields(rec) if f.name not in OPEN)
+    out: dict[str, Any] = {}
+    for k in rec.order:
+        if k in names:
+            out[k] = _plain(getattr(rec, k))
+        elif k in rec.extra:
+            out[k] = rec.extra[k]
+    out.update((k, _plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
+    out.update((k, v) for k, v in rec.extra.items() if k not in out)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "to_dict"):
+        return v.to_dict()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def one_of(*allowed: str) -> Callable[[Any], str]:

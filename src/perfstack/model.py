@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import asdict, dataclass, field, fields as dataclass_fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, get_args
@@ -243,8 +243,8 @@ class RunMeta:
     host_id: str | None = None  # doctor and bench, after redaction
     elapsed_s: float | None = None
     bundle: str | None = None  # doctor --bundle: how complete the bundle was
-    fleet: dict[str, Any] | None = None  # a node's Run gathered by fleet: node, gpu, ray_node_id, machine, part
-    fanout: dict[str, Any] | None = None  # a fleet Run gathered through Ray: tasks, failures, overhead per task
+    fleet: FleetLabel | None = None  # a node's Run gathered by fleet: which node, GPU, machine
+    fanout: FanOut | None = None  # a fleet Run gathered through Ray: tasks, failures, overhead per task
     traces: list[str] | None = None  # profile: the trace files read
     gpu: str | None = None  # profile: the device the trace names
     warnings: list[str] | None = None  # profile: what the trace reading had to guess or skip
@@ -258,27 +258,67 @@ class RunMeta:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: the keys the Run was read or built with, in that order, then the fields set
         since (in the order above), then unknown keys added since."""
-        out: dict[str, Any] = {}
-        for k in self.order:
-            if k in _META_FIELDS:
-                out[k] = getattr(self, k)
-            elif k in self.extra:
-                out[k] = self.extra[k]
-        out.update((k, getattr(self, k)) for k in _META_FIELDS if k not in out and getattr(self, k) is not None)
-        out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
+        from perfstack.fields import open_dict
+        return open_dict(self)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "meta") -> "RunMeta":
         """Tolerant: unknown keys are kept in ``extra``; a known one of the wrong type is refused, naming it."""
-        from perfstack.fields import typed
-        if not isinstance(d, dict):
-            raise InputError(f"{where} must be a JSON object")
-        known = typed(cls, {k: v for k, v in d.items() if k in _META_FIELDS}, where)
-        return cls(**known, extra={k: v for k, v in d.items() if k not in _META_FIELDS}, order=tuple(d))
+        from perfstack.fields import open_fields
+        args = open_fields(cls, d, where)
+        for k, record in (("fleet", FleetLabel), ("fanout", FanOut)):
+            if args.get(k) is not None:
+                args[k] = record.from_dict(args[k], f"{where}.{k}")
+        return cls(**args)
 
 
-_META_FIELDS = tuple(f.name for f in dataclass_fields(RunMeta) if f.name not in ("extra", "order"))
+@dataclass
+class FleetLabel:
+    """``meta.fleet`` of a node's Run that perfstack fleet gathered: the node and GPU it is the Run of, the
+    Ray node and machine it ran on, the part of the job. A tolerant record, as RunMeta is."""
+
+    node: str | None = None
+    gpu: int | None = None  # the GPU of a per-GPU Run; None for the node's
+    ray_node_id: str | None = None
+    machine: str | None = None  # several Ray nodes may share one
+    part: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=("node", "gpu", "ray_node_id", "machine", "part"), repr=False,
+                                   compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        from perfstack.fields import open_dict
+        return open_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "meta.fleet") -> "FleetLabel":
+        from perfstack.fields import open_fields
+        return cls(**open_fields(cls, d, where))
+
+
+@dataclass
+class FanOut:
+    """``meta.fanout`` of a fleet Run gathered through Ray: how many tasks, how many failed, the overhead
+    per task (median, max, in seconds) and each task. A tolerant record, as RunMeta is."""
+
+    tasks: int | None = None
+    failed: int | None = None
+    overhead_s_median: float | None = None
+    overhead_s_max: float | None = None
+    per_task: list[dict[str, Any]] | None = None  # node, gpu, part, machine, job_s, overhead_s
+    extra: dict[str, Any] = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=("tasks", "failed", "overhead_s_median", "overhead_s_max", "per_task"),
+                                   repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        from perfstack.fields import open_dict
+        return open_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "meta.fanout") -> "FanOut":
+        from perfstack.fields import open_fields
+        return cls(**open_fields(cls, d, where))
+
 
 
 def run_meta(command: str, **fields: Any) -> RunMeta:

@@ -22,7 +22,7 @@ from perfstack.fleet.collect import plan
 from perfstack.fleet.jobs import BenchJob, Target, part_of
 from perfstack.fleet.ray_engine import MACHINE_ENV, RayNode, gpus_seen, machine_key
 from perfstack.fleet.summary import summarize
-from perfstack.model import Run, RunMeta
+from perfstack.model import FleetLabel, Run, RunMeta
 
 
 def _node(name: str, machine: str, gpus: int, seen: int) -> RayNode:
@@ -68,7 +68,7 @@ def test_machine_key_is_the_kernels_boot_unless_the_operator_names_it(monkeypatc
 def test_the_report_says_which_ray_nodes_shared_a_machine():
     def run(node: str, machine: str) -> tuple[str, Run]:
         return node, Run(meta=RunMeta(command="bench", tool_version="0.1.0",
-                                       fleet={"node": node, "gpu": None, "machine": machine}))
+                                       fleet=FleetLabel(node=node, machine=machine)))
     a = analyze(summarize(r, n) for n, r in (run("a", "m1"), run("b", "m1"), run("c", "m2")))
     shared = [n for n in a.notes if "Ray nodes on one machine" in n]
     assert len(shared) == 1 and shared[0].startswith("a, b: 2 Ray nodes on one machine (m1)")

@@ -16,7 +16,7 @@ from perfstack.errors import InputError
 from perfstack.estimate import catalog, hardware, infer, train
 from perfstack.estimate.record import EstimateSheet, EstimateTree, Figure, Leaf
 from perfstack.fleet import analyze, summarize
-from perfstack.model import Run, RunMeta
+from perfstack.model import FanOut, FleetLabel, Run, RunMeta
 
 TREE = {"memory": {"weights": {"value": 13.5, "unit": "GB", "formula": "N · 2", "source": "hand"},
                    "kv_cache": {"value": 4.0, "unit": "GB"}},
@@ -113,3 +113,28 @@ def test_a_fleet_section_with_a_wrong_type_is_refused_naming_the_field(fleet_sec
     node[where[-1]] = bad
     with pytest.raises(InputError, match=message.replace(".", r"\.").replace("[", r"\[")):
         Run.from_dict(_run_dict(fleet_section=f))
+
+
+def test_a_node_label_and_a_fan_out_are_records_that_load_back_as_written():
+    d = _run_dict()
+    d["meta"]["fleet"] = {"node": "n1", "gpu": 0, "ray_node_id": "ab", "machine": "m", "part": None, "rack": 4}
+    d["meta"]["fanout"] = {"tasks": 2, "failed": 0, "overhead_s_median": 0.01, "overhead_s_max": 0.02, "per_task": []}
+    run = Run.from_dict(copy.deepcopy(d))
+    assert isinstance(run.meta.fleet, FleetLabel) and run.meta.fleet.gpu == 0 and run.meta.fleet.extra == {"rack": 4}
+    assert isinstance(run.meta.fanout, FanOut) and run.meta.fanout.tasks == 2
+    assert json.dumps(run.to_dict()) == json.dumps(d)
+    built = Run(meta=RunMeta(fleet=FleetLabel(node="n2", gpu=None, ray_node_id="cd", machine="m", part=None))).to_dict()
+    assert built["meta"]["fleet"] == {"node": "n2", "gpu": None, "ray_node_id": "cd", "machine": "m", "part": None}
+
+
+@pytest.mark.parametrize("key,bad,message", [
+    ("fleet", {"node": "n1", "gpu": "0"}, "meta.fleet.gpu must be an integer or null, not '0'"),
+    ("fleet", "n1", "meta.fleet must be a JSON object"),
+    ("fanout", {"tasks": 2, "overhead_s_median": "fast"}, "meta.fanout.overhead_s_median must be a number or null"),
+    ("fanout", {"per_task": [1]}, "meta.fanout.per_task must be a list of objects or null"),
+])
+def test_a_hostile_node_label_or_fan_out_is_refused_naming_the_field(key, bad, message):
+    d = _run_dict()
+    d["meta"][key] = bad
+    with pytest.raises(InputError, match=message.replace(".", r"\.")):
+        Run.from_dict(d)

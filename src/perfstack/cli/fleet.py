@@ -18,7 +18,7 @@ from perfstack.bench import SUITES
 from perfstack.errors import PerfstackError, UsageError
 from perfstack.fleet.analysis import FleetAnalysis, analyze
 from perfstack.fleet.output import fleet_run
-from perfstack.model import Run, Severity
+from perfstack.model import FanOut, Run, Severity
 
 DEFAULT_TIMEOUT = {"doctor": 300.0, "bench": 1800.0}
 
@@ -194,12 +194,12 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     if what == "bench" and not args.no_allreduce:
         _allreduce(ray, analysis, args, err)
     overheads = [r.overhead_s for r in results if r.overhead_s is not None]
-    fanout = {"tasks": len(results), "failed": sum(1 for r in results if r.error),
-              "overhead_s_median": round(statistics.median(overheads), 4) if overheads else None,
-              "overhead_s_max": round(max(overheads), 4) if overheads else None,
-              "per_task": [{"node": r.node, "gpu": r.gpu, "part": r.part, "machine": r.machine, "job_s": r.job_s,
-                            "overhead_s": r.overhead_s}
-                           for r in results]}
+    fanout = FanOut(tasks=len(results), failed=sum(1 for r in results if r.error),
+                    overhead_s_median=round(statistics.median(overheads), 4) if overheads else None,
+                    overhead_s_max=round(max(overheads), 4) if overheads else None,
+                    per_task=[{"node": r.node, "gpu": r.gpu, "part": r.part, "machine": r.machine, "job_s": r.job_s,
+                               "overhead_s": r.overhead_s}
+                              for r in results])
     result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
                        {"fanout": fanout})
     if args.save_runs:  # with the node Runs, so 'fleet report DIR' shows the all-reduce as well

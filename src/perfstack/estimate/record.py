@@ -12,8 +12,8 @@ Two shapes are accepted, and each has its record:
   finds memory stacks and latency bounds by those names, and a sheet would have to invent sections,
   units and labels the author did not write.
 
-Both are tolerant as ``RunMeta`` is: keys this perfstack does not know are kept (``extra``) with the
-order the Run had its keys (``order``), so that a loaded Run saves back byte for byte. A known key of
+Both are tolerant records as ``RunMeta`` is (fields.open_dict): keys this perfstack does not know are
+kept (``extra``) with the order the Run had its keys (``order``), so that a loaded Run saves back byte for byte. A known key of
 the wrong type is refused when the Run is loaded, naming it (``sections.estimates`` holds the sheet's
 checks, shared with the profile's), so that renderers read attributes without re-checking them.
 """
@@ -24,34 +24,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from perfstack.errors import InputError
-
-_OPEN = ("extra", "order")
+from perfstack.fields import OPEN, open_dict, open_fields
 
 
 def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls) if f.name not in _OPEN)
-
-
-def _open_dict(rec: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON object of a tolerant record: the keys it was read with in that order, then the fields
-    set since, then unknown keys added since (as ``RunMeta.to_dict``)."""
-    out: dict[str, Any] = {}
-    for k in rec.order:
-        if k in names:
-            out[k] = _plain(getattr(rec, k))
-        elif k in rec.extra:
-            out[k] = rec.extra[k]
-    out.update((k, _plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
-    out.update((k, v) for k, v in rec.extra.items() if k not in out)
-    return out
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (Figure, Leaf, EstimateTree)):
-        return v.to_dict()
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
+    return tuple(f.name for f in fields(cls) if f.name not in OPEN)
 
 
 @dataclass
@@ -65,10 +42,11 @@ class Figure:
     inputs: dict[str, Any]  # symbol -> value used
     assumptions: list[str]
     extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    order: tuple[str, ...] = field(default=("label", "value", "unit", "formula", "inputs", "assumptions"), repr=False,
+                                   compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return _open_dict(self, _FIGURE)
+        return open_dict(self)
 
 
 _FIGURE = _names(Figure)
@@ -116,7 +94,7 @@ class EstimateSheet:
         return list(self.to_dict().items())
 
     def to_dict(self) -> dict[str, Any]:
-        return _open_dict(self, _SHEET)
+        return open_dict(self)
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> "EstimateSheet":
@@ -150,7 +128,7 @@ class Leaf:
     order: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return _open_dict(self, _LEAF) if self.order else {"value": self.value, **_open_dict(self, _LEAF)}
+        return open_dict(self) if self.order else {"value": self.value, **open_dict(self)}
 
 
 _LEAF = _names(Leaf)
@@ -164,7 +142,7 @@ class EstimateTree:
     items: dict[str, "Leaf | EstimateTree | Any"] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: _plain(v) for k, v in self.items.items()}
+        return {k: v.to_dict() if isinstance(v, (Leaf, EstimateTree)) else v for k, v in self.items.items()}
 
 
 Estimates = EstimateSheet | EstimateTree | Leaf  # what Run.estimates holds, when it holds one
@@ -188,10 +166,5 @@ def from_dict(section: Any, where: str = "estimates") -> Estimates:
 
 def _node(d: dict[str, Any], where: str) -> EstimateTree | Leaf:
     if is_leaf(d):
-        for k in ("unit", "formula"):
-            if d.get(k) is not None and not isinstance(d[k], str):
-                from perfstack.fields import _show
-                raise InputError(f"{where}.{k} must be a string or null, not {_show(d[k])}")
-        return Leaf(**{k: v for k, v in d.items() if k in _LEAF},
-                    extra={k: v for k, v in d.items() if k not in _LEAF}, order=tuple(d))
+        return Leaf(**open_fields(Leaf, d, where))  # unit and formula text or null
     return EstimateTree({k: _node(v, f"{where}.{k}") if isinstance(v, dict) else v for k, v in d.items()})

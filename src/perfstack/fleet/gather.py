@@ -34,9 +34,8 @@ def is_bundle(d: Path) -> bool:
 
 
 def _node_name(run: Run, fallback: str) -> str:
-    fleet = run.meta.fleet
-    node = fleet.get("node") if isinstance(fleet, dict) else None
-    return node if isinstance(node, str) and node.strip() else fallback
+    node = run.meta.fleet.node if run.meta.fleet else None
+    return node if node and node.strip() else fallback
 
 
 def _stem(p: Path) -> str:

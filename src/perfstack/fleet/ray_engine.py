@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from perfstack.errors import CannotRunHere
 from perfstack.fleet.jobs import Target
+from perfstack.model import FleetLabel
 
 INSTALL_HINT = "pip install 'perfstack[fleet]' (Ray) on this machine and on every node"
 
@@ -195,8 +196,8 @@ def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[s
     runs = job(target)
     out = []
     for r in runs:
-        r.meta.fleet = {"node": target.node, "gpu": target.gpu, "ray_node_id": node_id, "machine": target.machine,
-                           "part": getattr(job, "part", None)}
+        r.meta.fleet = FleetLabel(node=target.node, gpu=target.gpu, ray_node_id=node_id, machine=target.machine,
+                                  part=getattr(job, "part", None))
         out.append(r.to_dict())
     return {"runs": out, "job_s": time.perf_counter() - t0}
 

@@ -112,15 +112,13 @@ def sku_of(run: Run) -> str:
 
 def _machine(run: Run) -> str:
     fleet = run.meta.fleet
-    machine = fleet.get("machine") if isinstance(fleet, dict) else None
-    return machine if isinstance(machine, str) else ""
+    return (fleet.machine if fleet else None) or ""
 
 
 def _figure_subject(run: Run) -> str:
     """The GPU a per-GPU bench Run measured, from the fleet's own meta ("gpu0"), else the node."""
     fleet = run.meta.fleet
-    gpu = fleet.get("gpu") if isinstance(fleet, dict) else None
-    return f"gpu{int(gpu)}" if isinstance(gpu, int) and not isinstance(gpu, bool) else ""
+    return f"gpu{fleet.gpu}" if fleet and fleet.gpu is not None else ""
 
 
 def figures_of(run: Run) -> dict[tuple[str, str], Figure]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfstack.fleet.analysis import FleetAnalysis
-from perfstack.model import RunMeta
+from perfstack.model import FanOut, RunMeta
 
 
 @dataclass
@@ -24,11 +24,11 @@ class FleetView:
     fanout: str  # what the fan-out through Ray cost per task, or "" (Runs read from files)
 
 
-def _fanout(fan: dict[str, Any] | None) -> str:
-    if not isinstance(fan, dict) or fan.get("overhead_s_median") is None:
+def _fanout(fan: FanOut | None) -> str:
+    if fan is None or fan.overhead_s_median is None:
         return ""
-    return (f"fan-out: {fan.get('tasks')} tasks, overhead per task median {fan['overhead_s_median'] * 1000:.0f} ms, "
-            f"max {fan['overhead_s_max'] * 1000:.0f} ms")
+    return (f"fan-out: {fan.tasks} tasks, overhead per task median {fan.overhead_s_median * 1000:.0f} ms, "
+            f"max {(fan.overhead_s_max or 0.0) * 1000:.0f} ms")
 
 
 def fleet_view(a: FleetAnalysis, meta: RunMeta) -> FleetView:
