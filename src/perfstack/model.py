@@ -434,6 +434,13 @@ def _estimates(data: Any) -> Estimates | None:
     return from_dict(data)
 
 
+def _profile(data: Any) -> Section | None:
+    """The profile section, typed once here and checked against ``sections.PROFILE`` (exit 2 naming the
+    field); it writes back the JSON it was read from."""
+    from perfstack.profile.records import load
+    return load(data)
+
+
 def _loadtest(data: Any) -> LoadTest | None:
     """A load test section is checked against its types once, here, so that readers can trust it."""
     if data is None:
@@ -459,10 +466,3 @@ def _fact_dict(f: Fact) -> dict[str, Any]:
     if not f.available:
         d.update(available=False, reason=f.reason)
     return d
-def _profile(data: Any) -> Section | None:
-    """The profile section, typed once here and checked against ``sections.PROFILE`` (exit 2 naming the
-    field); it writes back the JSON it was read from."""
-    from perfstack.profile.records import load
-    return load(data)
-
-
