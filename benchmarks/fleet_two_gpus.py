@@ -211,7 +211,7 @@ def agrees(gpu: int, fleet, alone: list, say) -> bool:
     one run's samples show). A GEMM whose clocks the power cap lowered is also judged on its fast
     samples: the median of such a run depends on how long it ran before the cap bit (on an H100 a TF32
     GEMM gave ~410 TFLOP/s for its first samples, then ~355), its fastest sample does not."""
-    from perfstack.compare.diff import measurement_delta
+    from perfstack.compare.diff import measurement_delta, per_sample_values
     vals = [a.value for a in alone]
     deltas = [measurement_delta(a, fleet, set()) for a in alone]
     pcts = [abs(d.delta_pct or 0) for d in deltas]
@@ -224,20 +224,13 @@ def agrees(gpu: int, fleet, alone: list, say) -> bool:
     elif min(pcts) <= spread:
         how = f"within the standalone runs' spread ({spread:.1f}%)"
     elif fleet.bench == "gemm" and any("power cap" in x for m in (fleet, *alone) for x in m.notes):
-        fast = [fast_value(m) for m in (fleet, *alone)]
+        fast = [max(per_sample_values(m)) for m in (fleet, *alone)]
         gap = min(abs(fast[0] / f - 1) * 100 for f in fast[1:])
         if gap <= 3:
             how = f"power-capped: fast samples {fast[0]:.4g} vs {max(fast[1:]):.4g} ({gap:.1f}%)"
     say(f"GPU {gpu} {fleet.name}: alone {' / '.join(f'{v:.4g}' for v in vals)} vs fleet {fleet.value:.4g} "
         f"{fleet.unit} ({deltas[0].delta_pct:+.1f}%): {how or 'DIFFERS'}")
     return bool(how)
-
-
-def fast_value(m) -> float:
-    """The figure at the fastest sample: what the GPU gives before the power cap lowers its clocks."""
-    from perfstack.bench import timing
-    st = timing.summarize(m.samples)
-    return m.value * st["median"] / st["min"] if st and st["min"] else m.value
 
 
 def allreduce_between_machines(n: int, out: Path, say, failures: list[str]) -> None:

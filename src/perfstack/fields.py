@@ -101,19 +101,22 @@ def open_dict(rec: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in rec.order:
         if k in names:
-            out[k] = _plain(getattr(rec, k))
+            out[k] = plain(getattr(rec, k))
         elif k in rec.extra:
             out[k] = rec.extra[k]
-    out.update((k, _plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
+    out.update((k, plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
     out.update((k, v) for k, v in rec.extra.items() if k not in out)
     return out
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
+    """A record (anything with ``to_dict``), or a list or dict of them, as JSON values."""
     if hasattr(v, "to_dict"):
         return v.to_dict()
+    if isinstance(v, list):
+        return [plain(x) for x in v]
     if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: plain(x) for k, x in v.items()}
     return v
 
 

@@ -132,7 +132,10 @@ def _gemm(tflops_per_sample):
                        unit="TFLOP/s", samples=samples)
 
 
-CAPPED = {"notes": ["clocks limited at the end of the run by power cap (SM 1590 MHz)"]}
+# what _gpu.sampled hands finish for a run that ended at the power cap: the clock-event bit and its note
+CAP_MASK = 1 << _gpu.EVENT_BITS.index("sw_power_cap")
+CAPPED = {"after": {"clocks_event_reasons": CAP_MASK},
+          "notes": ["clocks limited at the end of the run by power cap (SM 1590 MHz)"]}
 
 
 def test_a_run_the_power_cap_slowed_midway_names_its_fastest_sample():
@@ -145,5 +148,5 @@ def test_a_run_the_power_cap_slowed_midway_names_its_fastest_sample():
 def test_no_step_in_the_samples_or_no_cap_adds_nothing():
     steady = _gpu.finish([_gemm([405, 407, 408, 406] * 5)], CAPPED)[0]
     assert not any(n.startswith("power cap bit") for n in steady.notes)
-    uncapped = _gpu.finish([_gemm([408] * 4 + [364] * 16)], {"notes": []})[0]
+    uncapped = _gpu.finish([_gemm([408] * 4 + [364] * 16)], {"after": {"clocks_event_reasons": 0}, "notes": []})[0]
     assert not any(n.startswith("power cap bit") for n in uncapped.notes)

@@ -269,7 +269,7 @@ def measurement(bench: str, name: str, samples: list[float], to_value: Callable[
 
 def finish(measurements: list[Measurement], tel: dict[str, Any]) -> list[Measurement]:
     """Attach the block's telemetry (taken after the measurements were built) to each of them."""
-    capped = any("power cap" in n for n in tel.get("notes", []))
+    capped = "power cap" in limiting_reasons(tel.get("after", {}).get("clocks_event_reasons"))
     for m in measurements:
         if m.status == "ok":
             m.telemetry = {"before": tel.get("before", {}), "after": tel.get("after", {})}

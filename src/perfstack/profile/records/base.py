@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
 from perfstack import sections
+from perfstack.fields import plain
 
 R = TypeVar("R", bound="Record")
 
@@ -59,12 +60,12 @@ class Record:
                 if f is not None:
                     v = getattr(self, f.name)
                     as_read = self.loaded.unfit.get(key)
-                    out[key] = as_read[0] if as_read is not None and v == as_read[1] else _plain(v)
+                    out[key] = as_read[0] if as_read is not None and v == as_read[1] else plain(v)
                 elif key in extra:
                     out[key] = extra[key]
         for key, f in by_key.items():
             if key not in out and self._writes(f.name) and (self.loaded is None or getattr(self, f.name) != _default(f)):
-                out[key] = _plain(getattr(self, f.name))
+                out[key] = plain(getattr(self, f.name))
         out.update((k, v) for k, v in extra.items() if k not in out)
         return out
 
@@ -121,16 +122,6 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return f.default
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Record):
-        return v.to_dict()
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 def _typed(hint: Any, v: Any, where: str) -> Any:
