@@ -177,6 +177,14 @@ def test_a_malformed_fleet_section_is_a_clear_input_error(bad):
         FleetAnalysis.from_dict(bad)
 
 
+@pytest.mark.parametrize("version, says", [(None, "must be a positive integer, not missing"),
+                                            (True, "must be a positive integer"), (99, "reads up to")])
+def test_a_fleet_section_without_a_usable_schema_version_says_which(version, says):
+    with pytest.raises(InputError) as e:
+        FleetAnalysis.from_dict({} if version is None else {"schema_version": version})
+    assert says in e.value.message and ("upgrade" in (e.value.hint or "")) == (version == 99)
+
+
 def test_node_copies_keep_their_recorded_noise():
     base = recorded("h100-doctor-bench")
     d = node(base, "n", random.Random(0))

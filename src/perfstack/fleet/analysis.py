@@ -91,8 +91,11 @@ class FleetAnalysis:
         if not isinstance(d, Mapping):
             raise InputError("the fleet section is not a JSON object")
         version = d.get("schema_version")
-        if not isinstance(version, int) or version > FLEET_SCHEMA_VERSION:
-            raise InputError(f"the fleet section has schema_version {version!r}; this perfstack reads up to "
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InputError("fleet.schema_version must be a positive integer, not "
+                             f"{'missing' if version is None else repr(version)}")
+        if version > FLEET_SCHEMA_VERSION:
+            raise InputError(f"the fleet section has schema_version {version}; this perfstack reads up to "
                              f"{FLEET_SCHEMA_VERSION}", hint="upgrade perfstack: pip install -U perfstack")
         top = typed(cls, {k: d[k] for k in ("skus", "identity_keys", "notes") if k in d}, "fleet")
         return cls(
