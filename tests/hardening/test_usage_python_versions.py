@@ -49,3 +49,51 @@ def test_module_parses_and_calls_only_what_the_oldest_python_has(path: Path):
             assert added is None or added <= oldest, (
                 f"{path.name}:{node.lineno}: {name}({kw.arg}=...) needs Python {added[0]}.{added[1]}, "
                 f"but requires-python admits {oldest[0]}.{oldest[1]}")
+
+
+_TYPE_NAMES = {"int", "float", "str", "bytes", "bool", "dict", "list", "tuple", "set", "frozenset", "type", "object"}
+
+
+def _type_like(node: ast.expr) -> bool:
+    """An operand that names a type: None, a builtin type, a capitalised name, or a subscripted one."""
+    if isinstance(node, ast.Constant):
+        return node.value is None
+    if isinstance(node, ast.Name):
+        return node.id in _TYPE_NAMES or (node.id[:1].isupper() and not node.id.isupper())
+    if isinstance(node, ast.Subscript):
+        return _type_like(node.value)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _type_like(node.left) or _type_like(node.right)
+    return False
+
+
+def _annotations(tree: ast.AST) -> set[int]:
+    """ids of every node inside an annotation (left unevaluated by ``from __future__ import annotations``)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        roots: list[ast.expr | None] = []
+        if isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+        elif isinstance(node, ast.arg):
+            roots.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            roots.append(node.returns)
+        for r in roots:
+            if r is not None:
+                inside.update(id(n) for n in ast.walk(r))
+    return inside
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_union_of_types_evaluated_at_run_time(path: Path):
+    """``A | B`` between types runs only from Python 3.10: in an annotation it is a string under
+    ``from __future__ import annotations``, but an alias (``X = A | B``), an ``isinstance`` argument or a
+    default is evaluated when the module is imported, and 3.9 raises TypeError there."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    skip = _annotations(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip or not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)):
+            continue
+        assert not (_type_like(node.left) and _type_like(node.right)), (
+            f"{path.name}:{node.lineno}: '{ast.unparse(node)}' is evaluated at run time and fails on Python 3.9; "
+            "use typing.Union / Optional")

@@ -21,7 +21,7 @@ checks, shared with the profile's), so that renderers read attributes without re
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
 from perfstack.errors import InputError
 from perfstack.fields import OPEN, open_dict, open_fields
@@ -145,7 +145,7 @@ class EstimateTree:
         return {k: v.to_dict() if isinstance(v, (Leaf, EstimateTree)) else v for k, v in self.items.items()}
 
 
-Estimates = EstimateSheet | EstimateTree | Leaf  # what Run.estimates holds, when it holds one
+Estimates = Union[EstimateSheet, EstimateTree, Leaf]  # what Run.estimates holds, when it holds one
 
 
 def is_leaf(d: Any) -> bool:
