@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported when a Run holds one: fleet.analysis imports this 
     from perfstack.fleet.analysis import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
     from perfstack.profile.records import Section
+    from perfstack.trial.record import Trial
 
 SCHEMA_VERSION = 1
 
@@ -346,6 +347,7 @@ class Run:
     estimates: Estimates | None = None  # perfstack estimate's sheet, or a hand-made tree of quantities
     loadtest: LoadTest | None = None  # perfstack loadtest's requests, levels and sweep
     fleet: FleetAnalysis | None = None  # perfstack fleet's analysis of many nodes
+    trial: Trial | None = None  # perfstack try's arms, measured without the profiler (JSON key "try")
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -360,6 +362,7 @@ class Run:
             "estimates": self.estimates.to_dict() if self.estimates is not None else None,
             **({"loadtest": _loadtest_dict(self.loadtest)} if self.loadtest is not None else {}),
             **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
+            **({"try": self.trial.to_dict()} if self.trial is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -404,6 +407,7 @@ class Run:
             estimates=_estimates(sec["estimates"]),
             loadtest=_loadtest(d.get("loadtest")),
             fleet=_fleet(d.get("fleet")),
+            trial=_trial(d.get("try")),
             schema_version=version,
         )
 
@@ -459,6 +463,11 @@ def _fleet(data: Any) -> FleetAnalysis | None:
         return None
     from perfstack.fleet.analysis import FleetAnalysis
     return FleetAnalysis.from_dict(data)
+
+
+def _trial(data: Any) -> Trial | None:
+    from perfstack.trial.record import load
+    return load(data)
 
 
 def _fact_dict(f: Fact) -> dict[str, Any]:

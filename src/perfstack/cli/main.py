@@ -22,11 +22,12 @@ from perfstack.cli import (
     loadtest,
     profile,
     report,
+    try_,
 )
 from perfstack.errors import PerfstackError
 from perfstack.report.inert import protect, visible
 
-COMMANDS = (doctor, capture, bench, profile, estimate, loadtest, fleet, report, diff, explain)
+COMMANDS = (doctor, capture, bench, profile, try_, estimate, loadtest, fleet, report, diff, explain)
 
 EPILOG = """exit codes: 0 done · 1 findings at or above --fail-on · 2 bad usage or input file ·
 3 cannot run here · 4 internal error · 130 interrupted"""
