@@ -94,6 +94,10 @@ def render_text(view: RunView, console: Console, verbose: bool) -> None:
         console.print()
         if not _estimate_text(view, console, verbose):
             console.print(Markdown(markdown.estimates_md(view.estimates)))
+    if view.trial is not None:
+        from perfstack.report.try_text import render_try
+        console.print()
+        render_try(view.trial, console, verbose=verbose)
     if view.absent:
         console.print(f"[dim]not in this Run: {', '.join(view.absent)}[/dim]")
 

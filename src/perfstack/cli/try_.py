@@ -163,8 +163,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     err.print(f"trying {', '.join(f.id for f in fixes)} on {shlex.join(cmd)}: {1 + len(fixes)} arms × "
               f"{args.rounds} rounds", markup=False)
     trial = _with_progress(plan, err)
-    result = Run(meta=run_meta("try", source=shlex.join(cmd), elapsed_s=trial.elapsed_s), trial=trial)
-    output.emit_run(result, args, out, err, lambda: render_try(try_view(result), out, verbose=args.verbose > 0))
+    result = Run(meta=run_meta("try", source=shlex.join(cmd), elapsed_s=trial.elapsed_s,
+                                      gpu=trial.device), trial=trial)
+    view = try_view(result)
+    assert view is not None  # the Run holds the trial
+    output.emit_run(result, args, out, err, lambda: render_try(view, out, verbose=args.verbose > 0))
     if args.apply_best:
         out.print("\n# the best fixes, to make permanent (nothing was changed):" if trial.advice
                   else "\n# nothing to apply", markup=False)
@@ -183,8 +186,8 @@ def _with_progress(plan: Plan, err: Console) -> Trial:
         task = bar.add_task("starting", total=total)
 
         def progress(arm: str, rnd: int, left: float) -> None:
-            if bar.tasks[task].completed >= total:
-                bar.update(task, total=bar.tasks[task].total + 1)
+            if bar.tasks[task].completed >= (bar.tasks[task].total or total):
+                bar.update(task, total=bar.tasks[task].completed + 1)
             left_s = "" if left == float("inf") else f", {left:,.0f} s left"
             bar.update(task, description=f"round {rnd}/{plan.rounds} · {arm}{left_s}")
             bar.advance(task)

@@ -470,3 +470,36 @@ def xy_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, str]], boo
         body.append(f'<g data-series="{escape(name)}"><path class="line" d="{d}" stroke="{color}"{dash}/>{dots}</g>')
         legend.append((name, color, "dash" if dashed else ""))
     return _svg(kind, body, title, H, legend)
+
+
+def strips(rows: Sequence[tuple[str, Sequence[float], float | None]], title: str, unit: str,
+           kind: str = "strips") -> str:
+    """Each row's samples as a strip of dots on one shared axis (every timed step of every run of an arm),
+    with a bar at the row's figure (the best run's median): how wide each arm's step times spread."""
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return ""
+    row_h, label_w = 28, 170
+    height = PAD_T + row_h * len(rows) + 40
+    lo = min(min(s) for _, s, _ in rows)
+    hi = max(max(s) for _, s, _ in rows)
+    ticks = nice_ticks(lo * 0.95, hi * 1.05 or 1.0)
+    xs = Scale(ticks[0], ticks[-1], label_w, W - 30, False)
+    body = []
+    for t in ticks:
+        x = xs(t)
+        body.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T - 4}" y2="{height - 36}"/>'
+                    f'<text class="tick" x="{x:.1f}" y="{height - 22}" text-anchor="middle">{t:g}</text>')
+    body.append(f'<text class="label" x="{(label_w + W) / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+                f"{escape(unit)}</text>")
+    for i, (label, samples, mark) in enumerate(rows):
+        y = PAD_T + i * row_h + row_h / 2
+        color = PALETTE[i % len(PALETTE)]
+        dots = "".join(f'<circle cx="{xs(v):.1f}" cy="{y + (j % 5 - 2) * 2:.1f}" r="2" fill="{color}" '
+                       f'fill-opacity="0.55"/>' for j, v in enumerate(samples))
+        best = (f'<line x1="{xs(mark):.1f}" x2="{xs(mark):.1f}" y1="{y - 10:.1f}" y2="{y + 10:.1f}" '
+                f'stroke="#222" stroke-width="2"/>' if mark is not None else "")
+        body.append(f'<g data-series="{escape(label)}"><title>{escape(label)}: {len(samples)} steps</title>'
+                    f'<text class="rowlabel" x="{label_w - 8}" y="{y + 4:.1f}" text-anchor="end">'
+                    f'{escape(_clip(label, 24))}</text>{dots}{best}</g>')
+    return _svg(kind, body, title, height)

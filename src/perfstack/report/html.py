@@ -20,6 +20,7 @@ from perfstack.profile.records import OpRow
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
 from perfstack.report.inert import html_text as escape
+from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
     DELTA_NUMERIC,
@@ -238,6 +239,26 @@ def _estimates(est: EstimateView) -> str:
     return "".join(parts)
 
 
+def _try(v: TryView) -> str:
+    """The trial: the table of arms, each arm's step times as a strip of dots, the notes, what to apply."""
+    rows = [[f"<code>{e(r.id)}</code>", e(r.step), e(r.gain), e(r.ci),
+             e(r.predicted) + (f' <span class="muted">({e(r.predicted_by)})</span>' if r.predicted_by else ""),
+             f'<span class="verdict {e(r.verdict.replace(" ", "-"))}">{e(r.verdict)}</span>', e(r.numerics),
+             e(r.memory), e(r.first_step)] for r in v.rows]
+    parts = [f"<h2>Fixes measured without the profiler</h2><p><code>{e(v.command)}</code></p>",
+             _table(HEAD, rows, num_cols=(1, 2, 3, 4, 7, 8)),
+             charts.strips([(r.id, r.samples, r.best_ms) for r in v.rows], "Step times of every run, by arm "
+                           "(bar: the best run's median)", "ms per step")]
+    notes = [f"<li><code>{e(r.id)}</code>: {e(r.note)}</li>" for r in v.rows if r.note]
+    notes += [f"<li>noise: {e(v.noise)}</li>", f"<li>how: {e(v.how)}</li>"] + [f"<li>{e(n)}</li>" for n in v.notes]
+    if v.interrupted:
+        notes.append("<li>interrupted: the table holds what was measured before Ctrl-C</li>")
+    parts.append("<ul>" + "".join(notes) + "</ul>")
+    parts.append("<p><b>Apply:</b> " + ", ".join(f"<code>{e(b)}</code>" for b in v.best) + "</p>" if v.best else
+                 '<p class="muted">No fix measured a gain that keeps the numbers.</p>')
+    return "".join(parts)
+
+
 def render_run(view: RunView) -> str:
     sections: list[tuple[str, str, str]] = []
     if view.doctor is not None:
@@ -251,6 +272,8 @@ def render_run(view: RunView) -> str:
         sections.append(("profile", "Profile", _profile(view.profile)))
     if view.estimates is not None:
         sections.append(("estimates", "Estimates", _estimates(view.estimates)))
+    if view.trial is not None:
+        sections.append(("try", "Fixes measured", _try(view.trial)))
     facts = _table(("", ""), ((e(k), e(v)) for k, v in view.facts))
     meta = _table(("", ""), ((e(k), e(v)) for k, v in view.meta))
     absent = (f'<p class="muted">Not in this Run: {e(", ".join(view.absent))}.</p>' if view.absent else "")

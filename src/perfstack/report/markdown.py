@@ -13,6 +13,7 @@ from perfstack.compare.diff import Diff, MeasurementDelta
 from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
+from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
     DELTA_NUMERIC,
@@ -166,6 +167,22 @@ def estimates_md(est: EstimateView) -> str:
     return "\n\n".join(out)
 
 
+def try_md(v: TryView) -> str:
+    """The trial: one row per arm, then how it was measured, the notes and what to apply."""
+    rows = [[md_code(r.id), r.step, r.gain, r.ci, r.predicted + (f" ({r.predicted_by})" if r.predicted_by else ""),
+             r.verdict, r.numerics, r.memory, r.first_step] for r in v.rows]
+    out = [f"## Fixes measured without the profiler\n\n{md_code(v.command)}",
+           table(HEAD, rows, right=(1, 2, 3, 4, 7, 8))]
+    notes = [f"- **{md_code(r.id)}**: {t(r.note)}" for r in v.rows if r.note]
+    notes += [f"- noise: {t(v.noise)}", f"- how: {t(v.how)}"] + [f"- {t(n)}" for n in v.notes]
+    if v.interrupted:
+        notes.append("- interrupted: the table holds what was measured before Ctrl-C")
+    out.append("\n".join(notes))
+    out.append(f"**Apply:** {', '.join(md_code(b) for b in v.best)}" if v.best else
+               "_No fix measured a gain that keeps the numbers._")
+    return "\n\n".join(out)
+
+
 def machine_md(view: RunView) -> str:
     return "## Machine\n\n" + table(("", ""), view.facts)
 
@@ -184,6 +201,8 @@ def render_run(view: RunView) -> str:
         parts.append(profile_md(view.profile))
     if view.estimates is not None:
         parts.append(estimates_md(view.estimates))
+    if view.trial is not None:
+        parts.append(try_md(view.trial))
     parts.append(machine_md(view))
     if view.absent:
         parts.append(f"_Not in this Run: {t(', '.join(view.absent))}._")

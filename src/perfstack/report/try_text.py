@@ -16,9 +16,9 @@ def render_try(v: TryView, out: Console, verbose: bool = False) -> None:
     out.print(Text.assemble(("perfstack try  ", "bold"), (v.command, ""), ("  ·  " + v.gpu, "dim")))
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for i, h in enumerate(HEAD):
-        table.add_column(h, justify="right" if i in (1, 2, 6, 7) else "left", overflow="fold")
+        table.add_column(h, justify="right" if i in (1, 2, 3, 4, 7, 8) else "left", no_wrap=i in (0, 1, 2, 3, 5))
     for r in v.rows:
-        cells = r.cells()
+        cells: list[str | Text] = list(r.cells())
         cells[5] = Text(r.verdict, style=STYLE.get(r.verdict, ""))
         table.add_row(*cells)
     out.print(table)

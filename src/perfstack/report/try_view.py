@@ -9,7 +9,7 @@ from typing import Optional
 from perfstack.model import Run
 from perfstack.trial.record import ArmResult, Trial
 
-HEAD = ("fix", "step (best)", "gain ± 95% CI", "predicted", "numerics", "verdict", "peak memory", "first step")
+HEAD = ("fix", "step", "gain", "95% CI", "predicted", "verdict", "numerics", "peak mem", "1st step")
 
 
 @dataclass
@@ -18,7 +18,9 @@ class ArmRow:
     title: str
     step: str
     gain: str
+    ci: str
     predicted: str
+    predicted_by: str
     numerics: str
     verdict: str
     memory: str
@@ -28,7 +30,7 @@ class ArmRow:
     best_ms: Optional[float] = None
 
     def cells(self) -> list[str]:
-        return [self.id, self.step, self.gain, self.predicted, self.numerics, self.verdict, self.memory,
+        return [self.id, self.step, self.gain, self.ci, self.predicted, self.verdict, self.numerics, self.memory,
                 self.first_step]
 
 
@@ -50,24 +52,28 @@ def _ms(v: Optional[float]) -> str:
 
 
 def _gain(a: ArmResult) -> str:
-    if a.gain_pct is None:
-        return "—"
-    ci = f" [{a.ci_pct[0]:+.1f}, {a.ci_pct[1]:+.1f}]" if a.ci_pct else ""
-    return f"{a.gain_pct:+.1f}%{ci}"
+    return "—" if a.gain_pct is None else f"{a.gain_pct:+.1f}%"
+
+
+def _ci(a: ArmResult) -> str:
+    return "—" if not a.ci_pct else f"{a.ci_pct[0]:+.1f} … {a.ci_pct[1]:+.1f}"
 
 
 def _numerics(a: ArmResult) -> str:
+    """identical · within tolerance (the largest relative difference of the first losses) · changed (...)"""
     if not a.numerics:
         return "—"
-    if a.numerics_diff and a.numerics != "identical":
-        return f"{a.numerics} (max rel. diff {a.numerics_diff:.1e})"
+    if a.id == "baseline":  # its runs compared among themselves
+        return "repeatable" if a.numerics == "identical" else "varies run to run" if a.numerics == "changed" else "≈"
+    if a.numerics_diff and a.numerics in ("within tolerance", "changed"):
+        return f"{'≈' if a.numerics == 'within tolerance' else 'changed'} {a.numerics_diff:.0e}"
     return a.numerics
 
 
 def _row(a: ArmResult) -> ArmRow:
-    return ArmRow(id=a.id, title=a.title, step=_ms(a.best_ms), gain=_gain(a),
-                  predicted="—" if a.predicted_pct is None else f"{a.predicted_pct:.0f}% ({', '.join(a.predicted_by)})",
-                  numerics=_numerics(a) + (" · changes numerics" if a.changes_numerics and a.id != "baseline" else ""),
+    return ArmRow(id=a.id, title=a.title, step=_ms(a.best_ms), gain=_gain(a), ci=_ci(a),
+                  predicted="—" if a.predicted_pct is None else f"{a.predicted_pct:.0f}%",
+                  predicted_by=", ".join(a.predicted_by), numerics=_numerics(a),
                   verdict=a.verdict, memory="—" if a.peak_mem_mb is None else f"{a.peak_mem_mb / 1024:,.2f} GiB",
                   first_step="—" if a.first_step_s is None else f"{a.first_step_s:,.1f} s", note=a.note,
                   samples=[x for r in a.runs for x in r.step_ms], best_ms=a.best_ms)
@@ -81,7 +87,9 @@ def try_view(run: Run) -> Optional[TryView]:
            f"{t.method}" + (f"; {t.nproc} processes (torchrun)" if t.nproc > 1 else ""))
     noise = ("not measured (one unmodified run)" if t.noise_pct is None else
              f"{t.noise_pct:.1f}% between the two fastest unmodified runs; smaller gains read as no measurable gain")
+    legend = ("numerics: the first losses beside the unmodified script's; ≈ within tolerance, with the largest "
+              "relative difference")
     return TryView(command=" ".join(t.command), how=how, noise=noise, rows=[_row(a) for a in t.arms],
-                   notes=list(t.notes) + ([f"predictions from {t.profile_from}"] if t.profile_from else []),
+                   notes=list(t.notes) + ([f"predictions from {t.profile_from}"] if t.profile_from else []) + [legend],
                    advice=list(t.advice), best=list(t.best), gpu=run.meta.gpu or "no GPU named",
                    interrupted=t.interrupted)

@@ -21,6 +21,7 @@ from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
 from perfstack.profile.records import KernelClass, OpRow, Section
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
+from perfstack.report.try_view import TryView, try_view
 from perfstack.rules import fix_first
 
 MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
@@ -109,6 +110,7 @@ class RunView:
     roofline: RooflineView | None = None
     profile: ProfileView | None = None
     estimates: EstimateView | None = None
+    trial: TryView | None = None
     absent: list[str] = field(default_factory=list)  # sections this Run does not have
 
 
@@ -382,10 +384,12 @@ def build(run: Run) -> RunView:
     os_name = run.facts.value("system.os_release")
     if isinstance(os_name, dict) and os_name.get("PRETTY_NAME"):
         facts.insert(7, ("OS", str(os_name["PRETTY_NAME"])))
+    trial = try_view(run)
+    gpus = run.facts.value("gpu.summary") or (trial.gpu if trial is not None else None) or "no NVIDIA GPU seen"
     view = RunView(title=f"perfstack {run.meta.command or 'report'}",
-                   gpus=str(run.facts.value("gpu.summary") or "no NVIDIA GPU seen"), meta=meta, facts=facts,
+                   gpus=str(gpus), meta=meta, facts=facts,
                    doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec, profile),
-                   profile=profile_view(run, profile), estimates=estimate_view(run, spec))
+                   profile=profile_view(run, profile), estimates=estimate_view(run, spec), trial=trial)
     view.absent = [name for name, part in (("doctor", view.doctor), ("bench", view.bench),
                                            ("profile", view.profile), ("estimates", view.estimates)) if part is None]
     return view

@@ -166,13 +166,21 @@ class Arm:
         except Exception:
             return None
 
+    def _device(self) -> str | None:
+        if not self._cuda():
+            return None
+        try:
+            return str(self.torch.cuda.get_device_name())
+        except Exception:
+            return None
+
     def write(self) -> None:
         data = {"torch": self.torch is not None, "steps_seen": self.n, "source": self.source,
                 "step_ms": self.step_ms() if self.window_s is not None else [],
                 "window_s": self.window_s, "boundary_s": [round(x, 4) for x in self.boundary_s[: self.warmup + 1]],
                 "peak_mem_mb": self._peak_mb(), "values": self._values(), "error": self.error,
                 "applied": self.patches.applied if self.patches is not None else {},
-                "cuda": self._cuda()}
+                "cuda": self._cuda(), "device": self._device()}
         path = self.cfg["status"] + (f".{os.environ['RANK']}" if os.environ.get("RANK") else "")
         try:
             with open(path + ".tmp", "w") as f:
@@ -300,6 +308,8 @@ def main() -> int:
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)  # what 'python script.py' prints for sys.exit("message")
     except BaseException as e:
         _print_user_traceback(e)
         A.error = f"{type(e).__name__}: {e}"[:2000]

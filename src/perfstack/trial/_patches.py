@@ -94,7 +94,7 @@ def _dataloader(torch: Any, fix: str, change: Callable[[Any, dict[str, Any]], st
         except TypeError:
             return init(self, *args, **kwargs)
 
-    cls.__init__ = patched
+    cls.__init__ = patched  # type: ignore[method-assign]
 
 
 def _workers() -> int:
@@ -311,7 +311,7 @@ def ddp_no_sync(torch: Any) -> None:
                 _skip("ddp-no-sync", "one forward pass per optimizer step (no gradient accumulation)")
         state["steps"], state["seen"] = n, 0
 
-    DDP.forward = patched
+    DDP.forward = patched  # type: ignore[method-assign]
     _on_step.append(boundary)
 
 

@@ -31,7 +31,7 @@ def _verdict(v: Any, where: str) -> None:
         raise InputError(f"{where} must be one of {', '.join(VERDICTS)}, not {_show(v)}")
 
 
-def check_of(cls: type) -> sections.Check:
+def check_of(cls: type[Record]) -> sections.Check:
     """The JSON check of a record, read from its annotations: int, float, str, bool, Optional of those,
     lists of them or of records, and open maps."""
     hints = typing.get_type_hints(cls)
@@ -83,6 +83,7 @@ class ArmRun(Record):
     values: list[float] = field(default_factory=list)  # the first losses (or step results)
     error: Optional[str] = None  # the tail of the script's output when it failed
     interrupted: bool = False
+    device: Optional[str] = None  # the GPU the script ran on
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,6 +128,7 @@ class Trial(Record):
     profile_from: Optional[str] = None  # where the predictions came from
     interrupted: bool = False
     elapsed_s: float = 0.0
+    device: Optional[str] = None  # the GPU the unmodified script ran on
     extra: dict[str, Any] = field(default_factory=dict)
 
     def arm(self, arm_id: str) -> Optional[ArmResult]:

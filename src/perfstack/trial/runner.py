@@ -130,13 +130,14 @@ def _merge(sts: list[dict[str, Any]]) -> dict[str, Any]:
     steps = [_numbers(s.get("step_ms")) for s in sts]
     n = min((len(x) for x in steps), default=0)
     first = sts[0] if sts else {}
-    peaks = [s.get("peak_mem_mb") for s in sts if isinstance(s.get("peak_mem_mb"), (int, float))]
+    peaks = [float(s["peak_mem_mb"]) for s in sts if isinstance(s.get("peak_mem_mb"), (int, float))]
     return {"step_ms": [max(x[i] for x in steps) for i in range(n)],
             "boundary_s": _numbers(first.get("boundary_s")), "values": _numbers(first.get("values")),
             "peak_mem_mb": max(peaks) if peaks else None,
             "applied": first.get("applied") if isinstance(first.get("applied"), dict) else {},
             "steps_seen": min((int(s.get("steps_seen") or 0) for s in sts), default=0),
-            "error": first.get("error") if isinstance(first.get("error"), str) else None}
+            "error": first.get("error") if isinstance(first.get("error"), str) else None,
+            "device": str(first["device"])[:200] if isinstance(first.get("device"), str) else None}
 
 
 def run_once(plan: Plan, fixes: list[Fix], rnd: int, timeout: float, spawn: Runner = _spawn) -> ArmRun:
@@ -168,7 +169,7 @@ def run_once(plan: Plan, fixes: list[Fix], rnd: int, timeout: float, spawn: Runn
                   first_step_s=round(bounds[0], 3) if bounds else None,
                   warmup_s=round(bounds[-1] - bounds[0], 3) if len(bounds) > 1 else None,
                   wall_s=round(time.monotonic() - t0, 3), peak_mem_mb=st["peak_mem_mb"], applied=applied,
-                  values=st["values"], error=error, interrupted=interrupted)
+                  values=st["values"], error=error, interrupted=interrupted, device=st["device"])
 
 
 def _why(rc: int, tail: str, st: dict[str, Any], plan: Plan) -> str:
@@ -239,6 +240,7 @@ def run(plan: Plan, progress: Progress = lambda arm, rnd, left: None, spawn: Run
                  arms=results, best=best.fixes if best else [],
                  advice=[FIXES[f].advice for f in (best.fixes if best else []) if f in FIXES],
                  notes=notes, profile_from=plan.profile_from, interrupted=interrupted,
+                 device=next((r.device for r in base if r.device), None),
                  elapsed_s=round(time.monotonic() - clock.t0, 1))
 
 
@@ -265,7 +267,8 @@ def _rounds(plan: Plan, arms: Sequence[tuple[str, list[Fix]]], runs: dict[str, l
 def _result(arm: str, fixes: list[Fix], runs: dict[str, list[ArmRun]], plan: Plan) -> ArmResult:
     rs = runs.get(arm, [])
     ok = [r for r in rs if r.step_ms]
-    pred, by = (None, [])
+    pred: Optional[float] = None
+    by: list[str] = []
     if len(fixes) == 1:
         pred, by = predicted_for(fixes[0], plan.predicted)
     peaks = [r.peak_mem_mb for r in rs if r.peak_mem_mb is not None]

@@ -38,7 +38,7 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.L
 if a.infer:
     import perfstack
     with torch.no_grad():
-        for i, (x, y) in enumerate(loader):
+        for i, (x, _) in enumerate(loader):
             model(x)
             perfstack.step()
             if i >= a.iters:

@@ -1,0 +1,233 @@
+"""perfstack try: the plan's order, the statistics, the verdicts and the record, with a fake child that
+writes what the real one writes; and real arms of a small CPU script (tests/trial/scripts/tiny_train.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfstack.cli.main import main
+from perfstack.errors import CannotRunHere, UsageError
+from perfstack.model import Run
+from perfstack.profile.capture import parse_argv
+from perfstack.trial import fixes as fx
+from perfstack.trial import runner, stats
+
+SCRIPT = Path(__file__).with_name("scripts") / "tiny_train.py"
+
+
+def _plan(fixes: list[str], **kw: object) -> runner.Plan:
+    cmd = ["python", str(SCRIPT)]
+    return runner.Plan(target=parse_argv(cmd), command=cmd, fixes=[fx.FIXES[f] for f in fixes],
+                       warmup=2, steps=5, **kw)  # type: ignore[arg-type]
+
+
+class FakeChild:
+    """Stands in for _spawn: records the order of arms and writes the status file the child would.
+    ``ms[arm]`` is the step time of that arm; ``crash``/``interrupt`` name arms that fail or get Ctrl-C."""
+
+    def __init__(self, ms: dict[str, float], crash: str = "", interrupt: str = "", values: dict[str, list[float]] | None = None,
+                 unapplied: str = "") -> None:
+        self.ms, self.crash, self.interrupt, self.unapplied = ms, crash, interrupt, unapplied
+        self.values = values or {}
+        self.order: list[str] = []
+        self.envs: list[dict[str, str]] = []
+
+    def __call__(self, argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
+        cfg = json.loads(argv[-1])
+        arm = "+".join(cfg["fixes"]) or "baseline"
+        self.order.append(arm)
+        self.envs.append(env)
+        if arm == self.crash:
+            return 1, "Traceback...\nRuntimeError: boom", False
+        n = len([a for a in self.order if a == arm])
+        base = self.ms.get(arm, self.ms.get("*", 10.0))
+        steps = [base * (1 + 0.01 * ((i + n) % 3)) for i in range(cfg["steps"])]
+        applied = {f: {"count": 0 if f == self.unapplied else 1, "what": "x"} for f in cfg["fixes"]}
+        Path(cfg["status"]).write_text(json.dumps({
+            "step_ms": steps, "boundary_s": [3.0, 3.5], "values": self.values.get(arm, [2.0, 1.9, 1.8]),
+            "peak_mem_mb": 100.0, "applied": applied, "steps_seen": cfg["warmup"] + cfg["steps"], "error": None}))
+        return (130, "", True) if arm == self.interrupt else (0, "", False)
+
+
+def test_rounds_alternate_arms_in_fresh_runs():
+    fake = FakeChild({"baseline": 10.0, "*": 10.0})
+    runner.run(_plan(["tf32", "cudnn-benchmark"], rounds=3, combine=False), spawn=fake)
+    assert fake.order == ["baseline", "tf32", "cudnn-benchmark"] * 3
+
+
+def test_a_real_gain_works_and_a_gain_within_noise_does_not():
+    fake = FakeChild({"baseline": 10.0, "tf32": 6.0, "cudnn-benchmark": 9.99})
+    t = runner.run(_plan(["tf32", "cudnn-benchmark"], rounds=3, combine=False), spawn=fake)
+    tf32, cudnn = t.arm("tf32"), t.arm("cudnn-benchmark")
+    assert tf32 is not None and cudnn is not None
+    assert tf32.verdict == "works" and tf32.gain_pct == pytest.approx(40.0, abs=0.5)
+    assert tf32.ci_pct is not None and tf32.ci_pct[0] > 30
+    assert cudnn.verdict == "no measurable gain"
+    assert t.best == ["tf32"] and t.advice == [fx.FIXES["tf32"].advice]
+
+
+def test_a_slower_fix_is_called_slower():
+    t = runner.run(_plan(["tf32"], rounds=3), spawn=FakeChild({"baseline": 10.0, "tf32": 14.0}))
+    arm = t.arm("tf32")
+    assert arm is not None and arm.verdict == "slower" and arm.gain_pct is not None and arm.gain_pct < -30
+    assert t.best == []
+
+
+def test_an_arm_that_crashes_is_its_result_not_an_error():
+    t = runner.run(_plan(["tf32", "cudnn-benchmark"], rounds=2), spawn=FakeChild({"*": 10.0}, crash="tf32"))
+    arm = t.arm("tf32")
+    assert arm is not None and arm.verdict == "failed" and "RuntimeError: boom" in arm.note
+    assert t.arm("cudnn-benchmark") is not None
+
+
+def test_a_baseline_that_fails_cannot_run_here_with_its_output():
+    with pytest.raises(CannotRunHere, match="RuntimeError: boom"):
+        runner.run(_plan(["tf32"], rounds=2), spawn=FakeChild({"*": 10.0}, crash="baseline"))
+
+
+def test_ctrl_c_keeps_what_was_measured():
+    fake = FakeChild({"*": 10.0}, interrupt="cudnn-benchmark")
+    t = runner.run(_plan(["tf32", "cudnn-benchmark", "pin-memory"], rounds=3), spawn=fake)
+    assert t.interrupted and fake.order == ["baseline", "tf32", "cudnn-benchmark"]
+    assert t.arm("tf32") is not None and t.arm("tf32").best_ms is not None  # type: ignore[union-attr]
+    assert t.arm("pin-memory").verdict == "not run"  # type: ignore[union-attr]
+
+
+def test_the_budget_stops_the_trial_before_a_run_it_cannot_finish(monkeypatch):
+    clock = iter(range(0, 1000, 10))  # every reading of the clock is 10 s later
+    monkeypatch.setattr(runner.time, "monotonic", lambda: float(next(clock)))
+    t = runner.run(_plan(["tf32", "cudnn-benchmark"], rounds=3, budget_s=45), spawn=FakeChild({"*": 10.0}))
+    assert any("budget" in n for n in t.notes)
+    assert sum(len(a.runs) for a in t.arms) < 9
+
+
+def test_a_fix_that_changed_nothing_is_not_applied():
+    t = runner.run(_plan(["pin-memory"], rounds=2), spawn=FakeChild({"*": 10.0}, unapplied="pin-memory"))
+    assert t.arm("pin-memory").verdict == "not applied"  # type: ignore[union-attr]
+
+
+def test_numerics_guard_compares_the_first_losses():
+    fake = FakeChild({"baseline": 10.0, "tf32": 5.0, "bf16-autocast": 5.0},
+                     values={"baseline": [2.0, 1.9], "tf32": [2.0001, 1.9002], "bf16-autocast": [2.5, 1.2]})
+    t = runner.run(_plan(["tf32", "bf16-autocast"], rounds=2, combine=False), spawn=fake)
+    assert t.arm("tf32").numerics == "within tolerance"  # type: ignore[union-attr]
+    assert t.arm("bf16-autocast").numerics == "changed"  # type: ignore[union-attr]
+    assert t.best == ["tf32"]  # the faster arm changed the numbers: never recommended silently
+
+
+def test_the_fixes_that_worked_are_tried_together():
+    fake = FakeChild({"baseline": 10.0, "tf32": 8.0, "cudnn-benchmark": 8.0, "cudnn-benchmark+tf32": 7.9,
+                      "tf32+cudnn-benchmark": 7.9})
+    t = runner.run(_plan(["tf32", "cudnn-benchmark"], rounds=2), spawn=fake)
+    comb = t.arm("combined")
+    assert comb is not None and sorted(comb.fixes) == ["cudnn-benchmark", "tf32"]
+    assert any("less than" in n for n in t.notes)  # 21% < the 36% two 20% gains compound to
+
+
+def test_environment_fixes_set_and_unset_variables():
+    s = fx.Setting({"NCCL_P2P_DISABLE": "1", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}, nproc=2, cpus=16)
+    env = fx.environment([fx.FIXES["nccl-defaults"], fx.FIXES["expandable-segments"], fx.FIXES["omp-threads"]], s)
+    assert "NCCL_P2P_DISABLE" not in env
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+    assert env["OMP_NUM_THREADS"] == "8"
+    assert fx.FIXES["nccl-defaults"].applies(fx.Setting({})) is not None
+    assert fx.FIXES["ddp-no-sync"].applies(fx.Setting({}, nproc=1)) is not None
+
+
+def test_unknown_fix_is_a_usage_error():
+    with pytest.raises(UsageError, match="no such fix"):
+        fx.parse("tf32,warp-drive")
+
+
+def test_predictions_come_from_the_findings_that_name_the_fix():
+    assert fx.predicted_for(fx.FIXES["tf32"], {"fp32-matmul": 12.0, "fp32-conv": 30.0, "gpu-idle": 50.0}) == \
+        (30.0, ["fp32-conv", "fp32-matmul"])
+
+
+def test_stats_ci_and_noise():
+    base = [[10.0, 10.1, 9.9], [10.4, 10.5, 10.3]]
+    assert stats.noise_pct(base) == pytest.approx(4.0)
+    lo, hi = stats.gain_ci(base, [[5.0, 5.1, 4.9]]) or (0, 0)
+    assert 45 < lo <= hi < 55
+    assert stats.verdict(3.0, (1.0, 5.0), 4.0) == "no measurable gain"
+    assert stats.verdict(6.0, (1.0, 9.0), 4.0) == "works"
+
+
+def test_the_try_section_round_trips_and_refuses_a_wrong_type():
+    t = runner.run(_plan(["tf32"], rounds=2), spawn=FakeChild({"baseline": 10.0, "tf32": 6.0}))
+    run = Run(trial=t)
+    d = json.loads(run.to_json())
+    d["try"]["from_the_future"] = {"x": 1}
+    assert Run.from_dict(d).to_dict()["try"]["from_the_future"] == {"x": 1}
+    d["try"]["arms"][1]["gain_pct"] = "40"
+    from perfstack.errors import InputError
+    with pytest.raises(InputError, match=r"try\.arms\[1\]\.gain_pct must be a number"):
+        Run.from_dict(d)
+    d["try"]["arms"][1]["gain_pct"] = 40.0
+    d["try"]["arms"][1]["verdict"] = "great"
+    with pytest.raises(InputError, match=r"try\.arms\[1\]\.verdict must be one of"):
+        Run.from_dict(d)
+
+
+def test_hostile_from_run_is_refused_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "findings": [{"id": 3}]}))
+    assert main(["try", "--from", str(bad), "--", "python", str(SCRIPT)]) == 2
+    assert "bad.json" in capsys.readouterr().err
+    doctor = tmp_path / "doctor.json"
+    doctor.write_text(json.dumps({"schema_version": 1, "findings": []}))
+    assert main(["try", "--from", str(doctor), "--list"]) == 2
+    assert "not a 'perfstack profile' Run" in capsys.readouterr().err
+
+
+def test_wrong_flags_are_usage_errors(capsys):
+    assert main(["try", "--steps", "1", "--fix", "tf32", "--", "python", str(SCRIPT)]) == 2
+    assert main(["try", "--step-at", "nocolon", "--fix", "tf32", "--", "python", str(SCRIPT)]) == 2
+    assert main(["try", "--fix", "tf32"]) == 2
+    assert main(["try", "--fix", "tf32", "--", "torchrun", str(SCRIPT)]) == 2
+
+
+# -- real arms: the child, on a CPU -----------------------------------------------------------------
+
+def _digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_real_arms_apply_their_fixes_only_in_the_child_and_leave_the_script_alone(tmp_path, capsys):
+    before = _digest(SCRIPT)
+    out = tmp_path / "try.json"
+    rc = main(["-q", "try", "--fix", "dataloader-workers,foreach-optimizer", "--rounds", "1", "--warmup", "2",
+               "--steps", "3", "--no-combine", "-o", str(out), "--", sys.executable, str(SCRIPT), "--crash-if-workers"])
+    assert rc == 0
+    assert _digest(SCRIPT) == before
+    t = Run.load(out).trial
+    assert t is not None
+    base, workers, foreach = t.arm("baseline"), t.arm("dataloader-workers"), t.arm("foreach-optimizer")
+    assert base is not None and workers is not None and foreach is not None
+    assert base.runs[0].applied == {} and len(base.runs[0].step_ms) == 3
+    assert base.runs[0].values and base.runs[0].values[0] > 0  # the first loss, seen through backward()
+    # the patched DataLoader had workers, which this script refuses: the arm failed, the trial went on
+    assert workers.verdict == "failed" and "cannot run with workers" in workers.note
+    assert foreach.runs[0].applied["foreach-optimizer"].count == 1
+    assert foreach.numerics == "identical"
+    assert "torch" not in sys.modules or not hasattr(sys.modules["torch"].optim.Adam.__init__, "__wrapped__")
+
+
+def test_real_inference_steps_from_the_marker(tmp_path):
+    out = tmp_path / "try.json"
+    rc = main(["-q", "try", "--fix", "omp-threads", "--rounds", "1", "--warmup", "1", "--steps", "3", "--no-combine",
+               "-o", str(out), "--", sys.executable, str(SCRIPT), "--infer"])
+    assert rc == 0
+    t = Run.load(out).trial
+    assert t is not None and len(t.arms[0].runs[0].step_ms) == 3
+
+
+def test_a_script_broken_at_baseline_exits_3_with_its_output(capsys):
+    rc = main(["try", "--fix", "tf32", "--rounds", "1", "--", sys.executable, str(SCRIPT), "--fail"])
+    assert rc == 3
+    assert "broken on purpose" in capsys.readouterr().err
