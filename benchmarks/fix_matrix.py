@@ -93,46 +93,48 @@ def _w(name: str, script: str, fixes: str, family: str, args: tuple[str, ...] = 
 _STALE_P2P = (("NCCL_P2P_DISABLE", "1"),)
 _STALE_P2P_IB = (("NCCL_P2P_DISABLE", "1"), ("NCCL_IB_DISABLE", "1"))
 
-# Order matters within a family: it decides the halves (HALF_RULE).
+# Order matters within a family: it decides the halves (HALF_RULE). The fixes are the 1-3 each workload's
+# natural anti-patterns call for, trimmed so that the matrix fits one device call of 4 GPUs (a compile arm
+# costs a minute of compilation per fresh process: only the launch-bound workload keeps one).
 _ENTRIES = [
     _w("resnet18", "resnet18_train.py", "channels-last bf16-autocast cudnn-benchmark", "cnn"),
-    _w("resnet50", "resnet50_train.py", "channels-last bf16-autocast cudnn-benchmark tf32", "cnn"),
-    _w("mobilenet-v3", "mobilenet_train.py", "channels-last cudnn-benchmark compile", "cnn"),
-    _w("vit-b16", "vit_b16_train.py", "tf32 bf16-autocast compile", "vit"),
-    _w("vit-scratch", "vit_scratch_train.py", "bf16-autocast compile fused-optimizer", "vit"),
-    _w("bert-mlm", "bert_mlm_train.py", "tf32 bf16-autocast fused-optimizer", "encoder"),
-    _w("bert-classify", "bert_classify_train.py", "bf16-autocast compile pin-memory", "encoder"),
-    _w("gpt2", "gpt2_train.py", "bf16-autocast tf32 fused-optimizer", "decoder"),
-    _w("llama", "llama_train.py", "bf16-autocast compile tf32", "decoder"),
-    _w("t5", "t5_train.py", "tf32 bf16-autocast fused-optimizer", "seq2seq"),
-    _w("bart", "bart_train.py", "bf16-autocast compile tf32", "seq2seq"),
-    _w("kv-cat-b1", "kv_cat_decode.py", "static-kv-cache compile", "decode",
+    _w("resnet50", "resnet50_train.py", "channels-last tf32", "cnn"),
+    _w("mobilenet-v3", "mobilenet_train.py", "channels-last cudnn-benchmark", "cnn"),
+    _w("vit-b16", "vit_b16_train.py", "tf32 bf16-autocast", "vit"),
+    _w("vit-scratch", "vit_scratch_train.py", "bf16-autocast fused-optimizer", "vit"),
+    _w("bert-mlm", "bert_mlm_train.py", "tf32 fused-optimizer", "encoder"),
+    _w("bert-classify", "bert_classify_train.py", "bf16-autocast pin-memory", "encoder"),
+    _w("gpt2", "gpt2_train.py", "tf32 fused-optimizer", "decoder"),
+    _w("llama", "llama_train.py", "tf32 bf16-autocast", "decoder"),
+    _w("t5", "t5_train.py", "tf32 fused-optimizer", "seq2seq"),
+    _w("bart", "bart_train.py", "tf32 bf16-autocast", "seq2seq"),
+    _w("kv-cat-b1", "kv_cat_decode.py", "static-kv-cache bf16-autocast", "decode",
        args=("--batch-size", "1"), steps_by="perfstack.step"),
-    _w("kv-cat-b32", "kv_cat_decode.py", "static-kv-cache compile bf16-autocast", "decode",
+    _w("kv-cat-b32", "kv_cat_decode.py", "static-kv-cache bf16-autocast", "decode",
        args=("--batch-size", "32"), steps_by="perfstack.step"),
-    _w("hf-generate-b32", "hf_generate.py", "static-kv-cache compile bf16-autocast", "decode",
+    _w("hf-generate-b32", "hf_generate.py", "static-kv-cache bf16-autocast", "decode",
        args=("--batch-size", "32"), steps_by="perfstack.step"),
-    _w("hf-generate-b1", "hf_generate.py", "static-kv-cache compile", "decode",
+    _w("hf-generate-b1", "hf_generate.py", "static-kv-cache", "decode",
        args=("--batch-size", "1"), steps_by="perfstack.step"),
-    _w("unet-diffusion", "unet_diffusion_train.py", "channels-last bf16-autocast cudnn-benchmark", "conv-generative"),
-    _w("conv-vae", "conv_vae_train.py", "channels-last cudnn-benchmark bf16-autocast", "conv-generative"),
-    _w("moe-loop", "moe_loop_train.py", "bf16-autocast compile fused-optimizer", "moe"),
-    _w("mixtral", "mixtral_train.py", "bf16-autocast fused-optimizer tf32", "moe"),
+    _w("unet-diffusion", "unet_diffusion_train.py", "channels-last bf16-autocast", "conv-generative"),
+    _w("conv-vae", "conv_vae_train.py", "channels-last cudnn-benchmark", "conv-generative"),
+    _w("moe-loop", "moe_loop_train.py", "bf16-autocast fused-optimizer", "moe"),
+    _w("mixtral", "mixtral_train.py", "bf16-autocast tf32", "moe"),
     _w("dataloader-heavy", "dataloader_heavy_train.py", "dataloader-workers pin-memory omp-threads jemalloc",
        "input-pipeline"),
-    _w("text-loader", "text_loader_train.py", "dataloader-workers pin-memory jemalloc", "input-pipeline"),
-    _w("ckpt-transformer", "ckpt_transformer_train.py", "no-checkpointing bf16-autocast tf32", "checkpointing"),
-    _w("hf-grad-ckpt", "hf_grad_ckpt_train.py", "no-checkpointing bf16-autocast fused-optimizer", "checkpointing"),
-    _w("mlp-fp32", "mlp_fp32_train.py", "tf32 bf16-autocast compile", "gemm"),
-    _w("dlrm", "dlrm_train.py", "fused-optimizer compile tf32", "gemm"),
+    _w("text-loader", "text_loader_train.py", "dataloader-workers pin-memory", "input-pipeline"),
+    _w("ckpt-transformer", "ckpt_transformer_train.py", "no-checkpointing tf32", "checkpointing"),
+    _w("hf-grad-ckpt", "hf_grad_ckpt_train.py", "no-checkpointing fused-optimizer", "checkpointing"),
+    _w("mlp-fp32", "mlp_fp32_train.py", "tf32 bf16-autocast", "gemm"),
+    _w("dlrm", "dlrm_train.py", "fused-optimizer tf32", "gemm"),
     _w("adam-many-params", "adam_many_params_train.py", "foreach-optimizer fused-optimizer", "small-kernels"),
-    _w("tiny-launch-bound", "tiny_launch_bound_train.py", "compile foreach-optimizer fused-optimizer",
+    _w("tiny-launch-bound", "tiny_launch_bound_train.py", "compile fused-optimizer",
        "small-kernels"),
-    _w("empty-cache-loop", "empty_cache_loop_train.py", "expandable-segments bf16-autocast", "allocator"),
+    _w("empty-cache-loop", "empty_cache_loop_train.py", "expandable-segments", "allocator"),
     _w("varlen-churn", "varlen_churn_train.py", "expandable-segments bf16-autocast", "allocator"),
-    _w("ddp-accum", "ddp_accum_train.py", "ddp-no-sync nccl-defaults bf16-autocast", "distributed",
+    _w("ddp-accum", "ddp_accum_train.py", "ddp-no-sync nccl-defaults", "distributed",
        nproc=2, env=_STALE_P2P),
-    _w("fsdp", "fsdp_train.py", "bf16-autocast nccl-defaults tf32", "distributed", nproc=2, env=_STALE_P2P_IB),
+    _w("fsdp", "fsdp_train.py", "nccl-defaults bf16-autocast", "distributed", nproc=2, env=_STALE_P2P_IB),
 ]
 
 
@@ -166,14 +168,17 @@ def profile_command(e: Entry, out: Path, window_s: Optional[int] = None) -> list
     """`perfstack profile` of one workload; window_s for a step-marked script the profiler cannot step."""
     extra = ["--window", str(window_s)] if window_s else []
     return [*perfstack_cmd(), "profile", "--stop-after-window", *extra, "-q",
-            "-o", str(out / f"{e.name}.profile.json"), "--", *e.command()]
+            "--out-dir", str(out / "traces" / e.name), "-o", str(out / f"{e.name}.profile.json"), "--", *e.command()]
 
 
-def try_command(e: Entry, out: Path, rounds: int, steps: int, with_profile: bool) -> list[str]:
+def try_command(e: Entry, out: Path, rounds: int, steps: int, with_profile: bool, warmup: int = 5,
+                combine: bool = True) -> list[str]:
     cmd = [*perfstack_cmd(), "try"]
     if with_profile:
         cmd += ["--from", str(out / f"{e.name}.profile.json")]
-    cmd += ["--fix", ",".join(e.fixes), "--rounds", str(rounds), "--steps", str(steps)]
+    cmd += ["--fix", ",".join(e.fixes), "--rounds", str(rounds), "--steps", str(steps), "--warmup", str(warmup)]
+    if not combine:
+        cmd.append("--no-combine")
     if e.nproc > 1:
         cmd += ["--nproc", str(e.nproc)]
     return [*cmd, "-q", "-o", str(out / f"{e.name}.try.json"), "--", *e.command()]
@@ -245,6 +250,8 @@ class RunOptions:
     out: Path
     rounds: int = 3
     steps: int = 15
+    warmup: int = 5
+    combine: bool = True
     timeout_s: float = 3600.0
     profile_window_s: Optional[int] = None  # passed to step-marked workloads when profile cannot step them
     deadline: Optional[float] = None  # time.monotonic() after which nothing may run
@@ -271,7 +278,8 @@ def run_workload(e: Entry, gpus: list[int], opts: RunOptions) -> dict[str, int]:
         rcs["profile"] = o.rc
         append_log(out, e.name, log_block("profile", cmd, note, o))
     if not (out / f"{e.name}.try.json").exists():
-        cmd = try_command(e, out, opts.rounds, opts.steps, with_profile=prof.exists())
+        cmd = try_command(e, out, opts.rounds, opts.steps, with_profile=prof.exists(), warmup=opts.warmup,
+                          combine=opts.combine)
         o = opts.runner(cmd, env, _timeout(opts))
         rcs["try"] = o.rc
         append_log(out, e.name, log_block("try", cmd, note, o))
@@ -385,7 +393,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if e not in todo:
             print(f"{e.name}: outputs already in {out}, skipped")
     window = None if profile_knows_step_marker() else args.profile_window_s
-    opts = RunOptions(out=out, rounds=args.rounds, steps=args.steps, timeout_s=args.timeout_s,
+    opts = RunOptions(out=out, rounds=args.rounds, steps=args.steps, warmup=args.warmup, combine=not args.no_combine,
+                      timeout_s=args.timeout_s,
                       profile_window_s=window, deadline=(t0 + args.deadline_s) if args.deadline_s else None)
     gpus = args.gpus or count_gpus()
     print(f"{len(todo)} workload(s) to run on {gpus} GPU(s) into {out}", flush=True)
@@ -726,6 +735,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--only", metavar="NAME,...", help="these workloads only")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--steps", type=int, default=15)
+    r.add_argument("--warmup", type=int, default=5)
+    r.add_argument("--no-combine", action="store_true", help="do not try the fixes that worked together")
     r.add_argument("--timeout-s", type=float, default=3600, help="per perfstack command")
     r.add_argument("--profile-window-s", type=int, default=20,
                    help="profile window for step-marked inference scripts, if profile cannot step them")
