@@ -12,7 +12,7 @@ import pytest
 
 from perfstack.cli.main import main
 from perfstack.errors import CannotRunHere, UsageError
-from perfstack.model import Run
+from perfstack.model import Run, run_meta
 from perfstack.profile.capture import parse_argv
 from perfstack.trial import fixes as fx
 from perfstack.trial import runner, stats
@@ -231,3 +231,29 @@ def test_a_script_broken_at_baseline_exits_3_with_its_output(capsys):
     rc = main(["try", "--fix", "tf32", "--rounds", "1", "--", sys.executable, str(SCRIPT), "--fail"])
     assert rc == 3
     assert "broken on purpose" in capsys.readouterr().err
+
+
+def test_two_trials_diff_arm_by_arm(tmp_path, capsys):
+    runs = []
+    for i, ms in enumerate((10.0, 7.0)):
+        t = runner.run(_plan(["tf32"], rounds=2), spawn=FakeChild({"baseline": ms, "tf32": ms * 0.8}))
+        p = tmp_path / f"{i}.json"
+        Run(meta=run_meta("try", gpu="NVIDIA H200"), trial=t).save(p)
+        runs.append(str(p))
+    assert main(["diff", *runs, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = {m["name"]: m for m in d["measurements"]}
+    assert rows["try.baseline.step"]["verdict"] == "improved"
+    assert rows["try.baseline.step"]["delta_pct"] == pytest.approx(-30, abs=1)
+    assert d["before"]["gpus"] == "NVIDIA H200"  # the header names the GPU the trial ran on
+
+
+def test_step_at_marks_steps_of_an_inference_script(tmp_path):
+    out = tmp_path / "try.json"
+    rc = main(["-q", "try", "--fix", "omp-threads", "--rounds", "1", "--warmup", "1", "--steps", "3", "--no-combine",
+               "--step-at", "torch.nn.modules.container:Sequential.forward", "-o", str(out), "--",
+               sys.executable, str(SCRIPT), "--infer"])
+    assert rc == 0
+    t = Run.load(out).trial
+    assert t is not None and len(t.arms[0].runs[0].step_ms) == 3
+    assert t.arms[0].runs[0].values  # the step function's results are kept for the numerics guard

@@ -305,9 +305,27 @@ def _capped_gap(mb: Measurement, ma: Measurement, vb: list[float], va: list[floa
     return gap if abs(gap) <= CAPPED_FAST_AGREE_PCT else None
 
 
+def trial_figures(run: Run) -> list[Measurement]:
+    """A trial's arms as figures to compare (``try.<arm>.step``, ms per step, every timed step of every run as
+    a sample), so that two trials (before and after a change to the script, or on two machines) diff as
+    benchmarks do."""
+    if run.trial is None:
+        return []
+    out = []
+    for arm in run.trial.arms:
+        steps = [x for r in arm.runs for x in r.step_ms]
+        if not steps:
+            continue
+        med = statistics.median(steps)
+        out.append(Measurement(bench="try", name=f"try.{arm.id}.step", value=round(med, 4), unit="ms",
+                               params={"fixes": list(arm.fixes)}, samples=[x / 1e3 for x in steps],
+                               stats={"median": med / 1e3, "n": float(len(steps))}))
+    return out
+
+
 def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: float = ALPHA) -> list[MeasurementDelta]:
-    b = {m.name: m for m in before.measurements}
-    a = {m.name: m for m in after.measurements}
+    b = {m.name: m for m in [*before.measurements, *trial_figures(before)]}
+    a = {m.name: m for m in [*after.measurements, *trial_figures(after)]}
     names = list(b) + [n for n in a if n not in b]
     return [measurement_delta(b.get(n), a.get(n), bound_parts, alpha) for n in names]
 
@@ -348,7 +366,7 @@ def _side(run: Run, label: str | None) -> dict[str, Any]:
     keep = ("command", "created", "source", "host_id", "tool_version")
     meta = run.meta.to_dict()
     out = {k: meta[k] for k in keep if k in meta}
-    out["gpus"] = run.facts.value("gpu.summary")
+    out["gpus"] = run.facts.value("gpu.summary") or run.meta.gpu  # a profile or try Run: the GPU it ran on
     if label:
         out["file"] = label
     return out
