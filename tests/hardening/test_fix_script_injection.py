@@ -143,6 +143,6 @@ def test_write_uses_printf_for_values_echo_would_interpret():
 
 
 def test_mountinfo_decodes_only_the_kernels_escapes():
-    from perfstack.probes.storage import parse_mountinfo
+    from perfstack.probes.mounts import parse_mountinfo
     [m] = parse_mountinfo(r"1 2 8:1 / /a\040b\011c\134d\033e\012f rw - ext4 /dev/x rw")
     assert m["mountpoint"] == "/a b\tc\\d\\033e\nf"  # \033 is not a kernel escape: kept as written

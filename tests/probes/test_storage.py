@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from perfstack.errors import InputError
 from perfstack.probes.collector import Collector, run_probes
+from perfstack.probes.mounts import parse_mountinfo
 from perfstack.probes.storage import (
     parse_link_speed,
-    parse_mountinfo,
     parse_scheduler,
     storage,
 )

@@ -12,8 +12,7 @@ from typing import Any, Callable, TypeVar
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
 from perfstack.probes.memory import parse_int
-from perfstack.probes.mounts import read_mounts
-from perfstack.probes.storage import MOUNTINFO
+from perfstack.probes.mounts import MOUNTINFO, read_mounts
 
 T = TypeVar("T")
 

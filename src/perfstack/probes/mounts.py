@@ -9,14 +9,47 @@ mapping can still be read from them. Their device number is looked up from the m
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed
-from perfstack.probes.storage import MOUNTINFO, _unescape, parse_mountinfo
 
+# The preferred table: it has the device number of each mount
+MOUNTINFO = "/proc/self/mountinfo"
 # Same content in the fstab layout: SOURCE MOUNTPOINT FSTYPE OPTIONS DUMP PASS
 MOUNT_LISTS = ("/proc/self/mounts", "/proc/mounts", "/etc/mtab")
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040); no other
+    escape is the kernel's, so a hand-made bundle cannot spell other control characters this way.
+    A decoded newline stays in the fact: the fix-script builders refuse it (rules/shell.py)."""
+    return re.sub(r"\\(040|011|012|134)", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[dict[str, Any]]:
+    """/proc/self/mountinfo: 'ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS'.
+    Options are the per-mount options followed by the filesystem's (rsize=, size=, ...)."""
+    mounts = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-", 6)
+        except ValueError:
+            raise Malformed(f"not a mountinfo table (line {n} has no ' - ' separator)") from None
+        if len(fields) < sep + 3 or not re.fullmatch(r"\d+:\d+", fields[2]):
+            raise Malformed(f"not a mountinfo table (line {n}: {line[:60]!r})")
+        superopts = fields[sep + 3].split(",") if len(fields) > sep + 3 else []
+        options = [o for o in fields[5].split(",") + superopts if o]
+        mounts.append({"mountpoint": _unescape(fields[4]), "fstype": fields[sep + 1],
+                       "source": _unescape(fields[sep + 2]), "options": list(dict.fromkeys(options)),
+                       "dev": fields[2]})
+    if not mounts:
+        raise Malformed("empty (no mounts listed)")
+    return mounts
 
 
 def parse_mounts(text: str) -> list[dict[str, Any]]:

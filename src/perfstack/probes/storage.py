@@ -8,10 +8,9 @@ from typing import Any, Callable, TypeVar
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
 from perfstack.probes.memory import parse_int
+from perfstack.probes.mounts import MOUNTINFO, read_mounts
 
 T = TypeVar("T")
-
-MOUNTINFO = "/proc/self/mountinfo"
 
 # Kernel bookkeeping filesystems: never where data or checkpoints live.
 PSEUDO_FS = frozenset({
@@ -24,37 +23,6 @@ PSEUDO_FS = frozenset({
 # device-mapper and md stacks are still followed to the disks under them.
 SKIPPED_DEVICE = re.compile(r"^(loop|ram|zram|dm-|nbd|sr|fd)\d*")
 STACKED_DEVICE = re.compile(r"^(dm-|md)\d+")
-
-
-def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040); no other
-    escape is the kernel's, so a hand-made bundle cannot spell other control characters this way.
-    A decoded newline stays in the fact: the fix-script builders refuse it (rules/shell.py)."""
-    return re.sub(r"\\(040|011|012|134)", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def parse_mountinfo(text: str) -> list[dict[str, Any]]:
-    """/proc/self/mountinfo: 'ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS'.
-    Options are the per-mount options followed by the filesystem's (rsize=, size=, ...)."""
-    mounts = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split(" ")
-        try:
-            sep = fields.index("-", 6)
-        except ValueError:
-            raise Malformed(f"not a mountinfo table (line {n} has no ' - ' separator)") from None
-        if len(fields) < sep + 3 or not re.fullmatch(r"\d+:\d+", fields[2]):
-            raise Malformed(f"not a mountinfo table (line {n}: {line[:60]!r})")
-        superopts = fields[sep + 3].split(",") if len(fields) > sep + 3 else []
-        options = [o for o in fields[5].split(",") + superopts if o]
-        mounts.append({"mountpoint": _unescape(fields[4]), "fstype": fields[sep + 1],
-                       "source": _unescape(fields[sep + 2]), "options": list(dict.fromkeys(options)),
-                       "dev": fields[2]})
-    if not mounts:
-        raise Malformed("empty (no mounts listed)")
-    return mounts
 
 
 def parse_scheduler(text: str) -> str:
@@ -141,8 +109,6 @@ def storage(c: Collector) -> None:
     """Sources: /proc/self/mountinfo; /sys/block/<dev>/{dev,queue/{scheduler,rotational,read_ahead_kb,
     wbt_lat_usec},slaves}; /sys/class/nvme/nvme*/device/{current,max}_link_{speed,width}.
     Shell: findmnt; lsblk -o NAME,ROTA,SCHED,RA,MOUNTPOINT; cat /sys/block/nvme0n1/queue/scheduler"""
-    from perfstack.probes.mounts import read_mounts  # it reuses this module's mountinfo parser
-
     mounts: list[dict[str, Any]] | None = None
     try:
         table, src = read_mounts(c)  # mountinfo, else /proc/mounts (hand-made bundles)
