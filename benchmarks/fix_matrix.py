@@ -80,8 +80,8 @@ class Entry:
     env: tuple[tuple[str, str], ...] = ()  # the job's launch environment, as a user's job script sets it
     steps_by: str = "optimizer"  # or "perfstack.step" for inference loops without an optimizer
 
-    def command(self, python: str = sys.executable) -> list[str]:
-        return [python, self.script, *self.args]
+    def command(self, extra: tuple[str, ...] = ()) -> list[str]:
+        return [sys.executable, self.script, *self.args, *extra]
 
 
 def _w(name: str, script: str, fixes: str, family: str, args: tuple[str, ...] = (), nproc: int = 1,
@@ -164,15 +164,16 @@ def perfstack_cmd() -> list[str]:
     return [sys.executable, "-m", "perfstack"]
 
 
-def profile_command(e: Entry, out: Path, window_s: Optional[int] = None) -> list[str]:
+def profile_command(e: Entry, out: Path, window_s: Optional[int] = None, extra: tuple[str, ...] = ()) -> list[str]:
     """`perfstack profile` of one workload; window_s for a step-marked script the profiler cannot step."""
-    extra = ["--window", str(window_s)] if window_s else []
-    return [*perfstack_cmd(), "profile", "--stop-after-window", *extra, "-q",
-            "--out-dir", str(out / "traces" / e.name), "-o", str(out / f"{e.name}.profile.json"), "--", *e.command()]
+    window = ["--window", str(window_s)] if window_s else []
+    return [*perfstack_cmd(), "profile", "--stop-after-window", *window, "-q",
+            "--out-dir", str(out / "traces" / e.name), "-o", str(out / f"{e.name}.profile.json"), "--",
+            *e.command(extra)]
 
 
 def try_command(e: Entry, out: Path, rounds: int, steps: int, with_profile: bool, warmup: int = 5,
-                combine: bool = True) -> list[str]:
+                combine: bool = True, extra: tuple[str, ...] = ()) -> list[str]:
     cmd = [*perfstack_cmd(), "try"]
     if with_profile:
         cmd += ["--from", str(out / f"{e.name}.profile.json")]
@@ -181,7 +182,7 @@ def try_command(e: Entry, out: Path, rounds: int, steps: int, with_profile: bool
         cmd.append("--no-combine")
     if e.nproc > 1:
         cmd += ["--nproc", str(e.nproc)]
-    return [*cmd, "-q", "-o", str(out / f"{e.name}.try.json"), "--", *e.command()]
+    return [*cmd, "-q", "-o", str(out / f"{e.name}.try.json"), "--", *e.command(extra)]
 
 
 def child_env(e: Entry, gpus: list[int], base: Optional[dict[str, str]] = None) -> dict[str, str]:
@@ -255,6 +256,7 @@ class RunOptions:
     timeout_s: float = 3600.0
     profile_window_s: Optional[int] = None  # passed to step-marked workloads when profile cannot step them
     deadline: Optional[float] = None  # time.monotonic() after which nothing may run
+    script_args: tuple[str, ...] = ()  # appended to every workload's own arguments (e.g. --small)
     runner: Callable[[list[str], dict[str, str], float], Outcome] = run_command
 
 
@@ -273,13 +275,13 @@ def run_workload(e: Entry, gpus: list[int], opts: RunOptions) -> dict[str, int]:
     prof = out / f"{e.name}.profile.json"
     if e.nproc == 1 and not prof.exists():
         window = opts.profile_window_s if e.steps_by == "perfstack.step" else None
-        cmd = profile_command(e, out, window)
+        cmd = profile_command(e, out, window, opts.script_args)
         o = opts.runner(cmd, env, _timeout(opts))
         rcs["profile"] = o.rc
         append_log(out, e.name, log_block("profile", cmd, note, o))
     if not (out / f"{e.name}.try.json").exists():
         cmd = try_command(e, out, opts.rounds, opts.steps, with_profile=prof.exists(), warmup=opts.warmup,
-                          combine=opts.combine)
+                          combine=opts.combine, extra=opts.script_args)
         o = opts.runner(cmd, env, _timeout(opts))
         rcs["try"] = o.rc
         append_log(out, e.name, log_block("try", cmd, note, o))
@@ -317,11 +319,11 @@ class Scheduler:
             self.results[e.name] = f"error: {type(exc).__name__}: {exc}"
             append_log(self.opts.out, e.name, f"### {time.strftime('%Y-%m-%dT%H:%M:%S')} driver error: {exc!r}\n\n")
         finally:
+            self.say(f"{e.name}: finished {self.results[e.name]}")
             with self.cond:
                 self.free = sorted(self.free + ids)
                 self.running -= 1
                 self.cond.notify_all()
-            self.say(f"{e.name}: finished {self.results[e.name]}")
 
     def _start_what_fits(self) -> None:
         for e in list(self.pending):
@@ -395,7 +397,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     window = None if profile_knows_step_marker() else args.profile_window_s
     opts = RunOptions(out=out, rounds=args.rounds, steps=args.steps, warmup=args.warmup, combine=not args.no_combine,
                       timeout_s=args.timeout_s,
-                      profile_window_s=window, deadline=(t0 + args.deadline_s) if args.deadline_s else None)
+                      profile_window_s=window, deadline=(t0 + args.deadline_s) if args.deadline_s else None,
+                      script_args=tuple(args.script_args.split()))
     gpus = args.gpus or count_gpus()
     print(f"{len(todo)} workload(s) to run on {gpus} GPU(s) into {out}", flush=True)
     results = Scheduler(todo, gpus, opts, args.margin_s, say=lambda s: print(s, flush=True)).run()
@@ -740,6 +743,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--timeout-s", type=float, default=3600, help="per perfstack command")
     r.add_argument("--profile-window-s", type=int, default=20,
                    help="profile window for step-marked inference scripts, if profile cannot step them")
+    r.add_argument("--script-args", default="", metavar="ARGS",
+                   help="appended to every workload's arguments, e.g. --script-args=--small for a CPU smoke run")
     r.set_defaults(func=cmd_run)
     t = sub.add_parser("table", help="the Markdown comparison of predicted and measured gains")
     t.add_argument("--out", required=True, metavar="DIR")

@@ -10,7 +10,7 @@ Anti-patterns it carries:
                                                             -> fix: cudnn-benchmark
   * fp32 training where bf16 mixed precision would do       -> fix: bf16-autocast
 
-    python benchmarks/workloads/conv_vae_train.py [--batch-size 64] [--image-size 128] [--iters N] [--small]
+    python benchmarks/workloads/conv_vae_train.py [--batch-size 128] [--image-size 128] [--iters N] [--small]
 """
 
 import argparse
@@ -58,7 +58,7 @@ class VAE(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=100000)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--image-size", type=int, default=128)
     p.add_argument("--beta", type=float, default=1e-3)
     p.add_argument("--log-every", type=int, default=50)

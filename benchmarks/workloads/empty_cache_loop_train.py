@@ -1,6 +1,6 @@
 """A transformer LM training loop that empties PyTorch's CUDA cache after every step "to avoid OOM".
 
-An 8-layer, 768-wide GPT-style model (SDPA attention) on batches of 8 x 512 random tokens, fp32,
+An 8-layer, 768-wide GPT-style model (SDPA attention) on batches of 4 x 512 random tokens, fp32,
 AdamW. After each optimizer step the loop deletes its tensors, runs ``gc.collect()`` and
 ``torch.cuda.empty_cache()``, a habit picked up from an out-of-memory thread. Every step then
 has to get all of its activation memory back from the driver with cudaMalloc, and cudaFree it
@@ -12,7 +12,7 @@ Anti-patterns it carries:
                                                             -> fix: bf16-autocast
   (The real fix is to delete the empty_cache() call; no fix id can do that for the script.)
 
-    python benchmarks/workloads/empty_cache_loop_train.py [--batch-size 8] [--seq-len 512] [--iters N] [--small]
+    python benchmarks/workloads/empty_cache_loop_train.py [--batch-size 4] [--seq-len 512] [--iters N] [--small]
 """
 
 import argparse
@@ -56,7 +56,7 @@ class LM(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=100000)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke test")

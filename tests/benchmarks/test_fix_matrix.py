@@ -90,6 +90,13 @@ def test_commands_for_one_and_two_process_workloads(tmp_path):
     assert tr[tr.index("--steps") + 1] == "15" and "--nproc" not in tr
     tr2 = fm.try_command(two, tmp_path, 3, 15, with_profile=False)
     assert "--from" not in tr2 and tr2[tr2.index("--nproc") + 1] == "2"
+    small = fm.try_command(one, tmp_path, 1, 3, with_profile=False, warmup=2, combine=False, extra=("--small",))
+    assert small[-3:] == ["--a", "1", "--small"]
+    assert small[small.index("--warmup") + 1] == "2" and "--no-combine" in small
+    assert prof[prof.index("--out-dir") + 1] == str(tmp_path / "traces" / "w")
+    small_prof = fm.profile_command(one, tmp_path, 20, ("--small",))
+    assert small_prof[small_prof.index("--") + 1:] == [sys.executable, "benchmarks/workloads/x.py", "--a", "1", "--small"]
+    assert small_prof[small_prof.index("--window") + 1] == "20"
 
 
 def test_child_env_pins_gpus_carries_the_job_env_and_separates_rendezvous_ports():
