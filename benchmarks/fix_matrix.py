@@ -741,8 +741,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--warmup", type=int, default=5)
     r.add_argument("--no-combine", action="store_true", help="do not try the fixes that worked together")
     r.add_argument("--timeout-s", type=float, default=3600, help="per perfstack command")
-    r.add_argument("--profile-window-s", type=int, default=20,
-                   help="profile window for step-marked inference scripts, if profile cannot step them")
+    r.add_argument("--profile-window-s", type=int, default=10,
+                   help="profile window for step-marked inference scripts, if profile cannot step them (seconds "
+                        "from the script's import of torch: start-up plus a few seconds of decoding; longer windows "
+                        "of per-token decoding make very large traces)")
     r.add_argument("--script-args", default="", metavar="ARGS",
                    help="appended to every workload's arguments, e.g. --script-args=--small for a CPU smoke run")
     r.set_defaults(func=cmd_run)
