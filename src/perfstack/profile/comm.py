@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from perfstack.profile.timeline import Spans
 
 if TYPE_CHECKING:
-    from perfstack.profile.analyze import Analysis
+    from perfstack.profile.analysis import Analysis
     from perfstack.profile.records import Section
 
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default (FSDP's default unit is a module, often larger)

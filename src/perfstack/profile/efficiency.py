@@ -13,7 +13,7 @@ from perfstack.profile import classify
 from perfstack.profile.records import Compiled, KernelClass, OpRow, TopKernel
 
 if TYPE_CHECKING:
-    from perfstack.profile.analyze import Analysis
+    from perfstack.profile.analysis import Analysis
     from perfstack.profile.flops import Cost
     from perfstack.profile.trace import GpuEvent
     from perfstack.specs.table import GpuSpec

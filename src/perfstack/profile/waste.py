@@ -23,7 +23,7 @@ from perfstack.profile.records import (AttentionUnfused, Fp32Conv, Fp32Matmul, G
                                        MisalignedGroup, OptimizerNotFused, PageableMemcpy, Record, UnfusedElementwise)
 
 if TYPE_CHECKING:
-    from perfstack.profile.analyze import Analysis
+    from perfstack.profile.analysis import Analysis
     from perfstack.specs.table import GpuSpec
 
 HBM_PRACTICAL = 0.90  # a streaming kernel reaches ~90% of the HBM peak (specs.practical hbm_copy)

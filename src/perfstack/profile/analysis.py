@@ -1,0 +1,95 @@
+"""The working state of one trace's analysis (``Analysis``): the analysed device and its events, the
+step windows, which step and operator each GPU event belongs to, the CPU spans, and the notes these
+choices call for. ``analyze`` builds one per trace and its passes (``efficiency``, ``waste``, ``comm``)
+read it; it lives apart from them so that each pass can name it without importing the others."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from perfstack.profile import classify, cpu, flops
+from perfstack.profile.attribute import attribute
+from perfstack.profile.trace import GpuEvent, Trace
+
+
+class Analysis:
+    """The working state of one trace's analysis, shared read-only by the passes: the analysed
+    device's events, the step windows, the attribution of each event, the CPU spans, and the notes
+    these choices call for. Per-op costs and GPU times are computed on first use and cached."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.device, self.other_devices, self.gpu, device_notes = _device(trace)
+        self.windows, window_notes = _windows(trace)
+        self.att = attribute(trace, self.gpu, self.windows)
+        no_gpu = [] if self.gpu else ["no GPU kernels, copies or memsets in the trace: a CPU-only run (or CUDA "
+                                      "activity was not recorded: add ProfilerActivity.CUDA)"]
+        self.notes: list[str] = [*device_notes, *window_notes, *no_gpu, *_attribution_notes(self)]
+        self.cs = cpu.spans(trace)
+        self.costs: dict[int, flops.Cost] = {}
+        self._op_time: dict[int, float] | None = None
+
+    def cost(self, o: int) -> flops.Cost | None:
+        if o < 0:
+            return None
+        c = self.costs.get(o)
+        if c is None:
+            op = self.trace.ops[o]
+            c = self.costs[o] = flops.cost(op.name, op.dims, op.types, getattr(op, "concrete", None))
+        return c
+
+    def known_cost(self, o: int) -> flops.Cost:
+        """The cost of op ``o``, where the caller has already seen that there is one."""
+        c = self.cost(o)
+        if c is None:
+            raise ValueError(f"op {o} has no cost")
+        return c
+
+    def op_time(self, o: int) -> float:
+        """GPU time (µs) of op ``o``'s compute kernels: FLOPs belong to them, not to the op's helpers."""
+        if self._op_time is None:
+            self._op_time = defaultdict(float)
+            for i, g in enumerate(self.gpu):
+                if self.att.op[i] >= 0 and self.att.category[i] in classify.COMPUTE:
+                    self._op_time[self.att.op[i]] += g.dur
+        return self._op_time.get(o, 0.0)
+
+
+Window = tuple[int, float, float]  # (step number, CPU start, CPU end) in µs
+
+
+def _device(trace: Trace) -> tuple[int | None, list[int], list[GpuEvent], list[str]]:
+    """The device with the most GPU time (the one analysed), the others, its events, and a note when
+    the trace has several."""
+    totals: dict[int, float] = defaultdict(float)
+    for g in trace.gpu:
+        totals[g.device] += g.dur
+    device = max(totals, key=lambda d: totals[d]) if totals else None
+    others = sorted(d for d in totals if d != device)
+    notes = []
+    if others:
+        n_other = sum(1 for g in trace.gpu if g.device != device)
+        notes.append(f"the trace has GPU events on devices {[device, *others]}: device "
+                     f"{device} (the most GPU time) is analysed; {n_other} events on the others are not")
+    return device, others, [g for g in trace.gpu if g.device == device], notes
+
+
+def _windows(trace: Trace) -> tuple[list[Window], list[str]]:
+    """The ProfilerStep windows, or the whole trace as one step (with a note) where it has none."""
+    windows = [(s.number, s.ts, s.ts + s.dur) for s in trace.steps if s.dur > 0]
+    if windows:
+        return windows, []
+    spans = [(e.ts, e.ts + e.dur) for e in trace.gpu] + [(e.ts, e.ts + e.dur) for e in (*trace.runtime, *trace.ops)]
+    if spans:
+        windows = [(0, min(a for a, _ in spans), max(b for _, b in spans))]
+    return windows, ["no ProfilerStep# windows: the whole trace is analysed as one step "
+                     "(call prof.step() once per iteration for per-step figures)"]
+
+
+def _attribution_notes(A: Analysis) -> list[str]:
+    notes = list(A.att.notes)
+    if A.att.unattributed and A.gpu:
+        n_before = sum(1 for s in A.att.step if s < 0)
+        notes.append(f"{n_before} GPU events were launched outside the profiled steps (before the first or "
+                     "after the last); they are not counted in any step but occupy the GPU timeline")
+    return notes
