@@ -295,10 +295,10 @@ def done(e: Entry, out: Path) -> bool:
 class Scheduler:
     """Start workloads as GPUs free up (2-GPU ones first), never past the deadline's margin."""
 
-    def __init__(self, entries: list[Entry], gpus: int, opts: RunOptions, margin_s: float,
+    def __init__(self, entries: list[Entry], gpus: int, opts: RunOptions, margin_s: float, first_gpu: int = 0,
                  say: Callable[[str], None] = print):
         self.pending = sorted(entries, key=lambda e: -e.nproc)
-        self.free = list(range(gpus))
+        self.free = list(range(first_gpu, first_gpu + gpus))
         self.gpus, self.opts, self.margin_s, self.say = gpus, opts, margin_s, say
         self.cond = threading.Condition()
         self.running = 0
@@ -401,7 +401,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       script_args=tuple(args.script_args.split()))
     gpus = args.gpus or count_gpus()
     print(f"{len(todo)} workload(s) to run on {gpus} GPU(s) into {out}", flush=True)
-    results = Scheduler(todo, gpus, opts, args.margin_s, say=lambda s: print(s, flush=True)).run()
+    results = Scheduler(todo, gpus, opts, args.margin_s, first_gpu=args.first_gpu, say=lambda s: print(s, flush=True)).run()
     finished = sum(1 for e in entries if done(e, out))
     print(f"{finished} of {len(entries)} workload(s) have their outputs; {time.monotonic() - t0:.0f} s", flush=True)
     return 0 if all(isinstance(r, dict) and not any(r.values()) for r in results.values()) else 1
@@ -736,6 +736,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--deadline-s", type=float, default=0, help="start nothing new once this is near (seconds from now)")
     r.add_argument("--margin-s", type=float, default=600, help="how near is near: no start within this of the deadline")
     r.add_argument("--only", metavar="NAME,...", help="these workloads only")
+    r.add_argument("--first-gpu", type=int, default=0, help="use GPUs first-gpu .. first-gpu+gpus-1")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--steps", type=int, default=15)
     r.add_argument("--warmup", type=int, default=5)
