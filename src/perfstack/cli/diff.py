@@ -7,8 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
-from perfstack.cli.output import write_document
-from perfstack.cli.report import check_output, load_run, output_format, text_file
+from perfstack.cli.output import check_output, load_run, output_format, text_file, write_document
 from perfstack.compare import diff_runs
 from perfstack.compare.stats import ALPHA
 from perfstack.errors import UsageError

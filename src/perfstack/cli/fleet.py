@@ -125,8 +125,7 @@ def _saved_fleet_run(paths: list[str]) -> Run | None:
     """The fleet Run when the one path given is a file holding one, else None."""
     if len(paths) != 1 or not Path(paths[0]).is_file():
         return None
-    from perfstack.cli.report import load_run
-    run = load_run(paths[0])
+    run = output.load_run(paths[0])
     return run if run.meta.command == "fleet" else None
 
 
@@ -137,14 +136,13 @@ def _saved_allreduce(paths: list[Path], analysis: FleetAnalysis, err: Console) -
     """The all-reduce between machines of a saved fleet Run among the files (``fleet*.json``, as
     ``--save-runs`` writes it), into the analysis: it is measured across machines, so no node's Run
     holds it. The newest such Run when there are several; one that cannot be read is a warning."""
-    from perfstack.cli.report import load_run
     from perfstack.fleet import allreduce
     found = []
     for p in paths:
         if not (p.is_file() and p.name.startswith("fleet") and p.suffix == ".json"):
             continue
         try:
-            run = load_run(str(p))
+            run = output.load_run(str(p))
             saved = run.fleet.comms if run.fleet is not None and run.meta.command == "fleet" else None
             if saved is not None:
                 found.append((run.meta.created or "", p, allreduce.Comms.from_dict(saved)))
@@ -229,20 +227,18 @@ def run_bench(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def report_fleet_run(run: Run, fmt: str, args: argparse.Namespace, out: Console, err: Console) -> int:
     """'perfstack report FLEET.json': the fleet's own views (text or HTML)."""
-    from perfstack.cli.output import write_document
-    from perfstack.cli.report import text_file
     from perfstack.fleet.output import analysis_of
     from perfstack.report.fleet_text import render_fleet
     from perfstack.report.fleet_view import fleet_view
     view = fleet_view(analysis_of(run, args.run_file), run.meta)
     if fmt == "html":
         from perfstack.report.fleet_html import render_fleet_html
-        write_document(render_fleet_html(view), args.output, out, err, "the HTML report")
+        output.write_document(render_fleet_html(view), args.output, out, err, "the HTML report")
     elif fmt == "md":
         raise UsageError("a fleet Run has no Markdown view", hint="use -f text, -f html or -f json")
     elif args.output:
-        write_document(text_file(lambda c: render_fleet(view, c, args.verbose > 0), 140), args.output, out, err,
-                 "the report")
+        text = output.text_file(lambda c: render_fleet(view, c, args.verbose > 0), 140)
+        output.write_document(text, args.output, out, err, "the report")
     else:
         render_fleet(view, out, verbose=args.verbose > 0)
     return 0
@@ -253,19 +249,17 @@ def diff_fleet_runs(before: Run, after: Run, args: argparse.Namespace, fmt: str,
     appeared or went, SKU medians that moved. With --fail-on-regression, exit 1 when a node is newly flagged."""
     import json
 
-    from perfstack.cli.output import write_document
-    from perfstack.cli.report import text_file
     from perfstack.fleet.compare import diff_fleets
     from perfstack.fleet.output import analysis_of
     from perfstack.report.fleet_diff import render_fleet_diff
     d = diff_fleets(analysis_of(before, args.before), analysis_of(after, args.after))
     if fmt == "json":
-        write_document(json.dumps(d.to_dict(), indent=2, default=str), args.output, out, err, "the diff")
+        output.write_document(json.dumps(d.to_dict(), indent=2, default=str), args.output, out, err, "the diff")
     elif fmt in ("md", "html"):
         raise UsageError(f"a fleet diff has no {fmt} view", hint="use -f text or -f json")
     elif args.output:
-        write_document(text_file(lambda c: render_fleet_diff(d, args.before, args.after, c), 140), args.output, out, err,
-                 "the diff")
+        text = output.text_file(lambda c: render_fleet_diff(d, args.before, args.after, c), 140)
+        output.write_document(text, args.output, out, err, "the diff")
     else:
         render_fleet_diff(d, args.before, args.after, out)
     return 1 if args.fail_on_regression is not None and d.newly_flagged else 0

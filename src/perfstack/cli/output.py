@@ -1,18 +1,28 @@
-"""What every command that writes a Run offers: --json, -o FILE, --html FILE."""
+"""The CLI's one seam to its outputs: what every command that writes a Run offers (--json, -o FILE,
+--html FILE), and what the commands that read saved Runs and write documents share (report, diff, fleet
+report): the Run a file holds, the format asked for, where the document goes."""
 
 from __future__ import annotations
 
 import argparse
+import io
+from pathlib import Path
 from typing import Callable, Sequence
 
 from rich.console import Console
 
-from perfstack import outfile, redact
-from perfstack.errors import OutputError
+from perfstack import jsonload, outfile, redact
+from perfstack.compare.diff import KIND as DIFF_KIND
+from perfstack.errors import InputError, OutputError, UsageError
 from perfstack.model import Run
+from perfstack.report.inert import protect
 
 # (path, what produces its text, what it is: "the fixes", ...)
 Extra = tuple[str, Callable[[], str], str]
+
+FORMATS = ("text", "md", "html", "json")
+EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".txt": "text"}
+RUN_HINT = "give a file written by 'perfstack doctor -o FILE' (or bench, profile, estimate, loadtest)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,3 +76,40 @@ def write_document(text: str, output: str | None, out: Console, err: Console, wh
     else:
         out.file.write(text if text.endswith("\n") else text + "\n")
         out.file.flush()
+
+
+def output_format(fmt: str | None, output: str | None) -> str:
+    """The -f value, else the output file's extension, else text."""
+    if fmt:
+        return fmt
+    if output:
+        return EXTENSIONS.get(Path(output).suffix.lower(), "text")
+    return "text"
+
+
+def check_output(output: str | None, fmt: str, out: Console) -> None:
+    check_paths(output)
+    if fmt == "html" and not output and out.is_terminal:
+        raise UsageError("HTML is not printed to a terminal", hint="write it to a file: -o report.html")
+
+
+def load_run(path: str) -> Run:
+    """The Run in ``path``, with the hints a user of report/diff needs; a saved diff is named as one."""
+    try:
+        data = jsonload.read(path, "Run file")
+        if isinstance(data, dict) and data.get("kind") == DIFF_KIND:
+            raise InputError(f"{path} is a perfstack diff, not a Run", hint=RUN_HINT)
+        return Run.from_document(data, path)
+    except InputError as e:
+        raise InputError(e.message, e.hint or RUN_HINT) from None
+    except AttributeError as e:  # a JSON object whose sections have the wrong shapes
+        raise InputError(f"{path} is not a valid perfstack Run ({e})", hint=RUN_HINT) from None
+
+
+def text_file(render: Callable[[Console], None], width: int) -> str:
+    """What a terminal renderer prints, as plain text for a file."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
+    protect(console)
+    render(console)
+    return buf.getvalue()

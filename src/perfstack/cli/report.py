@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import io
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markdown import Markdown
 
-from perfstack import jsonload
-from perfstack.cli.output import check_paths, write_document
-from perfstack.compare.diff import KIND as DIFF_KIND
-from perfstack.errors import InputError, UsageError
+from perfstack.cli.output import FORMATS, check_output, load_run, output_format, text_file, write_document
 from perfstack.model import Run
 from perfstack.report import html, markdown
 from perfstack.report.bench_text import render_bench
-from perfstack.report.inert import protect
 from perfstack.report.text import render_doctor
 from perfstack.report.views import RunView, build
 
 if TYPE_CHECKING:
     from perfstack.loadtest.record import LoadTest
-
-FORMATS = ("text", "md", "html", "json")
-EXTENSIONS = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json", ".txt": "text"}
-RUN_HINT = "give a file written by 'perfstack doctor -o FILE' (or bench, profile, estimate, loadtest)"
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -37,43 +27,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (format from its extension)")
     p.add_argument("-f", "--format", choices=FORMATS, help="text (default), md, html or json")
     p.set_defaults(func=run)
-
-
-def output_format(fmt: str | None, output: str | None) -> str:
-    """The -f value, else the output file's extension, else text."""
-    if fmt:
-        return fmt
-    if output:
-        return EXTENSIONS.get(Path(output).suffix.lower(), "text")
-    return "text"
-
-
-def check_output(output: str | None, fmt: str, out: Console) -> None:
-    check_paths(output)
-    if fmt == "html" and not output and out.is_terminal:
-        raise UsageError("HTML is not printed to a terminal", hint="write it to a file: -o report.html")
-
-
-def load_run(path: str) -> Run:
-    """The Run in ``path``, with the hints a user of report/diff needs; a saved diff is named as one."""
-    try:
-        data = jsonload.read(path, "Run file")
-        if isinstance(data, dict) and data.get("kind") == DIFF_KIND:
-            raise InputError(f"{path} is a perfstack diff, not a Run", hint=RUN_HINT)
-        return Run.from_document(data, path)
-    except InputError as e:
-        raise InputError(e.message, e.hint or RUN_HINT) from None
-    except AttributeError as e:  # a JSON object whose sections have the wrong shapes
-        raise InputError(f"{path} is not a valid perfstack Run ({e})", hint=RUN_HINT) from None
-
-
-def text_file(render: Callable[[Console], None], width: int) -> str:
-    """What a terminal renderer prints, as plain text for a file."""
-    buf = io.StringIO()
-    console = Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False)
-    protect(console)
-    render(console)
-    return buf.getvalue()
 
 
 def render_text(view: RunView, console: Console, verbose: bool) -> None:
