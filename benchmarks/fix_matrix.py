@@ -51,21 +51,19 @@ HALF_RULE = ("within each family, in manifest order, the 1st, 3rd, 5th ... membe
 # A fix that measured less than this (% of the step) does not back a warning or critical finding.
 FALSE_CLAIM_PCT = 5.0
 
-# Which fixes address a profile finding, used only when a try Run does not say (its arms carry no
-# "predicted_by"): perfstack's own mapping wins wherever it is given.
-FINDING_FIXES: dict[str, tuple[str, ...]] = {
-    "dataloader-stall": ("dataloader-workers", "pin-memory"),
-    "pageable-memcpy": ("pin-memory",),
-    "allocator-churn": ("expandable-segments",),
-    "launch-bound": ("compile",),
-    "unfused-elementwise": ("compile",),
-    "attention-unfused": ("compile",),
-    "fp32-matmul": ("tf32", "bf16-autocast"),
-    "fp32-conv": ("channels-last", "bf16-autocast", "cudnn-benchmark"),
-    "large-vocab-loss": ("bf16-autocast",),
-    "optimizer-not-fused": ("fused-optimizer", "foreach-optimizer"),
-    "comm-not-overlapped": ("ddp-no-sync", "nccl-defaults"),
-}
+# Which fixes address a profile finding, and what the profile predicts for each: perfstack's own declarations
+# (perfstack.trial.fixes: each fix names the findings it would recover), the one source for try and this table.
+from perfstack.trial.fixes import FIXES, predicted_for  # noqa: E402
+
+
+def findings_of(profile: Optional[dict[str, Any]]) -> dict[str, float]:
+    """A profile Run's findings as finding id -> recoverable % (the largest where an id repeats)."""
+    out: dict[str, float] = {}
+    for f in (profile or {}).get("findings") or []:
+        if isinstance(f, dict) and isinstance(f.get("id"), str):
+            pct = _num(f.get("recoverable_pct")) or 0.0
+            out[f["id"]] = max(out.get(f["id"], 0.0), pct)
+    return out
 
 
 @dataclass(frozen=True)
@@ -497,6 +495,10 @@ def pair_rows(e: Entry, r: Result) -> list[dict[str, Any]]:
                        ci=tuple(ci) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
                        verdict=str(a.get("verdict", "")), numerics=str(a.get("numerics") or ""),
                        predicted_by=list(a.get("predicted_by") or []), peak_mem_mb=_num(a.get("peak_mem_mb")))
+        if row["predicted"] is None and r.profile is not None and fix in FIXES:
+            # the trial ran without --from: the profile of the same script predicts for it all the same
+            pct, by = predicted_for(FIXES[fix], findings_of(r.profile))
+            row.update(predicted=pct, predicted_by=by)
         rows.append(row)
     return rows
 
@@ -524,11 +526,8 @@ def ranked_findings(profile: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fixes_for(fid: str, by_id: dict[str, dict[str, Any]]) -> set[str]:
-    """The tried single fixes that address a finding: the try Run's own predicted_by, else FINDING_FIXES."""
-    single = {k: a for k, a in by_id.items() if k not in ("baseline", "combined")}
-    if any("predicted_by" in a for a in single.values()):
-        return {k for k, a in single.items() if fid in (a.get("predicted_by") or [])}
-    return set(FINDING_FIXES.get(fid, ())) & set(single)
+    """The tried single fixes that address a finding, as perfstack declares them (FIXES[...].predicted_by)."""
+    return {k for k in by_id if k in FIXES and fid in FIXES[k].predicted_by}
 
 
 def best_fixes(by_id: dict[str, dict[str, Any]]) -> tuple[set[str], Optional[float]]:

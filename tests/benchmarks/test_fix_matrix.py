@@ -259,13 +259,21 @@ def test_recall_leaves_out_workloads_without_a_profile():
     assert rc["counted"] == 0 and rc["excluded"] == [("d", "no profile")]
 
 
-def test_findings_map_to_fixes_by_the_try_runs_own_attribution_else_the_fallback_table():
-    own = fm.arms(_trial(_arm("tf32", 10.0, 5.0, ["fp32-conv"]), _arm("channels-last", 3.0)))
-    assert fm.fixes_for("fp32-conv", own) == {"tf32"}
-    bare = {"tf32": {"id": "tf32", "gain_pct": 10.0}, "channels-last": {"id": "channels-last", "gain_pct": 3.0},
-            "baseline": {"id": "baseline"}}
-    assert fm.fixes_for("fp32-conv", bare) == {"channels-last"}
-    assert fm.fixes_for("fp32-matmul", bare) == {"tf32"}
+def test_findings_map_to_the_fixes_perfstack_declares_for_them():
+    arms = {"tf32": {"id": "tf32", "gain_pct": 10.0}, "channels-last": {"id": "channels-last", "gain_pct": 3.0},
+            "baseline": {"id": "baseline"}, "combined": {"id": "combined"}}
+    assert fm.fixes_for("fp32-conv", arms) == {"channels-last", "tf32"}
+    assert fm.fixes_for("fp32-matmul", arms) == {"tf32"}
+    assert fm.fixes_for("dataloader-stall", arms) == set()
+
+
+def test_a_trial_without_predictions_takes_them_from_the_profile_of_the_same_script():
+    e = _entry(name="a", fixes=("tf32", "cudnn-benchmark"))
+    r = _res(_profile(("fp32-matmul", "critical", 30.0), ("fp32-conv", "warning", 12.0)),
+             _trial(_arm("tf32", 25.0, None, []), _arm("cudnn-benchmark", 1.0, None, [])))
+    rows = {x["fix"]: x for x in fm.pair_rows(e, r)}
+    assert rows["tf32"]["predicted"] == 30.0 and rows["tf32"]["predicted_by"] == ["fp32-conv", "fp32-matmul"]
+    assert rows["cudnn-benchmark"]["predicted"] == 12.0
 
 
 def test_false_claims_are_warning_or_critical_findings_whose_fix_measured_under_5_percent():

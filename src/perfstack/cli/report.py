@@ -31,6 +31,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def render_text(view: RunView, console: Console, verbose: bool) -> None:
     """The terminal renderers of doctor and bench, plus the other sections as rich Markdown."""
+    if view.trial is not None and view.doctor is None and view.bench is None and view.profile is None:
+        from perfstack.report.try_text import render_try  # a trial's Run holds the trial alone
+        render_try(view.trial, console, verbose=verbose)
+        return
     if view.doctor is not None:  # profile findings are listed with the profile, not by layer
         render_doctor(view, console, verbose=verbose)
     if view.bench is not None:

@@ -14,13 +14,17 @@ STYLE = {"works": "bold green", "slower": "bold red", "failed": "red", "not appl
 
 def render_try(v: TryView, out: Console, verbose: bool = False) -> None:
     out.print(Text.assemble(("perfstack try  ", "bold"), (v.command, ""), ("  ·  " + v.gpu, "dim")))
+    cols = list(range(len(HEAD)))
+    rows = [r.cells() for r in v.rows]
+    cols = [i for i in cols if i in (0, 1, 2, 5) or any(c[i] not in ("—", "") for c in rows)]  # columns with news
+    if out.width < 110 and not verbose:  # narrow: the timing, the verdict and the numerics first
+        cols = [i for i in cols if HEAD[i] not in ("peak mem", "1st step")]
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for i, h in enumerate(HEAD):
-        table.add_column(h, justify="right" if i in (1, 2, 3, 4, 7, 8) else "left", no_wrap=i in (0, 1, 2, 3, 5))
-    for r in v.rows:
-        cells: list[str | Text] = list(r.cells())
-        cells[5] = Text(r.verdict, style=STYLE.get(r.verdict, ""))
-        table.add_row(*cells)
+    for i in cols:
+        table.add_column(HEAD[i], justify="right" if i in (1, 2, 3, 4, 7, 8) else "left", no_wrap=i in (0, 1, 2, 3, 5))
+    for r, cells in zip(v.rows, rows):
+        shown: list[str | Text] = [Text(r.verdict, style=STYLE.get(r.verdict, "")) if i == 5 else cells[i] for i in cols]
+        table.add_row(*shown)
     out.print(table)
     for r in v.rows:
         if r.note and (verbose or r.verdict in ("failed", "not applied", "no measurable gain", "baseline")):

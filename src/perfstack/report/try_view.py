@@ -64,7 +64,7 @@ def _numerics(a: ArmResult) -> str:
     if not a.numerics:
         return "—"
     if a.id == "baseline":  # its runs compared among themselves
-        return "repeatable" if a.numerics == "identical" else "varies run to run" if a.numerics == "changed" else "≈"
+        return {"identical": "repeatable", "changed": "varies run to run"}.get(a.numerics, "varies slightly")
     if a.numerics_diff and a.numerics in ("within tolerance", "changed"):
         return f"{'≈' if a.numerics == 'within tolerance' else 'changed'} {a.numerics_diff:.0e}"
     return a.numerics

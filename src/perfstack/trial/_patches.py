@@ -257,12 +257,31 @@ def channels_last(torch: Any) -> None:
 
 
 def bf16_autocast(torch: Any) -> None:
+    """The model's forward under bf16 autocast on the device its parameters live on; floating outputs that come
+    out in bf16 are handed back in fp32, so that a loss the script computes outside the model (MSE against an
+    fp32 target, say) meets the dtypes it was written for. Entering autocast on every call drops its cache
+    of cast weights: a decode loop that calls the model once per token re-casts every weight per token."""
+    state: dict[str, str] = {}
+
     def first(m: Any) -> None:
-        _note("bf16-autocast", f"{type(m).__name__}'s forward under torch.autocast('cuda', dtype=torch.bfloat16)")
+        p = next(iter(m.parameters()))
+        state["device"] = p.device.type
+        _note("bf16-autocast", f"{type(m).__name__}'s forward under torch.autocast('{p.device.type}', "
+                               "dtype=torch.bfloat16), its bf16 outputs returned as fp32")
+
+    def fp32(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.float() if x.dtype == torch.bfloat16 else x
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            return tuple(fp32(v) for v in x)
+        if isinstance(x, list):
+            return [fp32(v) for v in x]
+        return x
 
     def each(run: Callable[..., Any], m: Any, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            return run(m, *args, **kwargs)
+        with torch.autocast(state.get("device", "cuda"), dtype=torch.bfloat16):
+            out = run(m, *args, **kwargs)
+        return fp32(out)
 
     top = _model(torch)
     top.first.append(first)
