@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from perfstack.trial.fixes import FIXES, predicted_for
+
 ROOT = Path(__file__).resolve().parents[1]
 
-FIX_IDS = ("expandable-segments", "tf32", "cudnn-benchmark", "dataloader-workers", "pin-memory",
-           "fused-optimizer", "foreach-optimizer", "compile", "channels-last", "bf16-autocast",
-           "no-checkpointing", "ddp-no-sync", "static-kv-cache", "nccl-defaults", "omp-threads", "jemalloc")
+FIX_IDS = tuple(FIXES)  # every fix perfstack try can apply (perfstack.trial.fixes)
 
 HALF_RULE = ("within each family, in manifest order, the 1st, 3rd, 5th ... member is 'tune' and the "
              "2nd, 4th ... is 'holdout'")
@@ -53,7 +53,6 @@ FALSE_CLAIM_PCT = 5.0
 
 # Which fixes address a profile finding, and what the profile predicts for each: perfstack's own declarations
 # (perfstack.trial.fixes: each fix names the findings it would recover), the one source for try and this table.
-from perfstack.trial.fixes import FIXES, predicted_for  # noqa: E402
 
 
 def findings_of(profile: Optional[dict[str, Any]]) -> dict[str, float]:
@@ -126,7 +125,7 @@ _ENTRIES = [
     _w("mlp-fp32", "mlp_fp32_train.py", "tf32 bf16-autocast", "gemm"),
     _w("dlrm", "dlrm_train.py", "fused-optimizer tf32", "gemm"),
     _w("adam-many-params", "adam_many_params_train.py", "foreach-optimizer fused-optimizer", "small-kernels"),
-    _w("tiny-launch-bound", "tiny_launch_bound_train.py", "compile fused-optimizer",
+    _w("tiny-launch-bound", "tiny_launch_bound_train.py", "compile compile-cudagraphs fused-optimizer",
        "small-kernels"),
     _w("empty-cache-loop", "empty_cache_loop_train.py", "expandable-segments", "allocator"),
     _w("varlen-churn", "varlen_churn_train.py", "expandable-segments bf16-autocast", "allocator"),

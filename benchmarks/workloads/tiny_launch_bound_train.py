@@ -7,6 +7,7 @@ the time: the CPU cannot issue kernels fast enough.
 
 Anti-patterns it carries:
   * launch-bound eager execution: ~1000 tiny kernels per step    -> fix: compile
+    (default mode fuses kernels; replaying the step as CUDA graphs -> fix: compile-cudagraphs)
   * the per-parameter AdamW loop (foreach=False)                 -> fix: foreach-optimizer
   * not the fused AdamW                                          -> fix: fused-optimizer
   (The per-step ``.item()`` is a host sync; no fix id for it.)

@@ -226,11 +226,16 @@ def _model(torch: Any) -> _TopLevel:
     return _top
 
 
-def compile_model(torch: Any) -> None:
+def compile_model(torch: Any, fix: str = "compile", mode: str | None = None) -> None:
     def first(m: Any) -> None:
-        m.compile()
-        _note("compile", f"torch.compile of {type(m).__name__} (Module.compile(), default mode)")
+        m.compile(**({"mode": mode} if mode else {}))
+        _note(fix, f"torch.compile of {type(m).__name__} (Module.compile(), mode {mode or 'default'})")
     _model(torch).first.append(first)
+
+
+def compile_graphs(torch: Any) -> None:
+    """CUDA graphs through torch.compile: the launches of a step replayed as one graph."""
+    compile_model(torch, "compile-cudagraphs", "reduce-overhead")
 
 
 def channels_last(torch: Any) -> None:
@@ -362,6 +367,7 @@ INSTALLERS: dict[str, Callable[[Any], None]] = {
     "fused-optimizer": fused_optimizer,
     "foreach-optimizer": foreach_optimizer,
     "compile": compile_model,
+    "compile-cudagraphs": compile_graphs,
     "channels-last": channels_last,
     "bf16-autocast": bf16_autocast,
     "no-checkpointing": no_checkpointing,
