@@ -41,6 +41,7 @@ class ProfileCheck:
     why: str
     fix: str
     fn: Callable[[Section, "Context"], PHit | None]
+    measure: tuple[str, ...] = ()  # the ``perfstack try --fix`` ids that time this fix without the profiler
 
 
 @dataclass
@@ -56,7 +57,11 @@ PROFILE_CHECKS: dict[str, ProfileCheck] = {}
 CheckFn = Callable[[Section, "Context"], "PHit | None"]
 
 
-def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str) -> Callable[[CheckFn], CheckFn]:
+def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str,
+                  measure: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+    """``measure``: the fixes of ``perfstack try`` (trial/fixes.py ids) that measure this check's fix
+    without the profiler; a finding whose verdict rests on the profiler-overhead correction ends with
+    'measure it: perfstack try --fix <ids>'."""
     if layer not in LAYERS:
         raise ValueError(f"profile check {id}: unknown layer {layer}")
 
@@ -64,7 +69,7 @@ def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: s
         if id in PROFILE_CHECKS:
             raise ValueError(f"profile check {id} registered twice")
         PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),
-                                          fix.strip(), fn)
+                                          fix.strip(), fn, tuple(measure))
         return fn
     return register
 

@@ -60,7 +60,8 @@ def _gpu_ms(p: Section, ms: float) -> str:
                    "and 13).",
                fix="DataLoader(num_workers=N (start at CPU cores / GPUs), pin_memory=True, prefetch_factor=2-4, "
                    "persistent_workers=True); move decoding/augmentation to the GPU (DALI, torchvision v2 on CUDA); "
-                   "then .to(device, non_blocking=True).")
+                   "then .to(device, non_blocking=True).",
+               measure=("dataloader-workers",))
 def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "dataloader-stall")
     if not p.data_wait_ms or pct < 5:
@@ -79,7 +80,8 @@ def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
                    "for the CPU. CUDA Graphs typically cut iteration time 20-30% and far more for tiny models.",
                fix="Capture the step in a CUDA graph (torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), "
                    "or torch.compile(model) to fuse the small kernels, or raise the batch size so each kernel does "
-                   "more work; use fused optimizers (fused=True).")
+                   "more work; use fused optimizers (fused=True).",
+               measure=("compile",))
 def launch_bound(p: Section, ctx: Context) -> PHit | None:
     L = p.launch or Launch()
     ms, pct = _w(p, "launch-bound")
@@ -122,7 +124,8 @@ def host_sync(p: Section, ctx: Context) -> PHit | None:
                why="cudaFree is device-synchronizing and cudaMalloc costs 10 µs-ms; a step that allocates afresh "
                    "serializes the CPU and GPU.",
                fix="Remove torch.cuda.empty_cache() from the loop; keep shapes stable (pad/bucket variable sizes); "
-                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for fragmentation.")
+                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for fragmentation.",
+               measure=("expandable-segments",))
 def allocator_churn(p: Section, ctx: Context) -> PHit | None:
     a = p.allocator or Allocator()
     ms, pct = _w(p, "allocator-churn")
@@ -148,7 +151,8 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                    "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
                    "half of the GPU time on a busy GPU.",
                fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels); "
-                   "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).")
+                   "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).",
+               measure=("compile",))
 def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "unfused-elementwise")
     e = p.waste.unfused_elementwise
@@ -192,7 +196,8 @@ def recompiles(p: Section, ctx: Context) -> PHit | None:
                    "them to fp32 and running softmax, NLL and their backward separately moves them through HBM "
                    "many times.",
                fix="Use a fused cross-entropy (torch.compile of the loss, Liger's FusedLinearCrossEntropy, "
-                   "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.")
+                   "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.",
+               measure=("compile",))
 def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "large-vocab-loss")
     e = p.waste.large_vocab_loss
@@ -212,7 +217,8 @@ def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
                    "dropout over it is a full pass through HBM; flash attention keeps it in on-chip memory.",
                fix="Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (flash / "
                    "memory-efficient / cuDNN backends) with 16-bit q, k, v; for Hugging Face models "
-                   "attn_implementation='sdpa' or 'flash_attention_2'.")
+                   "attn_implementation='sdpa' or 'flash_attention_2'.",
+               measure=("compile",))
 def attention_unfused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "attention-unfused")
     e = p.waste.attention_unfused
@@ -234,7 +240,8 @@ def attention_unfused(p: Section, ctx: Context) -> PHit | None:
                why="fp32 convolutions run on the CUDA cores (or TF32 at best); ResNet-style training is several "
                    "times faster in bf16 with channels_last.",
                fix="torch.autocast('cuda', torch.bfloat16); model.to(memory_format=torch.channels_last) and "
-                   "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.")
+                   "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.",
+               measure=("channels-last", "bf16-autocast"))
 def fp32_conv(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-conv")
     e = p.waste.fp32_conv
@@ -254,7 +261,8 @@ def fp32_conv(p: Section, ctx: Context) -> PHit | None:
                why="On Ampere/Hopper TF32 Tensor Cores are ~7× (A100: 8×) the FP32 CUDA-core peak, with a 10-bit "
                    "mantissa that training tolerates.",
                fix="torch.set_float32_matmul_precision('high') (TF32) or train in bf16 autocast "
-                   "(torch.autocast('cuda', torch.bfloat16)).")
+                   "(torch.autocast('cuda', torch.bfloat16)).",
+               measure=("tf32",))
 def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "fp32-matmul")
     e = p.waste.fp32_matmul
@@ -292,7 +300,8 @@ def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
                why="Pageable copies are staged through a bounce buffer by the driver: half the bandwidth or less, "
                    "and they block the host.",
                fix="DataLoader(pin_memory=True) or tensor.pin_memory() once for reused host buffers; then "
-                   ".to(device, non_blocking=True).")
+                   ".to(device, non_blocking=True).",
+               measure=("pin-memory",))
 def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "pageable-memcpy")
     e = p.waste.pageable_memcpy
@@ -308,7 +317,8 @@ def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
                once: 28 bytes per fp32 parameter at 90% of the HBM peak; replayed, fires at ≥ 2%.""",
                why="The foreach optimizer launches one kernel per operation per tensor group and streams the "
                    "parameters several times; a per-parameter loop launches thousands of tiny kernels.",
-               fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.")
+               fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.",
+               measure=("fused-optimizer",))
 def optimizer_not_fused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = _w(p, "optimizer-not-fused")
     e = p.waste.optimizer_not_fused
@@ -337,13 +347,129 @@ def comm_not_overlapped(p: Section, ctx: Context) -> PHit | None:
     m = c.extra.get("if_overlapped")
     if not step or not m or m["recoverable_ms"] < 0.05 * step:
         return None
+    fix = None
+    if m.get("ddp"):  # already DistributedDataParallel: its buckets are what to tune
+        fix = ("The model is already under DistributedDataParallel: check that its all-reduces start during "
+               "backward (no find_unused_parameters unless needed, static_graph=True for a fixed graph), tune "
+               "bucket_cap_mb (25-100) and gradient_as_bucket_view=True; with gradient accumulation, run every "
+               "micro-batch but the last under model.no_sync().")
     return PHit(f"NCCL kernels {_f(c.ms_per_step)} ms per step, {_f(c.exposed_ms_per_step)} ms of it with nothing "
                 f"else running ({c.overlap_pct:.0f}% overlapped with compute); of the exposed time "
                 f"{_f(m['wait_ms'])} ms is waiting for other ranks and {_f(m['tail_ms'])} ms is the last of "
                 f"{m['buckets']} gradient buckets (reduced after backward in any case); {_f(m['hideable_ms'])} ms fits "
                 f"under the {_f(m['free_backward_ms'])} ms of backward GPU work not yet overlapped, less "
                 f"{m['contention']:.0%} lost to contention: overlapped collectives slow the kernels beside them "
-                f"({m['contention_source']})", m["recoverable_ms"])
+                f"({m['contention_source']})", m["recoverable_ms"], fix=fix)
+
+
+# -- work the step repeats -----------------------------------------------------------------------
+
+@profile_check("copy-bound", "framework", "Device-to-device copies of tensors the step grows",
+               doc="""Finds the device-to-device copies launched by copy operators (cat, stack, index, index_select,
+               gather, clone, contiguous, copy_; casts excluded) and the bytes they move (``profile/copies.py``).
+               A cat that writes a tensor growing from call to call along the dimension it concatenates (a KV cache
+               extended every token) re-copies what the tensor already holds: preallocated and written in place,
+               each call writes only the new part, at 90% of the HBM peak (at least 2.5 µs a copy); the copies' new
+               durations are replayed through the step model, and it fires at ≥ 2% of the step. Copies of tensors
+               that do not grow are named once they take ≥ 25% of the GPU time (info: no time claimed, since
+               whether a view can replace them depends on the code). Not counted: attention over a preallocated
+               cache's full length (HF's static cache reads its whole length under a mask).""",
+               why="Concatenating onto a tensor copies everything it already holds: a KV cache grown by torch.cat "
+                   "reads and writes the whole cache of every layer for every token, so the copies grow with the "
+                   "context and soon outweigh the attention that reads the cache once.",
+               fix="Preallocate and write in place: a static KV cache (model.generate(..., "
+                   "cache_implementation='static') for Hugging Face models; by hand, allocate the cache at its "
+                   "maximum length once and write each token into it, cache[:, :, pos] = k, then attend over "
+                   "cache[:, :, :pos + 1]); collect pieces in a list and concatenate once, or write them into a "
+                   "preallocated buffer; use views (slicing, view, narrow, expand) instead of clone/contiguous/"
+                   "index_select where the data need not move.",
+               measure=("static-kv-cache",))
+def copy_bound(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.copy_bound
+    if e is None:
+        return None
+    ops = "; ".join(f"{o.op} ({', '.join(o.kernels[:2])}) {_f(o.time_ms)} ms, {o.bytes_per_step / 1e9:.2f} GB, "
+                    f"{o.calls_per_step:g} calls" + (f", growing: {o.growth}" if o.growing else "") for o in e.ops[:3])
+    ev = (f"device-to-device copies take {_f(e.copy_ms)} ms per step ({e.pct_of_busy:.0f}% of the GPU time), moving "
+          f"{e.bytes_per_step / 1e9:.2f} GB per step (read + written) at {e.gbps:g} GB/s: {ops}")
+    if e.growing_ms:
+        ms, pct = _w(p, "copy-bound")
+        if pct < 2:
+            return None
+        return PHit(ev + f"; {_f(e.growing_ms)} ms of them copy tensors that grow, "
+                         f"{e.avoidable_bytes_per_step / 1e9:.2f} GB per step of it data already in place; written in "
+                         f"place, the new data takes ≈ {_f(e.fixed_ms)} ms at {e.hbm_gbps:g} GB/s", ms)
+    return PHit(ev + "; none of them grows from call to call, so perfstack cannot tell whether views or in-place "
+                     "writes can replace them", 0.0, severity="info")
+
+
+@profile_check("activation-recompute", "framework", "Activation checkpointing recomputes the forward in backward",
+               doc="""Finds forward operators (linear, matmul, norms, attention, activations, embeddings,
+               convolutions) run inside an autograd node of the backward pass: checkpointed regions recomputed
+               (``profile/recompute.py``). Their GPU time is the recompute's. The memory a region would keep is the
+               inputs its forward operators save for backward; the headroom is the device's memory less the
+               allocator's peak in the trace's [memory] events (profile_memory=True), 1 GiB for the CUDA context
+               and 10% of the device. Where the headroom holds N regions, their recompute is removed and the step
+               replayed (fires at ≥ 2%): 'turn checkpointing off for N layers', with the memory it adds. Without
+               memory events it cannot tell (info, no time claimed); where the memory does not allow it, silent.""",
+               why="Checkpointing trades memory for a second forward pass: about a third more compute per step. "
+                   "Where the GPU has memory to spare, that compute buys nothing.",
+               fix="Turn activation checkpointing off where the memory allows: drop torch.utils.checkpoint on some "
+                   "blocks (checkpoint every other block, or only the first ones), model.gradient_checkpointing_"
+                   "disable() for Hugging Face models; check the peak with torch.cuda.max_memory_allocated().",
+               measure=("no-checkpointing",))
+def activation_recompute(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.activation_recompute
+    step = _step(p)
+    if e is None or not step:
+        return None
+    gib = 2.0**30
+    ev = (f"the backward pass re-runs the forward of {e.regions_per_step:g} checkpointed regions per step "
+          f"({e.kernels_per_step:g} kernels, {_f(e.time_ms)} ms of GPU time; most in {', '.join(e.top_ops[:3])}); "
+          f"each region's activations would take ≈ {e.region_bytes / gib:.2f} GiB")
+    if e.layers_off:
+        ms, pct = _w(p, "activation-recompute")
+        if pct < 2:
+            return None
+        return PHit(ev + f"; the device has {(e.total_memory or 0) / gib:.1f} GiB and the allocator's peak was "
+                         f"{(e.peak_reserved or 0) / gib:.1f} GiB reserved: turn checkpointing off for "
+                         f"{e.layers_off} of the {e.regions_per_step:g} layers, ≈ {e.added_bytes / gib:.1f} GiB more",
+                    ms,
+                    fix=f"Turn activation checkpointing off for {e.layers_off} of the {e.regions_per_step:g} "
+                        f"checkpointed layers (≈ {e.added_bytes / gib:.1f} GiB more at the peak): call "
+                        "torch.utils.checkpoint on the other layers only (Hugging Face: gradient_checkpointing_"
+                        "disable() when it is all of them); check the peak with torch.cuda.max_memory_allocated().")
+    if e.peak_reserved is not None or e.time_ms < 0.02 * step:
+        return None  # the memory does not allow it, or too little to matter
+    return PHit(ev + f" ({100 * e.time_ms / step:.0f}% of the step); perfstack cannot tell whether the memory allows "
+                     f"keeping them: {e.memory_source}; record the trace with profile_memory=True, or measure it: "
+                     "perfstack try --fix no-checkpointing", 0.0, severity="info")
+
+
+@profile_check("ddp-sync-per-microbatch", "mathlib-nccl", "DDP all-reduces after every accumulation micro-batch",
+               doc="""Under DistributedDataParallel with gradient accumulation (several DDP forwards per optimizer
+               step): counts the micro-batches whose backward launched NCCL all-reduces between two optimizer
+               steps (``profile/accumulation.py``). Every round but the last is extra: its all-reduce kernels are
+               removed and the step replayed, recovering their time nothing else overlapped; their waiting for
+               other ranks (time beyond the fastest instance of the same kernel and size) stays, moved to the last
+               round, and the compute that ran under them gets back what the overlap cost it (contention, measured
+               in the trace or 0.35 ms per ms). Fires at ≥ 2% of the step.""",
+               why="Without no_sync(), DDP all-reduces every gradient after each micro-batch's backward: N micro-"
+                   "batches per optimizer step move N times the gradients between the GPUs for one update.",
+               fix="Run every micro-batch but the last of each optimizer step under model.no_sync() "
+                   "(with model.no_sync(): loss.backward()); the last backward all-reduces the accumulated "
+                   "gradients once. With Hugging Face Accelerate: accelerator.accumulate(model).",
+               measure=("ddp-no-sync",))
+def ddp_sync_per_microbatch(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.ddp_sync_per_microbatch
+    ms, pct = _w(p, "ddp-sync-per-microbatch")
+    if e is None or pct < 2:
+        return None
+    return PHit(f"DDP all-reduced the gradients after {e.rounds:g} of the {e.micro_batches:g} micro-batches of each "
+                f"optimizer step ({e.kernels_per_round:g} all-reduce kernels, {_f(e.round_ms)} ms per round); the "
+                f"{e.rounds - 1:g} extra rounds take {_f(e.extra_ms)} ms per step, {_f(e.extra_exposed_ms)} ms of it "
+                f"with nothing else on the GPU and {_f(e.extra_wait_ms)} ms waiting for the other ranks (it moves to "
+                f"the last round); compute under them lost {e.contention:g} ms per ms overlapped", ms)
 
 
 CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside ops")
@@ -392,20 +518,42 @@ def gpu_idle(p: Section, ctx: Context) -> PHit | None:
 
 # -- multi-rank and telemetry --------------------------------------------------------------------
 @profile_check("straggler-rank", "mathlib-nccl", "One rank is slower and the others wait for it",
-               doc="""With several rank traces: the straggler is the rank with the most non-communication time per
-               step (step − NCCL time; the others' extra NCCL time is waiting for it). Fires when it exceeds the
-               median of the other ranks by ≥ 5% of the step. Recoverable = that excess. The cause is the
-               component (compute category, idle reason) that differs most.""",
+               doc="""With several rank traces (``profile/straggler.py``): a rank is a straggler only on what the
+               profiler cannot have made, since its CPU overhead differs between ranks: more GPU work than the
+               other ranks' median (kernel, copy and memset time; NCCL and idle left out), or CPU-caused idle
+               beyond the others' that persists after the profiler's whole CPU time in that rank's step is taken
+               out. Recoverable = the extra GPU work + the persisting wait; fires at ≥ 5% of the step. When a
+               rank's profiled step is ≥ 5% longer outside communication but neither holds, it says it cannot
+               tell (info, no time claimed) and asks for a timing of the ranks without the profiler.""",
                why="Collectives complete at the pace of the slowest rank; every rank pays the straggler's delay.",
                fix="Balance the work (same batch and sequence lengths per rank), check that rank's GPU for "
                    "throttling (perfstack doctor) and its data loading.")
 def straggler_rank(p: Section, ctx: Context) -> PHit | None:
     s = p.straggler
-    if not s or s.excess_ms < 0.05 * _profiled(p):
+    step = _profiled(p)
+    if not s or not step:
         return None
+    if s.verdict in ("gpu work", "wait") and s.recoverable_ms >= 0.05 * step:
+        ev = (f"rank {s.rank} does {_f(s.gpu_work_ms)} ms of GPU work per step (NCCL and idle left out) against a "
+              f"median {_f(s.others_gpu_work_ms)} ms on the other ranks")
+        if s.input_ratio is not None and abs(s.input_ratio - 1) >= 0.1:
+            ev += f", and copies {s.input_ratio:.2f}× their input bytes to the GPU"
+        if s.wait_ms > s.profiler_ms:
+            ev += (f"; its CPU-caused idle is {_f(s.wait_ms)} ms above theirs, {_f(s.wait_ms - s.profiler_ms)} ms "
+                   f"beyond the profiler's own CPU time in its step ({_f(s.profiler_ms)} ms)")
+        return PHit(ev + f"; the largest difference is {s.cause}", s.recoverable_ms, subject=f"rank{s.rank}")
+    if s.excess_ms < 0.05 * step:
+        return None
+    world = len(p.ranks) if p.ranks else 2
     return PHit(f"rank {s.rank} spends {_f(s.non_comm_ms)} ms per step outside communication against a median "
-                f"{_f(s.others_median_ms)} ms on the other ranks; the largest difference is {s.cause}",
-                s.excess_ms, subject=f"rank{s.rank}")
+                f"{_f(s.others_median_ms)} ms on the other ranks (profiled), but its GPU work is "
+                f"{_f(s.gpu_work_ms)} ms against {_f(s.others_gpu_work_ms)} ms and the difference is CPU-caused idle "
+                f"({_f(s.wait_ms)} ms) no larger than the profiler's own CPU time in its step "
+                f"({_f(s.profiler_ms)} ms): the profiler's overhead differs between ranks, so perfstack cannot tell a "
+                f"straggler from it; time the ranks without the profiler: perfstack try --nproc {world} -- python "
+                "train.py ARGS", 0.0, severity="info", subject=f"rank{s.rank}",
+                fix="Nothing to fix on this evidence: time the ranks' steps without the profiler first (perfstack "
+                    "try, or CUDA events around each rank's step); only a rank that is slower there is a straggler.")
 
 
 @profile_check("throttled-during-run", "driver", "GPU clocks throttled during the run",
@@ -433,7 +581,8 @@ def throttled(p: Section, ctx: Context) -> PHit | None:
 
 ORDER = ("dataloader-stall", "allocator-churn", "launch-bound", "host-sync", "pageable-memcpy", "fp32-matmul",
          "fp32-conv", "gemm-misaligned", "attention-unfused", "large-vocab-loss", "unfused-elementwise",
-         "optimizer-not-fused", "recompiles", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
+         "optimizer-not-fused", "recompiles", "copy-bound", "activation-recompute", "ddp-sync-per-microbatch",
+         "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
 
 
 def _check_order() -> None:
@@ -471,6 +620,8 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
         if sev_prof != sev:
             evidence += (f" — the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the "
                          f"profiled step, {w.pct:.0f}% of the step without the profiler ({o.method})")
+            if c.measure:
+                evidence += f"; measure it: perfstack try --fix {','.join(c.measure)}"
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)

@@ -3,18 +3,18 @@ each candidate fix through the CPU/GPU model, combine ranks, and rank the findin
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run, run_meta
-from perfstack.profile import classify, comm, cpu, efficiency, rules, waste
+from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, waste
 from perfstack.profile.analyze import Analysis, analyze
-from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Straggler, Sync,
-                                       WasteFound, WhatIf)
+from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
+                                       WhatIf)
 from perfstack.profile.simulate import Scenario, Timeline, replay, solve_scale
+from perfstack.profile.straggler import straggler
 from perfstack.profile.trace import load
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
             spec: GpuSpec | None) -> tuple[WasteFound, dict[str, WhatIf]]:
     """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
     fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
-    found = waste.detect(A, spec)
+    found = waste.detect(A, spec) + _patterns(A, spec)
     evidence = WasteFound.of({w.id: w.evidence for w in found})
     if tl is None:
         return evidence, _whatifs_unreplayed(p, A, found)
@@ -96,7 +96,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
     cpu_free = replay(tl, scale) < replay(tl, MIN_SCALE) * 1.05
-    scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found}}
+    scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
     base_c, base_p = replay(tl, scale), replay(tl, 1.0)
     out: dict[str, WhatIf] = {}
     for name, sc in scenarios.items():
@@ -106,6 +106,13 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     return evidence, out
 
 
+def _patterns(A: Analysis, spec: GpuSpec | None) -> list[waste.Waste]:
+    """What the step repeats that it need not: copies of growing tensors, recomputed activations, extra
+    all-reduce rounds. Each may carry evidence without new durations (nothing to replay: then no what-if)."""
+    found = (copies.detect(A, spec), recompute.detect(A), accumulation.detect(A))
+    return [w for w in found if w is not None]
+
+
 def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> dict[str, WhatIf]:
     """Without a replay model: a waste's GPU time saved counts only on a GPU-bound step."""
     n = max(1, p.n_steps)
@@ -113,6 +120,8 @@ def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> di
     bound = p.timeline.bound if p.timeline else None
     out: dict[str, WhatIf] = {}
     for w in found:
+        if not w.new_dur:
+            continue
         ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if bound == "gpu" else 0.0
         out[w.id] = WhatIf(round(ms, 4), round(100 * ms / step, 1) if step else 0.0,
                            round(ms, 4), round(100 * ms / p.step_ms, 1) if p.step_ms else 0.0)
@@ -137,6 +146,8 @@ def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
 
 # kernels a fix merges into one: the bubbles between them go with them
 _MERGING = ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused")
+# work a fix takes out of the program: its operators stop dispatching whatever bounds the step
+_REMOVING = ("activation-recompute", "ddp-sync-per-microbatch")
 
 
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
@@ -158,7 +169,7 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
                 bub[k] = 0.0
             prev[st] = gi
     gone: set[int] = set()
-    if w.merged and cpu_free:
+    if w.merged and (cpu_free or w.id in _REMOVING):
         # an action whose every event is fused into another no longer dispatches anything
         per_action: dict[int, list[int]] = {}
         for k, gi in enumerate(tl.g_index):
@@ -191,26 +202,6 @@ def _mfu(p: Section, ops_all: list[OpRow], spec: GpuSpec | None,
     return flops, round(flops / step_s / 1e12, 2) if step_s and flops else None, mfu
 
 
-def _straggler(ranks: list[RankRow]) -> Straggler | None:
-    if len(ranks) < 2:
-        return None
-    nc = {r.rank: r.step_ms - r.comm.ms_per_step for r in ranks}
-    worst = max(nc, key=lambda k: nc[k])
-    others = [v for k, v in nc.items() if k != worst]
-    med = statistics.median(others)
-    w = next(r for r in ranks if r.rank == worst)
-    comps: dict[str, float] = {}
-    for key in set().union(*(r.breakdown_ms for r in ranks)) - {"comm"}:
-        comps[f"GPU {key}"] = w.breakdown_ms.get(key, 0.0) - statistics.median(
-            [r.breakdown_ms.get(key, 0.0) for r in ranks if r.rank != worst])
-    for key in set().union(*(r.idle_by_reason_ms for r in ranks)):
-        comps[f"idle ({key})"] = w.idle_by_reason_ms.get(key, 0.0) - statistics.median(
-            [r.idle_by_reason_ms.get(key, 0.0) for r in ranks if r.rank != worst])
-    cause, delta = max(comps.items(), key=lambda kv: kv[1]) if comps else ("unknown", 0.0)
-    return Straggler(worst, round(nc[worst], 4), round(med, 4), round(max(0.0, nc[worst] - med), 4),
-                     f"{cause} (+{delta:.2f} ms per step)")
-
-
 def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms: float | None = None,
               unprofiled_note: str | None = None,
               model_flops: float | None = None) -> tuple[Section, GpuSpec | None]:
@@ -226,7 +217,8 @@ def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms
     found, whatif = whatifs(p, A, tl, spec)
     p = replace(p, waste=found, whatif=whatif)
     if p.comm is not None and p.comm.ms_per_step:
-        p = replace(p, comm=p.comm.with_overlap_model(comm.overlap_model(A, p)))
+        # the overlap model, and whether DistributedDataParallel is already in use (the fix then differs)
+        p = replace(p, comm=p.comm.with_overlap_model({**comm.overlap_model(A, p), "ddp": accumulation.uses_ddp(A)}))
     gemm_flops, model_tflops, mfu = _mfu(p, analysed.ops_all, spec, model_flops)
     return replace(p, gemm_flops_per_step=gemm_flops, model_tflops=model_tflops, mfu=mfu), spec
 
@@ -281,7 +273,7 @@ def _combined(summaries: list[Section], spec: GpuSpec | None, telemetry: list[di
     main = summaries[0]
     if len(summaries) > 1:
         ranks = [_rank_row(s) for s in summaries]
-        main = replace(main, ranks=ranks, straggler=_straggler(ranks), files=[s.file for s in summaries])
+        main = replace(main, ranks=ranks, straggler=straggler(summaries), files=[s.file for s in summaries])
     if telemetry:
         main = replace(main, telemetry=rules.telemetry_summary(telemetry, spec))
     return main

@@ -13,8 +13,11 @@ Kineto field names used (verified against torch 2.11 traces in tests/fixtures/tr
   host calls   cat ``cuda_runtime`` / ``cuda_driver`` (``cudaLaunchKernel``, ``cudaGraphLaunch``, ...)
   operators    cat ``cpu_op`` with ``Input Dims`` / ``Input type`` when ``record_shapes=True``;
                ``user_annotation`` for ``enumerate(DataLoader)#...``, ``Optimizer.step#...``
-  metadata     ``deviceProperties`` (GPU names), ``distributedInfo`` (rank, world size),
+  metadata     ``deviceProperties`` (GPU names, ``totalGlobalMem``), ``distributedInfo`` (rank, world size),
                ``baseTimeNanoseconds`` (the wall-clock epoch of the trace's µs timestamps)
+  memory       ``[memory]`` instant events (ph ``i``, recorded with ``profile_memory=True``); ``args``:
+               ``Device Type`` (1: CUDA), ``Device Id``, ``Total Allocated``, ``Total Reserved`` (bytes
+               held by the caching allocator after the event): only their peaks per device are kept
 
 How it reads a file (a 1 GB trace is a few million events, a few hundred distinct names):
   * the file (or the decompressed gzip stream) is read once into one mutable buffer, and msgspec
@@ -108,6 +111,10 @@ class Trace:
     n_events: int = 0
     gpu_annotations: list[GpuEvent] = field(default_factory=list)  # gpu_user_annotation spans
     base_time_ns: int | None = None  # baseTimeNanoseconds: wall clock (ns since the epoch) of ts 0
+    device_memory: dict[int, int] = field(default_factory=dict)  # totalGlobalMem by device (bytes)
+    # the [memory] events' peaks by CUDA device (bytes); empty when recorded without profile_memory
+    peak_allocated: dict[int, int] = field(default_factory=dict)
+    peak_reserved: dict[int, int] = field(default_factory=dict)
 
 
 # --- what is decoded ----------------------------------------------------------------------------
@@ -126,6 +133,10 @@ class _Args(msgspec.Struct, gc=False):
     dims: Raw = msgspec.field(default=_NULL, name="Input Dims")
     types: Raw = msgspec.field(default=_NULL, name="Input type")
     concrete: Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    device_type: Optional[_I64] = msgspec.field(default=None, name="Device Type")  # [memory] events
+    device_id: Optional[_I64] = msgspec.field(default=None, name="Device Id")
+    allocated: Optional[_I64] = msgspec.field(default=None, name="Total Allocated")
+    reserved: Optional[_I64] = msgspec.field(default=None, name="Total Reserved")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -194,6 +205,9 @@ def _metadata(head: dict, t: Trace) -> None:
             if isinstance(d, dict) and isinstance(d.get("name"), str):
                 idx = _int(d.get("id"))
                 t.device_names[idx if idx is not None else i] = d["name"]
+                mem = _int(d.get("totalGlobalMem"))
+                if mem is not None and mem > 0:
+                    t.device_memory[idx if idx is not None else i] = mem
     dist = head.get("distributedInfo")
     if isinstance(dist, dict):
         t.rank, t.world_size = _int(dist.get("rank")), _int(dist.get("world_size"))
@@ -346,6 +360,9 @@ class _Builder:
                 rejected = r
                 break
             if e.ph != "X":
+                if e.ph == "i" and e.name == "[memory]" and e.args is not None:
+                    a = e.args
+                    self.memory(a.device_type, a.device_id, a.allocated, a.reserved)
                 continue
             cat = e.cat
             if cat is None:
@@ -416,6 +433,17 @@ class _Builder:
                              None if a.types is null else shape(a.types),
                              None if a.concrete is null else shape(a.concrete)))
 
+    def memory(self, device_type: int | None, device: int | None, allocated: int | None,
+               reserved: int | None) -> None:
+        """One [memory] event of a CUDA device (Device Type 1): the peaks of its allocator's totals."""
+        if device_type != 1 or device is None:
+            return
+        t = self.t
+        if allocated is not None and allocated > t.peak_allocated.get(device, -1):
+            t.peak_allocated[device] = allocated
+        if reserved is not None and reserved > t.peak_reserved.get(device, -1):
+            t.peak_reserved[device] = reserved
+
     def shape(self, raw: Raw) -> Any:
         key = bytes(raw)
         v = self.shapes.get(key, _BAD)
@@ -431,6 +459,10 @@ class _Builder:
             self.skipped += 1
             return
         if e.get("ph") != "X":
+            args = e.get("args")
+            if e.get("ph") == "i" and e.get("name") == "[memory]" and isinstance(args, dict):
+                self.memory(_int(args.get("Device Type")), _int(args.get("Device Id")),
+                            _int(args.get("Total Allocated")), _int(args.get("Total Reserved")))
             return
         cat = e.get("cat")
         if not isinstance(cat, str):

@@ -15,11 +15,13 @@ from perfstack.profile.records.means import Allocator, Comm, Launch, LaunchToSta
 from perfstack.profile.records.run_wide import RankRow, Straggler, Telemetry
 from perfstack.profile.records.section import Section, load
 from perfstack.profile.records.steps import CpuCounts, GpuStep, IdleGap, Step
-from perfstack.profile.records.waste import (AttentionUnfused, Fp32Conv, Fp32Matmul, GemmMisaligned, LargeVocabLoss,
-                                             MisalignedGroup, OptimizerNotFused, PageableMemcpy, UnfusedElementwise,
-                                             WasteFound, WhatIf)
+from perfstack.profile.records.waste import (ActivationRecompute, AttentionUnfused, CopyBound, CopyOp,
+                                             DdpSyncPerMicrobatch, Fp32Conv, Fp32Matmul, GemmMisaligned,
+                                             LargeVocabLoss, MisalignedGroup, OptimizerNotFused, PageableMemcpy,
+                                             UnfusedElementwise, WasteFound, WhatIf)
 
-__all__ = ["Allocator", "AttentionUnfused", "Comm", "Compiled", "CpuCounts", "Fp32Conv", "Fp32Matmul",
+__all__ = ["ActivationRecompute", "Allocator", "AttentionUnfused", "Comm", "Compiled", "CopyBound", "CopyOp",
+           "CpuCounts", "DdpSyncPerMicrobatch", "Fp32Conv", "Fp32Matmul",
            "GemmMisaligned", "GpuStep", "IdleGap", "KernelClass", "LargeVocabLoss", "Launch", "LaunchToStart",
            "load", "Mfu", "MisalignedGroup", "OpRow", "OptimizerNotFused", "Overhead", "PageableMemcpy", "RankRow",
            "Record", "Section", "Step", "Straggler", "Sync", "Telemetry", "Timeline", "TopKernel",

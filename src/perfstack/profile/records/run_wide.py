@@ -31,7 +31,11 @@ class RankRow(Record):
 
 @dataclass
 class Straggler(Record):
-    """The rank whose non-communication time per step is the longest, against the others' median."""
+    """The rank whose non-communication time per step is the longest, against the others' median
+    (``excess_ms``, profiled), and what of that excess rests on something the profiler's overhead cannot
+    explain (``profile/straggler.py``): more GPU work than the others (kernels, copies; NCCL and idle left
+    out) and CPU-caused idle beyond the profiler's own CPU time in that rank's step. ``verdict``: 'gpu
+    work' or 'wait' (the larger, where both), or 'cannot tell' (also read from a Run without one)."""
 
     CHECK = sections.STRAGGLER
 
@@ -40,6 +44,13 @@ class Straggler(Record):
     others_median_ms: float = 0.0
     excess_ms: float = 0.0
     cause: str = ""
+    gpu_work_ms: float = 0.0  # the rank's GPU work per step
+    others_gpu_work_ms: float = 0.0  # the other ranks' median
+    wait_ms: float = 0.0  # CPU-caused idle beyond the others' median
+    profiler_ms: float = 0.0  # the profiler's CPU time in the rank's step (what it adds to that idle at most)
+    input_ratio: Optional[float] = None  # the rank's host-to-device bytes per step over the others' median
+    recoverable_ms: float = 0.0  # extra GPU work + the wait beyond the profiler's time
+    verdict: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

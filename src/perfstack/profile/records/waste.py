@@ -118,6 +118,73 @@ class OptimizerNotFused(Record):
 
 
 @dataclass
+class CopyOp(Record):
+    """One operator's device-to-device copies: what launched them (the outermost copy operator), its
+    kernels, time and bytes per step, and whether the tensor it copies grows from call to call."""
+
+    op: str = ""
+    kernels: list[str] = field(default_factory=list)
+    calls_per_step: float = 0.0
+    time_ms: float = 0.0
+    bytes_per_step: float = 0.0  # read + written
+    growing: bool = False
+    growth: str = ""  # how it grows, e.g. 'dim 2 grows by 1 per call (4097→4112 in the profiled steps)'
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CopyBound(Record):
+    """Device-to-device copies launched by cat/index/clone/contiguous/copy_ operators (``profile/copies.py``):
+    their share of the GPU time, the bytes they move, and what preallocating the tensors that grow leaves."""
+
+    copy_ms: float = 0.0  # all such copies, per step
+    pct_of_busy: float = 0.0
+    bytes_per_step: float = 0.0  # read + written
+    gbps: float = 0.0  # what they reached
+    hbm_gbps: float = 0.0  # the practical HBM rate the fixed copies are costed at
+    growing_ms: float = 0.0  # the copies of tensors that grow from call to call
+    avoidable_bytes_per_step: float = 0.0  # what those copy again of data already in place
+    fixed_ms: float = 0.0  # the growing copies' time after the fix (new data written once)
+    ops: list[CopyOp] = field(default_factory=list)  # the most time first
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActivationRecompute(Record):
+    """Forward operators re-run inside the backward pass (activation checkpointing; ``profile/recompute.py``),
+    the memory their activations would take if kept, and the headroom the trace shows."""
+
+    regions_per_step: float = 0.0  # checkpointed regions (layers) recomputed per step
+    kernels_per_step: float = 0.0
+    time_ms: float = 0.0  # GPU time of the recompute per step
+    region_bytes: float = 0.0  # activations one region would keep (median over regions)
+    top_ops: list[str] = field(default_factory=list)
+    total_memory: Optional[int] = None  # the device's memory (deviceProperties)
+    peak_reserved: Optional[int] = None  # the [memory] events' peak (profile_memory=True)
+    memory_source: str = ""
+    layers_off: int = 0  # regions whose checkpointing the headroom allows turning off (0: none or unknown)
+    added_bytes: float = 0.0  # the memory turning them off would add
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DdpSyncPerMicrobatch(Record):
+    """DistributedDataParallel all-reducing gradients after several micro-batches of one optimizer step
+    (gradient accumulation without no_sync; ``profile/accumulation.py``)."""
+
+    micro_batches: float = 0.0  # DDP forwards per optimizer step
+    rounds: float = 0.0  # of them, those whose backward all-reduced
+    optimizer_steps: int = 0  # with all-reduces, in the profiled steps
+    kernels_per_round: float = 0.0
+    round_ms: float = 0.0  # NCCL all-reduce time of one round (median)
+    extra_ms: float = 0.0  # the rounds beyond the last of each optimizer step, per step
+    extra_exposed_ms: float = 0.0  # ... with nothing else on the GPU
+    extra_wait_ms: float = 0.0  # ... waiting for the other ranks (it moves to the last round)
+    contention: float = 0.0  # compute lost per ms of overlapped NCCL time
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class WasteFound(Record):
     """``profile.waste``: the evidence of each waste the pass found, by finding id (absent: not found).
     The fields are in the order the detectors run, which is the order the JSON holds them in."""
@@ -125,7 +192,8 @@ class WasteFound(Record):
     KEYS = {"unfused_elementwise": "unfused-elementwise", "large_vocab_loss": "large-vocab-loss",
             "attention_unfused": "attention-unfused", "fp32_conv": "fp32-conv", "fp32_matmul": "fp32-matmul",
             "gemm_misaligned": "gemm-misaligned", "pageable_memcpy": "pageable-memcpy",
-            "optimizer_not_fused": "optimizer-not-fused"}
+            "optimizer_not_fused": "optimizer-not-fused", "copy_bound": "copy-bound",
+            "activation_recompute": "activation-recompute", "ddp_sync_per_microbatch": "ddp-sync-per-microbatch"}
     WHEN_SET = frozenset(KEYS)
 
     unfused_elementwise: Optional[UnfusedElementwise] = None
@@ -136,6 +204,9 @@ class WasteFound(Record):
     gemm_misaligned: Optional[GemmMisaligned] = None
     pageable_memcpy: Optional[PageableMemcpy] = None
     optimizer_not_fused: Optional[OptimizerNotFused] = None
+    copy_bound: Optional[CopyBound] = None
+    activation_recompute: Optional[ActivationRecompute] = None
+    ddp_sync_per_microbatch: Optional[DdpSyncPerMicrobatch] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
