@@ -135,6 +135,7 @@ def test_a_nodes_doctor_and_bench_runs_merge_by_file_name(tmp_path):
     assert n.name == "gpu-a17" and n.findings and n.figures and n.command == "bench+doctor"
 
 
+@pytest.mark.ray
 def test_fleet_doctor_with_nothing_at_the_address_fails_fast(capsys):
     pytest.importorskip("ray")
     import socket

@@ -107,6 +107,7 @@ def _overlap(a: dict, b: dict) -> bool:
 
 
 @pytest.mark.ray
+@pytest.mark.ray
 def test_host_benchmarks_once_per_machine_and_host_bound_ones_one_gpu_at_a_time(two_machines, tmp_path):
     from perfstack.fleet import collect
     results = collect.bench(two_machines, "quick", (), timeout_s=120, job_for=Recorder)
@@ -132,6 +133,7 @@ def test_host_benchmarks_once_per_machine_and_host_bound_ones_one_gpu_at_a_time(
     assert any(n.endswith("one GPU at a time") and "2 Ray nodes on one machine (A)" in n for n in notes), notes
 
 
+@pytest.mark.ray
 @pytest.mark.ray
 def test_gpu_only_parts_run_on_every_gpu_at_once(two_machines):
     from perfstack.fleet.ray_engine import fan_out, locate, nodes

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.server
 pytest.importorskip("aiohttp")
 for mod in ("transformers", "fastapi", "uvicorn", "torch"):
     pytest.importorskip(mod)

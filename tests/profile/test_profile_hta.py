@@ -18,6 +18,7 @@ import pytest
 from perfstack.profile.timeline import union
 from perfstack.profile.trace import load
 
+pytestmark = pytest.mark.crosscheck
 hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed")
 T = Path(__file__).parents[1] / "fixtures" / "traces" / "h100"
 NAMES = ["pageable-memcpy", "fp32-matmul", "gemm-misaligned", "control", "dataloader-stall", "launch-bound"]

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from perfstack.extras import install_hint
 from perfstack.bench import BenchContext, benchmark
 from perfstack.bench.timing import HostTimer, measure, spread_notes, summarize
 from perfstack.bench.verdict import judge
@@ -93,7 +94,7 @@ def host(ctx: BenchContext) -> list[Measurement]:
         import numpy as np
     except ImportError:
         return [Measurement(bench="host", name="host", value=None, unit="", status="skipped",
-                            reason="numpy is not installed: pip install 'perfstack[bench]'")]
+                            reason=f"numpy is not installed: {install_hint('bench')}")]
 
     nbytes = COPY_BYTES_FULL if ctx.full else COPY_BYTES_QUICK
     n = nbytes // 8

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rich.console import Console
 
+from perfstack.extras import install_hint
 from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         from perfstack.loadtest import run as lrun
     except ImportError as e:
         raise CannotRunHere(f"perfstack loadtest needs the loadtest extra ({e.name} is missing)",
-                            hint="pip install 'perfstack[loadtest]'") from None
+                            hint=install_hint("loadtest")) from None
     _check(args)
     if args.sweep and args.rate and len(_loads(args.rate, "rate")) > 1:
         raise UsageError("--sweep chooses the rates itself: give --rate without a list, or leave --sweep out")

@@ -22,11 +22,12 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from perfstack.extras import install_hint
 from perfstack.errors import CannotRunHere
 from perfstack.fleet.jobs import Target
 from perfstack.model import FleetLabel
 
-INSTALL_HINT = "pip install 'perfstack[fleet]' (Ray) on this machine and on every node"
+INSTALL_HINT = f"{install_hint('fleet')} (Ray) on this machine and on every node"
 
 
 @dataclass
