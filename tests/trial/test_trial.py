@@ -257,3 +257,21 @@ def test_step_at_marks_steps_of_an_inference_script(tmp_path):
     t = Run.load(out).trial
     assert t is not None and len(t.arms[0].runs[0].step_ms) == 3
     assert t.arms[0].runs[0].values  # the step function's results are kept for the numerics guard
+
+
+def test_a_status_file_with_hostile_values_keeps_only_finite_numbers_and_bounded_text():
+    class Hostile(FakeChild):
+        def __call__(self, argv, env, timeout):
+            cfg = json.loads(argv[-1])
+            rc = super().__call__(argv, env, timeout)
+            d = json.loads(Path(cfg["status"]).read_text())
+            d["values"] = [float("nan"), "x", True, 1.5]
+            d["peak_mem_mb"] = "lots"
+            d["applied"] = {"tf32": {"count": "many", "what": "y" * 10_000}, 3: 4}
+            Path(cfg["status"]).write_text(json.dumps(d))
+            return rc
+    t = runner.run(_plan(["tf32"], rounds=2), spawn=Hostile({"*": 10.0}))
+    r = t.arm("tf32").runs[0]  # type: ignore[union-attr]
+    assert r.values == [1.5] and r.peak_mem_mb is None
+    assert r.applied["tf32"].count == 0 and len(r.applied["tf32"].what) <= 500
+    Run.from_dict(json.loads(Run(trial=t).to_json()))  # what was kept loads back

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -120,9 +121,10 @@ def _statuses(path: str, nproc: int) -> list[dict[str, Any]]:
 
 
 def _numbers(v: Any) -> list[float]:
+    """The finite numbers of a list the child wrote (the script runs in that process: trust nothing)."""
     if not isinstance(v, list):
         return []
-    return [float(x) for x in v if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    return [float(x) for x in v if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
 
 
 def _merge(sts: list[dict[str, Any]]) -> dict[str, Any]:
