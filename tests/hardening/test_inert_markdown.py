@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 
 from perfstack.compare import diff_runs
 from perfstack.model import Run
-from perfstack.report import markdown
+from perfstack.report import markdown, md_blocks
 from perfstack.report.inert import md_code, md_text, visible
 from perfstack.report.views import build
 
@@ -69,7 +69,7 @@ def test_text_as_a_heading_stays_one_heading(s):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(ALPHABET, max_size=12).map("".join), min_size=3, max_size=3))
 def test_cells_stay_in_their_columns(values):
-    doc = markdown.table(("a", "b", "c"), [values, values])
+    doc = md_blocks.table(("a", "b", "c"), [values, values])
     toks = MD.parse(doc)
     assert [t.type for t in toks].count("td_open") == 6, doc
     assert_only_text(doc, allow_br=True)
@@ -78,7 +78,7 @@ def test_cells_stay_in_their_columns(values):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(ALPHABET, max_size=20).map("".join))
 def test_code_span_holds_exactly_the_value(s):
-    doc = markdown.table(("x",), [[md_code(s)]])
+    doc = md_blocks.table(("x",), [[md_code(s)]])
     codes = [c for c in inline_tokens(doc) if c.type == "code_inline"]
     want = " ".join(visible(s).split())
     if want:

@@ -11,7 +11,7 @@ from synthetic import ESTIMATES, doctor, full_run
 from perfstack.compare import diff_runs
 from perfstack.estimate import record as estimate_record
 from perfstack.model import Measurement, Run
-from perfstack.report import charts, html, markdown
+from perfstack.report import charts, html, markdown, md_blocks
 from perfstack.report.views import build, gemm_intensity, series_key
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -206,11 +206,11 @@ def test_markdown_tables_have_the_right_columns():
 
 
 def test_markdown_escapes_cells():
-    assert markdown.cell("a|b") == "a\\|b"
-    assert markdown.cell("DataLoader.__next__") == "DataLoader.\\_\\_next\\_\\_"
-    assert markdown.cell("LD_PRELOAD <x>") == "LD_PRELOAD \\<x\\>"
-    assert markdown.cell("`a_b|c`") == "\\`a_b\\|c\\`"  # backticks from outside open no code span
-    assert markdown.cell("two\nlines") == "two<br>lines"
+    assert md_blocks.cell("a|b") == "a\\|b"
+    assert md_blocks.cell("DataLoader.__next__") == "DataLoader.\\_\\_next\\_\\_"
+    assert md_blocks.cell("LD_PRELOAD <x>") == "LD_PRELOAD \\<x\\>"
+    assert md_blocks.cell("`a_b|c`") == "\\`a_b\\|c\\`"  # backticks from outside open no code span
+    assert md_blocks.cell("two\nlines") == "two<br>lines"
 
 
 def test_markdown_diff():

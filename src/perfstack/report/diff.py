@@ -8,10 +8,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.compare.diff import Diff, MeasurementDelta
+from perfstack.compare.diff import Diff
 from perfstack.report.charts import num
+from perfstack.report.loadtest_diff import render_text as loadtest_diff_text
+from perfstack.report.text_blocks import VERDICT, delta_row, delta_table
 
-VERDICT = {"improved": "green", "regressed": "bold red", "within noise": "dim"}
 STATUS = {"fixed": "green", "introduced": "bold red", "unchanged": "dim", "not checked after": "yellow",
           "not checked before": "yellow"}
 SEVERITY = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -22,41 +23,13 @@ def _short(v: object, n: int = 48) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _row(m: MeasurementDelta, verbose: bool) -> list[Text]:
-    change = f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—"
-    ci = (f"{m.ci_low_pct:+.1f}…{m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
-          else "—")
-    verdict = Text(m.verdict, style=VERDICT.get(m.verdict, "yellow"))
-    if m.hardware_bound:
-        verdict.append(" ⚠ hw", style="yellow")
-    row = [Text(m.name), Text(num(m.before, m.unit)), Text(num(m.after, m.unit)), Text(change), Text(ci), verdict]
-    if verbose:
-        row.append(Text(f"{m.p_value:.2g}" if m.p_value is not None else "—"))
-    return row + [Text(m.note, style="dim")]
-
-
-def delta_table(verbose: bool, note: bool = True, collapse_padding: bool = False) -> Table:
-    """The empty table of before/after figures whose rows ``_row`` makes (benchmarks, load tests)."""
-    t = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=collapse_padding)
-    t.add_column("figure", no_wrap=True)
-    for col in ("before", "after", "change", "95% interval"):
-        t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("verdict", no_wrap=True)
-    if verbose:
-        t.add_column("p", justify="right")
-    if note:
-        t.add_column("note")
-    return t
-
-
 def render_diff(diff: Diff, console: Console, verbose: bool = False) -> None:
     _header(diff, console)
     _facts(diff, console)
     _findings(diff, console, verbose)
     _measurements(diff, console, verbose)
     if diff.loadtest is not None:
-        from perfstack.report.loadtest_diff import render_text
-        render_text(diff.loadtest, console, verbose)
+        loadtest_diff_text(diff.loadtest, console, verbose)
     _profile(diff, console)
     _totals(diff, console)
 
@@ -123,7 +96,7 @@ def _measurements(diff: Diff, console: Console, verbose: bool) -> None:
         if m.sweep and not verbose:
             hidden[m.verdict] = hidden.get(m.verdict, 0) + 1
             continue
-        t.add_row(*_row(m, verbose))
+        t.add_row(*delta_row(m, verbose))
     console.print(t)
     if hidden:
         counts = ", ".join(f"{n} {v}" for v, n in sorted(hidden.items()))

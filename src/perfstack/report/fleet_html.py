@@ -8,7 +8,7 @@ from typing import Any
 from perfstack.fleet.analysis import FleetAnalysis, HeatMap
 from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
-from perfstack.report.html import Section, _page, _table, e
+from perfstack.report.html_blocks import Section, e, page, table
 
 MAX_ROWS = 400  # heat map rows drawn; the flagged nodes come first, the JSON has every row
 Z_FULL = 10.0  # a cell this many robust standard deviations below the median is drawn fully red
@@ -63,7 +63,7 @@ def render_fleet_html(v: FleetView) -> str:
         if section is not None:
             sections.append(section)
     sections.append(_members(a))
-    return _page(v.title, sub, sections)
+    return page(v.title, sub, sections)
 
 
 def _nodes(a: FleetAnalysis, s: dict[str, Any]) -> Section:
@@ -75,7 +75,7 @@ def _nodes(a: FleetAnalysis, s: dict[str, Any]) -> Section:
     rank_rows = [(f'<span class="sev {e(r.severity)}">{e(r.severity)}</span>', f"<b>{e(r.node)}</b>",
                   "<br>".join(e(_short(x, 140)) for x in r.reasons)) for r in a.ranking]
     return ("nodes", "Nodes", "<h2>Fix these nodes first</h2>" + f'<div class="chips">{chips}</div>'
-            + (_table(("severity", "node", "why"), rank_rows) if rank_rows else
+            + (table(("severity", "node", "why"), rank_rows) if rank_rows else
                '<p class="muted">No node stands out from its SKU.</p>'))
 
 
@@ -98,7 +98,7 @@ def _drift(a: FleetAnalysis) -> Section | None:
                          + (f" (+{len(g.nodes) - 8})" if len(g.nodes) > 8 else "") for g in d.odd),
              "no majority" if d.split else f"{e(_short(d.baseline))} ({d.baseline_count} nodes)") for d in a.drift]
     return ("drift", "Drift", "<h2>Configuration drift</h2>"
-            + _table(("SKU", "category", "setting", "odd value: nodes", "majority"), rows)
+            + table(("SKU", "category", "setting", "odd value: nodes", "majority"), rows)
             + (f'<p class="muted">{a.identity_keys} settings differ on every node (identities, not '
                "drift) and are not listed.</p>" if a.identity_keys else ""))
 
@@ -111,7 +111,7 @@ def _outliers(a: FleetAnalysis) -> Section | None:
              f"{o.deviation_pct:+.1f}%</span>", f"{o.z:+.1f}", f"{o.noise_pct:.2f}%", f"{o.fleet_spread_pct:.2f}%")
             for o in a.outliers]
     return ("outliers", "Outliers", "<h2>Figures that stand out</h2>"
-            + _table(("figure", "node", "value", "SKU median", "vs median", "z", "own noise",
+            + table(("figure", "node", "value", "SKU median", "vs median", "z", "own noise",
                       "fleet spread"), rows, num_cols=(2, 3, 4, 5, 6, 7)))
 
 
@@ -121,7 +121,7 @@ def _uneven(a: FleetAnalysis) -> Section | None:
     rows = [(f'<span class="sev {e(u.severity)}">{e(u.severity)}</span>', f"<code>{e(u.id)}</code>", e(u.title),
              f"{len(u.nodes)} of {u.of}", e(", ".join(u.nodes[:12]) + (" …" if len(u.nodes) > 12 else "")),
              e(_short(u.evidence.get(u.nodes[0], ""), 160))) for u in a.uneven]
-    html = "<h2>Findings on some nodes only</h2>" + _table(("severity", "finding", "title", "nodes", "which",
+    html = "<h2>Findings on some nodes only</h2>" + table(("severity", "finding", "title", "nodes", "which",
                                                              "evidence (first node)"), rows)
     if a.shared:
         html += ('<p class="muted">On every node (fix once, in the image or the node setup): '
@@ -148,7 +148,7 @@ def _comms(a: FleetAnalysis) -> Section | None:
     notes = "".join(f"<li>{e(n)}</li>" for n in c.get("notes") or [])
     return ("allreduce", "All-reduce", "<h2>All-reduce between machines</h2>" + head
             + (f'<ul class="regressed">{"".join(f"<li>{x}</li>" for x in items)}</ul>' if items else "")
-            + _table(("all-reduce", "machines", "busbw (best of sweep)"), rows)
+            + table(("all-reduce", "machines", "busbw (best of sweep)"), rows)
             + (f'<ul class="muted">{notes}</ul>' if notes else ""))
 
 
@@ -157,13 +157,13 @@ def _failed(a: FleetAnalysis) -> Section | None:
     if not failed:
         return None
     return ("failed", "Not compared", "<h2>Did not report, or not compared</h2>"
-            + _table(("node", "status", "reason", "source"),
+            + table(("node", "status", "reason", "source"),
                      ((e(m.name), e(m.status), e(m.reason), e(m.source)) for m in failed)))
 
 
 def _members(a: FleetAnalysis) -> Section:
     notes = "".join(f"<li>{e(n)}</li>" for n in a.notes)
-    members = _table(("node", "SKU", "GPUs", "perfstack", "Runs", "figures", "findings"),
+    members = table(("node", "SKU", "GPUs", "perfstack", "Runs", "figures", "findings"),
                      ((e(m.name), e(m.sku), e(m.gpus), e(m.tool_version), e(m.command), str(m.figures),
                        str(m.findings)) for m in a.members), num_cols=(5, 6))
     return ("members", "Members", (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")

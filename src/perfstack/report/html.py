@@ -1,25 +1,25 @@
 """The HTML report: one self-contained file (inline CSS, SVG charts, a few lines of JS, nothing fetched).
 
 ``render_run(view)`` formats a ``views.RunView``; ``render_diff(diff)`` formats a ``compare.Diff``;
-``write_report(run, path)`` is what ``--html FILE`` of any Run-writing command calls. The page shell
-lives in ``_template.html`` (string.Template: no template engine dependency).
+``write_report(run, path)`` is what ``--html FILE`` of any Run-writing command calls. The page shell,
+tables and findings are ``html_blocks``', which every HTML renderer shares.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from string import Template
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from perfstack import __version__, outfile
-from perfstack.compare.diff import Diff, MeasurementDelta
-from perfstack.model import Finding, Measurement, Run
+from perfstack import outfile
+from perfstack.compare.diff import Diff
+from perfstack.model import Measurement, Run
 from perfstack.profile.records import OpRow
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
-from perfstack.report.inert import html_text as escape
+from perfstack.report.html_blocks import Section, delta_row, e, finding, page, table
+from perfstack.report.loadtest_diff import render_html as loadtest_diff_html
+from perfstack.report.loadtest_html import render_loadtest_html
+from perfstack.report.loadtest_view import loadtest_view
 from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
@@ -36,54 +36,7 @@ from perfstack.report.views import (
 )
 
 
-@lru_cache(maxsize=1)
-def _template() -> Template:
-    return Template(resources.files("perfstack.report").joinpath("_template.html").read_text(encoding="utf-8"))
-
-
-def e(v: Any) -> str:
-    return escape(str(v)) if v is not None else ""
-
-
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], num_cols: Iterable[int] = ()) -> str:
-    """A table from already-escaped cells."""
-    nc = set(num_cols)
-    th = "".join(f'<th class="num">{h}</th>' if i in nc else f"<th>{h}</th>" for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in nc else f"<td>{c}</td>"
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-Section = tuple[str, str, str]  # (anchor, title in the page's navigation, HTML); "" anchors are not listed
-
-
-def _page(title: str, subtitle: str, sections: list[Section]) -> str:
-    toc = "".join(f'<a href="#{sid}">{e(name)}</a>' for sid, name, _ in sections if name)
-    body = "\n".join(f'<section id="{sid}">{html}</section>' if sid else html for sid, _, html in sections)
-    return _template().substitute(title=e(title), subtitle=subtitle, toc=toc, body=body, version=e(__version__))
-
-
 # -- run report -------------------------------------------------------------------------------
-def _finding(f: Finding) -> str:
-    subject = f' <span class="muted">[{e(f.subject)}]</span>' if f.subject else ""
-    rows = [("observed", e(f.evidence) + (f' <span class="muted">(read from {e(", ".join(f.sources))})</span>'
-                                           if f.sources else ""))]
-    if f.why:
-        rows.append(("why", e(f.why)))
-    rows.append(("fix", ("<b>on the host:</b> " if f.host_action else "") + e(f.fix)))
-    if f.recoverable_ms is not None:
-        rows.append(("recoverable", f"{num(f.recoverable_ms)} ms per step"
-                     + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else "")))
-    cmds = ""
-    if f.fix_commands:
-        cmds = ("<details><summary>commands</summary><pre class=\"mono\">"
-                + e("\n".join(f.fix_commands)) + "</pre></details>")
-    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
-    return (f'<div class="finding {e(f.severity.value)}" data-finding="{e(f.id)}"><div class="head">'
-            f'<span class="sev {e(f.severity.value)}">{e(f.severity.value)}</span> <code>{e(f.id)}</code> '
-            f"{e(f.title)}{subject}</div><dl>{dl}</dl>{cmds}</div>")
-
-
 def _fix_first(d: DoctorView) -> str:
     if not d.fix_first:
         return ""
@@ -103,13 +56,13 @@ def _doctor(d: DoctorView) -> str:
     parts = ['<span class="toolbar"></span><h2>Doctor: findings by layer</h2>', f'<div class="chips">{chips}</div>']
     for _lid, name, fs in d.layers:
         if fs:
-            parts.append(f"<h3>{e(name)}</h3>" + "".join(_finding(x) for x in fs))
+            parts.append(f"<h3>{e(name)}</h3>" + "".join(finding(x) for x in fs))
     if not any(fs for _, _, fs in d.layers):
         parts.append('<p class="muted">No findings.</p>')
     if d.not_checked:
         rows = [(f"<code>{e(c.id)}</code>", e(c.status), e(c.reason)) for c in d.not_checked]
         parts.append(f"<details><summary>{len(d.not_checked)} checks not applicable or not checked</summary>"
-                     + _table(("check", "status", "reason"), rows) + "</details>")
+                     + table(("check", "status", "reason"), rows) + "</details>")
     return "".join(parts)
 
 
@@ -141,7 +94,7 @@ def _bench(b: BenchView) -> str:
     if b.bars:
         rows = [{**r, "text": bar_text(r)} for r in b.bars]
         parts.append(charts.fraction_bars(rows, "Measured figures as a fraction of the SKU's theoretical peak"))
-    parts.append(_table(("bench", "figure", "measured", "peak", "% of peak", "verdict", "notes"),
+    parts.append(table(("bench", "figure", "measured", "peak", "% of peak", "verdict", "notes"),
                         (_bench_row(m) for m in b.rows), num_cols=(2, 3, 4)))
     for c in b.curves:
         parts.append(f"<h3>{e(c.title)}</h3>")
@@ -157,8 +110,8 @@ def _roofline(r: RooflineView) -> str:
     note = (f'<p class="muted">Ceilings: dense peaks from the spec table ({e(r.source)}).</p>' if r.source else
             '<p class="muted">This GPU is not in the spec table: measured points only, no theoretical ceilings.</p>')
     rows = [(e(label), e(group), e(num(x)), e(num(y))) for label, x, y, group in r.points]
-    table = _table(("point", "group", "FLOP/byte", "TFLOP/s"), rows, num_cols=(2, 3)) if rows else ""
-    return f"<h2>Roofline: {e(r.gpu)}</h2>{svg}{note}{table}"
+    listing = table(("point", "group", "FLOP/byte", "TFLOP/s"), rows, num_cols=(2, 3)) if rows else ""
+    return f"<h2>Roofline: {e(r.gpu)}</h2>{svg}{note}{listing}"
 
 
 def _pct_of(o: OpRow) -> str:
@@ -195,26 +148,26 @@ def _profile_ranked(p: ProfileView) -> str:
             for f in p.ranked]
     return ("<h3>Findings ranked by recoverable time</h3>"
             + charts.value_bars(bars, "Recoverable time per step", "ms per step", kind="recoverable")
-            + "".join(_finding(f) for f in p.ranked))
+            + "".join(finding(f) for f in p.ranked))
 
 
 def _profile_gaps(p: ProfileView) -> str:
     keys = [k for k in ("step", "start_ms", "duration_ms", "before", "after", "reason") if any(k in g for g in p.gaps)]
     rows = [[e(num(g[k]) if isinstance(g.get(k), float) else g.get(k, "")) for k in keys] for g in p.gaps]
-    return "<h3>Idle gaps</h3>" + _table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")])
+    return "<h3>Idle gaps</h3>" + table(keys, rows, num_cols=[i for i, k in enumerate(keys) if k.endswith("_ms")])
 
 
 def _profile_ops(p: ProfileView) -> str:
     rows = [(f'<code>{e(o.op)}</code>', e(o.category), e(o.dtype or ""), e(num(o.time_ms_per_step)), e(num(o.tflops)),
              e(num(o.gbps)), e(_pct_of(o))) for o in p.ops]
-    return "<h3>Operators by GPU time</h3>" + _table(
+    return "<h3>Operators by GPU time</h3>" + table(
         ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows, num_cols=(3, 4, 5, 6))
 
 
 def _profile_kernels(p: ProfileView) -> str:
     rows = [(e(k.name), e(num(k.time_ms)), e(num(k.intensity)), e(num(k.tflops)))
             for k in p.kernels]
-    return "<h3>Kernel classes</h3>" + _table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows,
+    return "<h3>Kernel classes</h3>" + table(("class", "time (ms)", "FLOP/byte", "TFLOP/s"), rows,
                                               num_cols=(1, 2, 3))
 
 
@@ -235,7 +188,7 @@ def _estimates(est: EstimateView) -> str:
     rows = [(f"<code>{e(r.path)}</code>", e(r.label), e(charts.human(r.value, r.unit)),
              f'<span class="mono">{e(r.formula)}</span>') for r in est.rows]
     parts.append("<details><summary>Every estimated figure, with its formula</summary>"
-                 + _table(("figure", "what", "value", "formula"), rows, num_cols=(2,)) + "</details>")
+                 + table(("figure", "what", "value", "formula"), rows, num_cols=(2,)) + "</details>")
     return "".join(parts)
 
 
@@ -246,7 +199,7 @@ def _try(v: TryView) -> str:
              f'<span class="verdict {e(r.verdict.replace(" ", "-"))}">{e(r.verdict)}</span>', e(r.numerics),
              e(r.memory), e(r.first_step)] for r in v.rows]
     parts = [f"<h2>Fixes measured without the profiler</h2><p><code>{e(v.command)}</code></p>",
-             _table(HEAD, rows, num_cols=(1, 2, 3, 4, 7, 8)),
+             table(HEAD, rows, num_cols=(1, 2, 3, 4, 7, 8)),
              charts.strips([(r.id, r.samples, r.best_ms) for r in v.rows], "Step times of every run, by arm "
                            "(bar: the best run's median)", "ms per step")]
     notes = [f"<li><code>{e(r.id)}</code>: {e(r.note)}</li>" for r in v.rows if r.note]
@@ -274,19 +227,17 @@ def render_run(view: RunView) -> str:
         sections.append(("estimates", "Estimates", _estimates(view.estimates)))
     if view.trial is not None:
         sections.append(("try", "Fixes measured", _try(view.trial)))
-    facts = _table(("", ""), ((e(k), e(v)) for k, v in view.facts))
-    meta = _table(("", ""), ((e(k), e(v)) for k, v in view.meta))
+    facts = table(("", ""), ((e(k), e(v)) for k, v in view.facts))
+    meta = table(("", ""), ((e(k), e(v)) for k, v in view.meta))
     absent = (f'<p class="muted">Not in this Run: {e(", ".join(view.absent))}.</p>' if view.absent else "")
     sections.append(("machine", "Machine", f"<h2>Machine</h2>{facts}<details><summary>Run metadata</summary>"
                                            f"{meta}</details>{absent}"))
-    return _page(f"{view.title} report", e(view.gpus), sections)
+    return page(f"{view.title} report", e(view.gpus), sections)
 
 
 def render_report(run: Run) -> str:
     """``run`` as a self-contained HTML page: what ``--html FILE`` writes."""
-    from perfstack.report.loadtest_view import loadtest_view
     if (lt := loadtest_view(run)) is not None:  # a load test has its own page
-        from perfstack.report.loadtest_html import render_loadtest_html
         return render_loadtest_html(lt)
     return render_run(build(run))
 
@@ -303,16 +254,6 @@ def _short(v: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _delta_row(m: MeasurementDelta) -> list[str]:
-    ci = (f"{m.ci_low_pct:+.1f}% … {m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
-          else "—")
-    verdict = f'<span class="{e(m.verdict.replace(" ", "-"))}">{e(m.verdict)}</span>'
-    hw = " ⚠ hardware differs" if m.hardware_bound else ""
-    return [f"<code>{e(m.name)}</code>", e(num(m.before, m.unit)), e(num(m.after, m.unit)),
-            e(f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—"), e(ci),
-            e(f"{m.p_value:.2g}" if m.p_value is not None else "—"), verdict + e(hw), e(m.note)]
-
-
 def render_diff(diff: Diff) -> str:
     b, a = diff.before, diff.after
     sub = (f"before: {e(b.get('file') or b.get('created'))} · {e(b.get('gpus'))}<br>"
@@ -322,7 +263,7 @@ def render_diff(diff: Diff) -> str:
         section = part(diff)
         if section is not None:
             sections.append(section)
-    return _page("perfstack diff", sub, sections)
+    return page("perfstack diff", sub, sections)
 
 
 def _diff_banners(diff: Diff) -> list[Section]:
@@ -334,7 +275,7 @@ def _diff_banners(diff: Diff) -> list[Section]:
                 for k in diff.hardware.get("differs", [])]
         out.append(("", "", '<div class="banner notice"><h2>The hardware differs</h2>'
                             "Figures bound to the parts that differ are marked: their change measures the "
-                            "machines, not your change." + _table(("", "before", "after"), rows) + "</div>"))
+                            "machines, not your change." + table(("", "before", "after"), rows) + "</div>"))
     return out
 
 
@@ -352,7 +293,7 @@ def _diff_facts(diff: Diff) -> Section | None:
     rows = [(e(f["category"]), f"<code>{e(f['key'])}</code>", e(_short(f["before"])), e(_short(f["after"])))
             for f in diff.facts]
     return ("facts", "Facts", "<h2>Facts that drifted</h2>"
-            + _table(("category", "fact", "before", "after"), rows)
+            + table(("category", "fact", "before", "after"), rows)
             + f'<p class="muted">{diff.volatile_facts} volatile readings (temperatures, free memory, '
               "pressure) changed and are not listed.</p>")
 
@@ -364,7 +305,7 @@ def _diff_findings(diff: Diff) -> Section | None:
              f"<code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
              e(f.evidence_after or f.evidence_before), e(f.reason)) for f in diff.findings]
     return ("findings", "Findings", "<h2>Findings</h2>"
-            + _table(("status", "severity", "finding", "title", "evidence", "note"), rows))
+            + table(("status", "severity", "finding", "title", "evidence", "note"), rows))
 
 
 def _diff_bench(diff: Diff) -> Section | None:
@@ -373,10 +314,10 @@ def _diff_bench(diff: Diff) -> Section | None:
     main, sweep = diff.headline_and_sweep()
     points = [(m.name, m.delta_pct, m.ci_low_pct, m.ci_high_pct, m.verdict) for m in main if m.delta_pct is not None]
     html = ("<h2>Benchmarks</h2>" + charts.delta_chart(points, "Change of each figure against its noise")
-            + _table(DELTA_COLUMNS, (_delta_row(m) for m in main), num_cols=DELTA_NUMERIC))
+            + table(DELTA_COLUMNS, (delta_row(m) for m in main), num_cols=DELTA_NUMERIC))
     if sweep:
         html += (f"<details><summary>{len(sweep)} sweep points</summary>"
-                 + _table(DELTA_COLUMNS, (_delta_row(m) for m in sweep), num_cols=DELTA_NUMERIC) + "</details>")
+                 + table(DELTA_COLUMNS, (delta_row(m) for m in sweep), num_cols=DELTA_NUMERIC) + "</details>")
     html += (f'<p class="muted">Significant when a Mann–Whitney U test rejects at p &lt; {diff.alpha:g} and the '
              "95% bootstrap interval of the median's change excludes zero.</p>")
     return ("bench", "Benchmarks", html)
@@ -385,8 +326,7 @@ def _diff_bench(diff: Diff) -> Section | None:
 def _diff_loadtest(diff: Diff) -> Section | None:
     if diff.loadtest is None:
         return None
-    from perfstack.report.loadtest_diff import render_html
-    return ("loadtest", "Load test", render_html(diff.loadtest))
+    return ("loadtest", "Load test", loadtest_diff_html(diff.loadtest))
 
 
 def _diff_profile(diff: Diff) -> Section | None:
@@ -395,7 +335,7 @@ def _diff_profile(diff: Diff) -> Section | None:
         return None
     rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),
              e(f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")) for r in p["categories"]]
-    html = "<h2>Profile: time per step</h2>" + _table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
+    html = "<h2>Profile: time per step</h2>" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
                                                       num_cols=(1, 2, 3))
     bars = [("before", [(r["category"], r["before_ms"]) for r in p["categories"] if r["before_ms"]]),
             ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]

@@ -16,7 +16,10 @@ from rich.text import Text
 
 from perfstack.compare.diff import IMPROVED, REGRESSED, MeasurementDelta
 from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS, LoadtestDiff
+from perfstack.report import charts, html_blocks, md_blocks, text_blocks
 from perfstack.report.charts import num
+from perfstack.report.html_blocks import e
+from perfstack.report.md_blocks import t
 from perfstack.report.views import DELTA_COLUMNS, DELTA_NUMERIC
 
 EXPLAIN = ("Levels are matched by mode and load and re-aggregated from their request records with one SLO. "
@@ -63,60 +66,53 @@ def _slo_line(ld: LoadtestDiff) -> str:
 
 # -- terminal ---------------------------------------------------------------------------------
 def render_text(ld: LoadtestDiff, console: Console, verbose: bool = False) -> None:
-    from perfstack.report.diff import _row, delta_table  # the benchmark table's columns and rows
-
     console.print(Rule(Text("Load test", style="bold"), align="left", style="dim"))
     for line in [_slo_line(ld), *ld.notes, _levels_line(ld)]:
         if line:
             console.print(Text(f"  {line}", style="dim"))
     figs, hidden = shown(ld, verbose)
     if figs:
-        t = delta_table(verbose, note=verbose, collapse_padding=True)
+        rows = text_blocks.delta_table(verbose, note=verbose, collapse_padding=True)
         for f in figs:
-            t.add_row(*_row(f, verbose)[: 7 if verbose else 6])
-        console.print(t)
+            rows.add_row(*text_blocks.delta_row(f, verbose)[: 7 if verbose else 6])
+        console.print(rows)
     if hidden:
         console.print(Text(f"{hidden} p99 figures within noise or not judged are not shown; -v shows them",
                            style="dim"))
     if ld.sweep:
-        t = Table("sweep", "before", "after", "", box=None, pad_edge=False, header_style="bold")
+        sweep = Table("sweep", "before", "after", "", box=None, pad_edge=False, header_style="bold")
         for row in ld.sweep:
-            t.add_row(Text(row["figure"]), sweep_value(row, "before"), sweep_value(row, "after"),
-                      Text(row["change"], style={"better": "green", "worse": "bold red"}.get(row["change"],
-                                                                                                 "dim")))
-        console.print(t)
+            sweep.add_row(Text(row["figure"]), sweep_value(row, "before"), sweep_value(row, "after"),
+                          Text(row["change"], style={"better": "green", "worse": "bold red"}.get(row["change"],
+                                                                                                     "dim")))
+        console.print(sweep)
 
 
 # -- Markdown ---------------------------------------------------------------------------------
 def render_md(ld: LoadtestDiff, verbose: bool = False) -> str:
-    from perfstack.report.markdown import delta_row, t, table
-
     out = ["## Load test", "\n".join(f"- {t(x)}" for x in [_slo_line(ld), *ld.notes, _levels_line(ld)] if x)]
     figs, hidden = shown(ld, verbose)
     if figs:
-        out.append(table(DELTA_COLUMNS, (delta_row(f) for f in figs), right=DELTA_NUMERIC))
+        out.append(md_blocks.table(DELTA_COLUMNS, (md_blocks.delta_row(f) for f in figs), right=DELTA_NUMERIC))
     if hidden:
         rest = [f for f in ld.figures() if f not in figs]
         out.append(f"<details><summary>{hidden} p99 figures within noise or not judged</summary>\n\n"
-                   + table(DELTA_COLUMNS, (delta_row(f) for f in rest), right=DELTA_NUMERIC) + "\n\n</details>")
+                   + md_blocks.table(DELTA_COLUMNS, (md_blocks.delta_row(f) for f in rest), right=DELTA_NUMERIC)
+                   + "\n\n</details>")
     if ld.sweep:
-        out.append(table(("sweep", "before", "after", ""), ((r["figure"], sweep_value(r, "before"),
-                                                             sweep_value(r, "after"), r["change"])
-                                                            for r in ld.sweep), right=(1, 2)))
+        out.append(md_blocks.table(("sweep", "before", "after", ""), ((r["figure"], sweep_value(r, "before"),
+                                                                       sweep_value(r, "after"), r["change"])
+                                                                      for r in ld.sweep), right=(1, 2)))
     out.append(f"_{t(EXPLAIN)}_")
     return "\n\n".join(out)
 
 
 # -- HTML -------------------------------------------------------------------------------------
 def _rows(figs: Iterable[MeasurementDelta]) -> list[list[str]]:
-    from perfstack.report.html import _delta_row
-    return [_delta_row(f) for f in figs]
+    return [html_blocks.delta_row(f) for f in figs]
 
 
 def render_html(ld: LoadtestDiff) -> str:
-    from perfstack.report import charts
-    from perfstack.report.html import _table, e
-
     items = "".join(f"<li>{e(x)}</li>" for x in [_slo_line(ld), *ld.notes, _levels_line(ld)] if x)
     parts = ["<h2>Load test</h2>", f'<ul class="muted">{items}</ul>']
     figs = ld.figures()
@@ -125,9 +121,9 @@ def render_html(ld: LoadtestDiff) -> str:
     if moved:
         parts.append(charts.delta_chart(moved, "Load test: change of each median and throughput"))
     if figs:
-        parts.append(_table(DELTA_COLUMNS, _rows(figs), num_cols=DELTA_NUMERIC))
+        parts.append(html_blocks.table(DELTA_COLUMNS, _rows(figs), num_cols=DELTA_NUMERIC))
     if ld.sweep:
-        parts.append("<h3>The sweep</h3>" + _table(
+        parts.append("<h3>The sweep</h3>" + html_blocks.table(
             ("", "before", "after", ""), ((e(r["figure"]), e(sweep_value(r, "before")), e(sweep_value(r, "after")),
                                           e(r["change"])) for r in ld.sweep), num_cols=(1, 2)))
     parts.append(f'<p class="muted">{e(EXPLAIN)}</p>')

@@ -1,19 +1,19 @@
 """A load test's HTML report: the level table, latency-against-throughput curves, why, the server's view.
 
-One self-contained page in the shell every perfstack report uses (``html._page``); every string from the
+One self-contained page in the shell every perfstack report uses (``html_blocks.page``); every string from the
 Run is escaped here, the numbers come formatted from ``loadtest_view``.
 """
 
 from __future__ import annotations
 
 from perfstack.report import charts
-from perfstack.report.html import _finding, _page, _table, e
+from perfstack.report.html_blocks import e, finding, page, table
 from perfstack.report.loadtest_view import X_LABEL, LoadtestView
 
 
 def _levels(v: LoadtestView) -> str:
     parts = [f"<h2>Load levels</h2><p>{e(v.workload)}</p>",
-             _table([e(h) for h in v.headers], ([e(c) for c in row] for row in v.rows), num_cols=range(1, 9))]
+             table([e(h) for h in v.headers], ([e(c) for c in row] for row in v.rows), num_cols=range(1, 9))]
     if v.sweep:
         parts.append(f'<p class="sweep"><b>{e(v.sweep)}</b></p>')
     if v.interrupted:
@@ -36,23 +36,23 @@ def _curves(v: LoadtestView) -> str:
 def _why(v: LoadtestView) -> str:
     if not v.findings:
         return '<h2>Why</h2><p class="muted">No findings.</p>'
-    return "<h2>Why</h2>" + "".join(_finding(f) for f in v.findings)
+    return "<h2>Why</h2>" + "".join(finding(f) for f in v.findings)
 
 
 def _server(v: LoadtestView) -> str:
     parts = ["<h2>The server and the client</h2>"]
     if v.server:
-        parts.append("<h3>What the server's metrics endpoint said (peaks per level)</h3>" + _table(
+        parts.append("<h3>What the server's metrics endpoint said (peaks per level)</h3>" + table(
             ("load", "running", "waiting", "KV cache", "preemptions"), ([e(c) for c in r] for r in v.server),
             num_cols=(1, 2, 3, 4)))
     if v.errors:
-        parts.append("<h3>Failed requests by kind</h3>" + _table(
+        parts.append("<h3>Failed requests by kind</h3>" + table(
             ("load", "kind", "requests", "for example"), ([e(c) for c in r] for r in v.errors), num_cols=(2,)))
     if v.client:
-        parts.append("<h3>The client's own load</h3>" + _table(
+        parts.append("<h3>The client's own load</h3>" + table(
             ("load", "CPU (busiest process)", "timer lag p99", "CPU per chunk", "processes"),
             ([e(c) for c in r] for r in v.client), num_cols=(1, 2, 3, 4)))
-    parts.append("<details><summary>Run metadata</summary>" + _table(("", ""), ((e(k), e(x)) for k, x in v.meta))
+    parts.append("<details><summary>Run metadata</summary>" + table(("", ""), ((e(k), e(x)) for k, x in v.meta))
                  + "</details>")
     return "".join(parts)
 
@@ -62,4 +62,4 @@ def render_loadtest_html(v: LoadtestView) -> str:
     if v.curves:
         sections.append(("curves", "Curves", _curves(v)))
     sections += [("why", "Why", _why(v)), ("server", "Server and client", _server(v))]
-    return _page(v.title, e(v.headline), sections)
+    return page(v.title, e(v.headline), sections)

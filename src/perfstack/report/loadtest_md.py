@@ -1,12 +1,12 @@
 """A load test's Markdown report, for issues and pull requests: the level table, the sweep's verdict,
 notes, findings, and the server's and client's side. Strings from the Run pass through the Markdown
-report's inert helpers (``markdown.t`` for lines, ``markdown.table`` for cells)."""
+report's inert building blocks (``md_blocks.t`` for lines, ``md_blocks.table`` for cells)."""
 
 from __future__ import annotations
 
 from perfstack.report.inert import Md, md_code
 from perfstack.report.loadtest_view import LoadtestView
-from perfstack.report.markdown import t, table
+from perfstack.report.md_blocks import t, table
 
 
 def render_loadtest_md(v: LoadtestView) -> str:

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.report.loadtest_view import LoadtestView
-from perfstack.report.text import _finding
+from perfstack.report.text_blocks import finding
 
 
 def render_loadtest(v: LoadtestView, console: Console, verbose: bool = False) -> None:
@@ -33,4 +33,4 @@ def render_loadtest(v: LoadtestView, console: Console, verbose: bool = False) ->
     if not v.findings:
         console.print(Text("  no findings", style="dim"))
     for f in v.findings:
-        console.print(_finding(f, verbose))
+        console.print(finding(f, verbose))

@@ -7,12 +7,14 @@ without the charts.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from perfstack.compare.diff import Diff, MeasurementDelta
+from perfstack.compare.diff import Diff
 from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
+from perfstack.report.loadtest_diff import render_md as loadtest_diff_md
+from perfstack.report.md_blocks import delta_row, t, table
 from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
@@ -27,24 +29,6 @@ from perfstack.report.views import (
     layer_name,
 )
 from perfstack.units import size_tick
-
-
-def cell(v: Any) -> str:
-    """One table cell: any value as inert text (line breaks as <br>), or Markdown perfstack wrote (Md)."""
-    return md_text(v, breaks=True)
-
-
-def t(v: Any) -> str:
-    """Outside data in a line of Markdown (a heading, a paragraph, a blockquote): inert."""
-    return md_text(v)
-
-
-def table(head: Sequence[str], rows: Iterable[Sequence[Any]], right: Iterable[int] = ()) -> str:
-    r = set(right)
-    lines = ["| " + " | ".join(cell(h) for h in head) + " |",
-             "|" + "|".join("---:" if i in r else "---" for i in range(len(head))) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _fid(f: Finding, table: bool = True) -> Md:
@@ -210,16 +194,6 @@ def render_run(view: RunView) -> str:
 
 
 # -- diff -------------------------------------------------------------------------------------
-def delta_row(m: MeasurementDelta) -> list[str]:
-    ci = (f"{m.ci_low_pct:+.1f}% … {m.ci_high_pct:+.1f}%" if m.ci_low_pct is not None and m.ci_high_pct is not None
-          else "—")
-    mark = {"improved": "✅ improved", "regressed": "❌ regressed"}.get(m.verdict, m.verdict)
-    return [md_code(m.name), num(m.before, m.unit), num(m.after, m.unit),
-            f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—", ci,
-            f"{m.p_value:.2g}" if m.p_value is not None else "—",
-            mark + (" ⚠ hardware differs" if m.hardware_bound else ""), m.note]
-
-
 def _short(v: Any, n: int = 70) -> str:
     s = "—" if v is None else str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
@@ -296,8 +270,7 @@ def _diff_bench(diff: Diff) -> str | None:
 def _diff_loadtest(diff: Diff) -> str | None:
     if diff.loadtest is None:
         return None
-    from perfstack.report.loadtest_diff import render_md
-    return render_md(diff.loadtest)
+    return loadtest_diff_md(diff.loadtest)
 
 
 def _diff_profile(diff: Diff) -> str | None:

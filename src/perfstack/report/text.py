@@ -2,67 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
-from perfstack.model import LAYERS, CheckResult, Finding
+from perfstack.model import LAYERS, CheckResult
+from perfstack.report.text_blocks import STYLE, finding
 from perfstack.report.views import RunView
-
-STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _badge(sev: str) -> Text:
-    return Text(f" {sev.upper():<8}", style=STYLE[sev])
-
-
-INDENT = 11  # where a finding's body starts, under its id
-
-
-class _Paragraph:
-    """``label: value`` under a finding, wrapped at spaces to the console's width. A word longer than a
-    line (a path, an option string, a command's argument) is never split: it runs past the edge, so it
-    can be copied whole."""
-
-    def __init__(self, label: str, value: str) -> None:
-        self.text = Text.assemble((f"{label}: ", "dim"), value)
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = max(20, options.max_width - INDENT)
-        for part in self.text.split("\n", allow_blank=True):
-            breaks, col = [], 0
-            for word in re.finditer(r"\S+\s*", part.plain):
-                if col and col + cell_len(word.group().rstrip()) > width:
-                    breaks.append(word.start())
-                    col = 0
-                col += cell_len(word.group())
-            for line in part.divide(breaks):
-                line.rstrip()
-                yield Text(" " * INDENT, overflow="ignore").append_text(line)
-
-
-def _finding(f: Finding, verbose: bool) -> RenderableType:
-    """A finding's head and body; print it with ``crop=False`` so that nothing long is cut off."""
-    head = Text.assemble(_badge(f.severity.value), " ", (f.id, "bold"), "  ", f.title)
-    if f.subject:
-        head.append(f"  [{f.subject}]", style="dim")
-    lines: list[RenderableType] = [head]
-    body = [("observed", f.evidence + (f"  (read from {', '.join(f.sources)})" if f.sources else ""))]
-    if f.why:
-        body.append(("why", f.why))
-    body.append(("fix", ("on the host: " if f.host_action else "") + f.fix))
-    lines += [_Paragraph(label, value) for label, value in body]
-    if verbose and f.fix_commands:
-        # One command a line, never wrapped: what is on the line is what to paste into a shell.
-        lines.append(Text(" " * INDENT + "commands:", style="dim"))
-        lines += [Text(" " * (INDENT + 2) + cmd, overflow="ignore") for cmd in f.fix_commands]
-    return Group(*lines)
-
 
 def render_doctor(view: RunView, console: Console, verbose: bool = False) -> None:
     d = view.doctor
@@ -84,7 +33,7 @@ def render_doctor(view: RunView, console: Console, verbose: bool = False) -> Non
         if not fs:
             console.print(Text("  no findings", style="dim"))
         for f in fs:
-            console.print(_finding(f, verbose), crop=False)
+            console.print(finding(f, verbose), crop=False)
     if verbose:
         _not_checked(d.not_checked, console)
     console.print()
