@@ -38,7 +38,6 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import runpy
 import signal
 import sys
 import time
@@ -414,15 +413,14 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _print_user_traceback(e: BaseException) -> None:
-    """The traceback Python would print for the script, without this module's and runpy's frames."""
-    import traceback
-    tb = e.__traceback__
-    ours = (os.path.abspath(__file__), os.path.abspath(runpy.__file__))
-    while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) in ours
-                              or tb.tb_frame.f_code.co_filename.startswith("<frozen")):
-        tb = tb.tb_next
-    traceback.print_exception(type(e), e, tb)
+def _child() -> Any:
+    """perfstack/_child.py, loaded by path (see the module doc)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_child.py")
+    spec = importlib.util.spec_from_file_location("_perfstack_child", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def main() -> int:
@@ -434,26 +432,9 @@ def main() -> int:
         _on_torch(sys.modules["torch"])
     else:
         sys.meta_path.insert(0, _TorchFinder())
-    code = 0
+    child = _child()
     try:
-        if "module" in cfg:
-            sys.argv = [cfg["module"], *cfg["args"]]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(cfg["module"], run_name="__main__", alter_sys=True)
-        else:
-            script = cfg["script"]
-            sys.argv = [script, *cfg["args"]]
-            sys.path[0] = os.path.dirname(os.path.abspath(script))  # what 'python script.py' does
-            runpy.run_path(script, run_name="__main__")
-    except WindowDone:
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except BaseException as e:
-        _print_user_traceback(e)
-        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+        code, _ = child.run(cfg, WindowDone, (__file__,))
     finally:
         if S.cfg["window"] is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)

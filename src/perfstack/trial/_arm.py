@@ -32,7 +32,6 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import runpy
 import sys
 import time
 import types
@@ -41,9 +40,10 @@ from typing import Any, Callable
 T_START = time.perf_counter()
 
 
-def _load_patches() -> Any:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_patches.py")
-    spec = importlib.util.spec_from_file_location("_perfstack_trial_patches", path)
+def _load(*parts: str) -> Any:
+    """A module of perfstack's, by its path below the package (never by import: see the module doc)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *parts)
+    spec = importlib.util.spec_from_file_location("_perfstack_" + parts[-1][:-3].strip("_"), path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -195,7 +195,7 @@ A: Arm
 
 def _on_torch(torch: Any) -> None:
     A.torch = torch
-    A.patches = _load_patches()
+    A.patches = _load("trial", "_patches.py")
     A.patches.on_import = on_import
     A.patches.install(torch, A.cfg.get("fixes", []))
 
@@ -274,16 +274,6 @@ def _markers() -> None:
     sys.modules["_perfstack_hooks"] = hooks
 
 
-def _print_user_traceback(e: BaseException) -> None:
-    import traceback
-    tb = e.__traceback__
-    ours = (os.path.abspath(__file__), os.path.abspath(runpy.__file__))
-    while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) in ours
-                              or tb.tb_frame.f_code.co_filename.startswith("<frozen")):
-        tb = tb.tb_next
-    traceback.print_exception(type(e), e, tb)
-
-
 def main() -> int:
     global A
     cfg = json.loads(sys.argv[1])
@@ -294,26 +284,11 @@ def main() -> int:
     if cfg.get("step_at"):
         mod, _, qual = cfg["step_at"].partition(":")
         on_import(mod, lambda m: _wrap_step_at(m, qual))
-    code = 0
+    child = _load("_child.py")
     try:
-        if "module" in cfg:
-            sys.argv = [cfg["module"], *cfg["args"]]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(cfg["module"], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [cfg["script"], *cfg["args"]]
-            sys.path[0] = os.path.dirname(os.path.abspath(cfg["script"]))
-            runpy.run_path(cfg["script"], run_name="__main__")
-    except StepsDone:
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)  # what 'python script.py' prints for sys.exit("message")
-    except BaseException as e:
-        _print_user_traceback(e)
-        A.error = f"{type(e).__name__}: {e}"[:2000]
-        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+        code, err = child.run(cfg, StepsDone, (__file__,))
+        if err is not None:
+            A.error = f"{type(err).__name__}: {err}"[:2000]
     finally:
         A.write()
     return code
