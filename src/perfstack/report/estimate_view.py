@@ -37,6 +37,7 @@ class EstimateView:
     rows: list[EstimateRow]
     total: tuple[str, float] | None = None  # the estimate's own peak total (GB), when the components overlap
     sheet: EstimateSheet | None = None  # the sheet perfstack estimate wrote (its own terminal table), else None
+    what: str = ""  # which model, settings and GPU the sheet describes ("" for a hand-made tree)
 
 
 def _bytes_to_gb(value: float, unit: str) -> float | None:
@@ -160,6 +161,14 @@ def _sheet_view(e: EstimateSheet) -> tuple[list[EstimateRow], list[tuple[str, fl
     return rows, times
 
 
+def _what(e: EstimateSheet) -> str:
+    """'llama-3-8b · infer · batch 1 · prompt 1024 · gen 128 · dtype bf16 · tp 1 · on NVIDIA H200 SXM 141GB'."""
+    settings = " · ".join(f"{k} {v}" for k, v in e.settings.items() if v is not None and v is not False)
+    parts = [e.model_name or "a model given by its shape", e.kind, settings,
+             f"on {e.gpu_name}" if e.gpu_name else ""]
+    return " · ".join(p for p in parts if p)
+
+
 def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     e = run.estimates
     if e is None or (isinstance(e, EstimateTree) and not e.items):
@@ -167,6 +176,7 @@ def estimate_view(run: Run, spec: Any) -> EstimateView | None:
     if isinstance(e, EstimateSheet):  # the estimate sheet perfstack estimate writes
         view, total_gb = _sheet_estimate(e)
         view.sheet = e
+        view.what = _what(e)
     else:  # a hand-made tree of {value, unit, formula} leaves
         view, total_gb = _any_estimate(e), None
     if view.capacity is None:

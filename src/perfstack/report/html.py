@@ -172,7 +172,7 @@ def _profile_kernels(p: ProfileView) -> str:
 
 
 def _estimates(est: EstimateView) -> str:
-    parts = ["<h2>Estimates</h2>"]
+    parts = ["<h2>Estimates</h2>"] + ([f"<p>{e(est.what)}</p>"] if est.what else [])
     if est.memory:
         parts.append("<h3>Memory against the GPU's capacity</h3>")
         refs = [r for r in (est.capacity, est.total) if r]

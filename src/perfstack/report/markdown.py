@@ -138,7 +138,7 @@ def profile_md(p: ProfileView) -> str:
 
 
 def estimates_md(est: EstimateView) -> str:
-    out = ["## Estimates"]
+    out = ["## Estimates"] + ([t(est.what)] if est.what else [])
     for which, total, share in est.memory_totals:
         cap = f" of {t(est.capacity[0])} {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity else ""
         fits = "" if share is None else (" — fits" if share <= 1 else " — **does not fit**")

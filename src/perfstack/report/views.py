@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
 from perfstack.profile.records import KernelClass, OpRow, Section
+from perfstack.estimate.record import EstimateSheet
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.report.try_view import TryView, try_view
 from perfstack.rules import fix_first
@@ -385,7 +386,7 @@ def build(run: Run) -> RunView:
     if isinstance(os_name, dict) and os_name.get("PRETTY_NAME"):
         facts.insert(7, ("OS", str(os_name["PRETTY_NAME"])))
     trial = try_view(run)
-    gpus = run.facts.value("gpu.summary") or (trial.gpu if trial is not None else None) or "no NVIDIA GPU seen"
+    gpus = run.facts.value("gpu.summary") or _described_gpu(run, profile, trial) or "no NVIDIA GPU seen"
     view = RunView(title=f"perfstack {run.meta.command or 'report'}",
                    gpus=str(gpus), meta=meta, facts=facts,
                    doctor=doctor_view(run), bench=bench_view(run), roofline=roofline_view(run, spec, profile),
@@ -393,6 +394,20 @@ def build(run: Run) -> RunView:
     view.absent = [name for name, part in (("doctor", view.doctor), ("bench", view.bench),
                                            ("profile", view.profile), ("estimates", view.estimates)) if part is None]
     return view
+
+
+def _described_gpu(run: Run, profile: Section | None, trial: TryView | None) -> str | None:
+    """The GPU a Run without machine facts describes: the device its trace names, the one its trial ran on,
+    or the one its estimate is for."""
+    if trial is not None and run.meta.gpu:
+        return f"{trial.gpu} (the GPU the script ran on)"
+    name = gpu_name(run, profile) if profile is not None else None
+    if name:
+        return f"{name} (the traced GPU)"
+    est = run.estimates
+    if isinstance(est, EstimateSheet) and est.gpu_name:
+        return f"{est.gpu_name} (the GPU estimated for)"
+    return None
 
 
 def layer_name(layer: str) -> str:
