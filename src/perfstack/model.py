@@ -9,31 +9,20 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, get_args
 
 from perfstack.errors import InputError
+from perfstack.severity import Severity as Severity  # re-exported: the code names it from model
 
-if TYPE_CHECKING:  # imported when a Run holds one: fleet.analysis imports this module, a load test needs msgspec
+if TYPE_CHECKING:  # imported when a Run holds one: a load test needs msgspec
     from perfstack.estimate.record import Estimates
-    from perfstack.fleet.analysis import FleetAnalysis
+    from perfstack.fleet.record import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
     from perfstack.profile.records import Section
     from perfstack.trial.record import Trial
 
 SCHEMA_VERSION = 1
-
-
-class Severity(str, Enum):
-    CRITICAL = "critical"
-    WARNING = "warning"
-    INFO = "info"
-
-    @property
-    def rank(self) -> int:
-        """Higher is worse; used for sorting and for --fail-on."""
-        return {"info": 1, "warning": 2, "critical": 3}[self.value]
 
 
 # Stack layers, bottom-up: the order the doctor reports in and the order a user should fix in.
@@ -461,7 +450,7 @@ def _loadtest_dict(lt: LoadTest) -> dict[str, Any]:
 def _fleet(data: Any) -> FleetAnalysis | None:
     if data is None:
         return None
-    from perfstack.fleet.analysis import FleetAnalysis
+    from perfstack.fleet.record import FleetAnalysis
     return FleetAnalysis.from_dict(data)
 
 

@@ -16,7 +16,8 @@ from perfstack.cli import output
 from perfstack.audit import FAIL_ON
 from perfstack.bench import SUITES
 from perfstack.errors import PerfstackError, UsageError
-from perfstack.fleet.analysis import FleetAnalysis, analyze
+from perfstack.fleet.analysis import analyze
+from perfstack.fleet.record import FleetAnalysis
 from perfstack.fleet.output import fleet_run
 from perfstack.model import FanOut, Run, Severity
 

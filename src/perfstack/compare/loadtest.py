@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import msgspec
 
-from perfstack.compare.diff import IMPROVED, NOISE, REGRESSED, MeasurementDelta
+from perfstack.compare.record import IMPROVED, NOISE, REGRESSED, LevelDiff, LoadtestDiff, MeasurementDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request, Slo
@@ -54,38 +53,6 @@ MIN_TAIL_CHANGE = 0.20  # p99s
 WORKLOAD_KEYS = (("kind", "workload"), ("file", "prompt file"), ("input_len", "input length"),
                  ("output_len", "output length"), ("spread", "length spread"), ("shared_prefix", "shared prefix"),
                  ("ignore_eos", "ignore_eos"), ("burstiness", "burstiness"))
-
-
-@dataclass
-class LevelDiff:
-    mode: str
-    load: float
-    label: str
-    figures: list[MeasurementDelta]
-    partial: bool = False  # either side's level was interrupted
-
-
-@dataclass
-class LoadtestDiff:
-    levels: list[LevelDiff] = field(default_factory=list)
-    only_before: list[str] = field(default_factory=list)  # labels of levels the after-Run did not run
-    only_after: list[str] = field(default_factory=list)
-    sweep: list[dict[str, Any]] = field(default_factory=list)  # figure, unit, before, after, is_load, change
-    slo: Optional[dict[str, Any]] = None  # the SLO both sides were judged against
-    notes: list[str] = field(default_factory=list)
-    alpha: float = ALPHA
-
-    def figures(self) -> list[MeasurementDelta]:
-        return [f for lv in self.levels for f in lv.figures]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LoadtestDiff":
-        levels = [LevelDiff(**{**lv, "figures": [MeasurementDelta(**f) for f in lv.get("figures", [])]})
-                  for lv in d.get("levels", [])]
-        return cls(**{**d, "levels": levels})
 
 
 def load_text(mode: str, load: float) -> str:

@@ -5,7 +5,8 @@ is separate from the analysis (``analysis.analyze``), a pure function of the nod
 ``summary.NodeSummary`` records.
 """
 
-from perfstack.fleet.analysis import FleetAnalysis, analyze, analyze_runs
+from perfstack.fleet.analysis import analyze, analyze_runs
+from perfstack.fleet.record import FleetAnalysis
 from perfstack.fleet.summary import NodeSummary, summarize
 
 __all__ = ["FleetAnalysis", "NodeSummary", "analyze", "analyze_runs", "summarize"]

@@ -3,137 +3,22 @@
 ``analyze(summaries)`` groups nodes by SKU, sets aside nodes whose perfstack version differs from the
 fleet's (their facts and figures may not mean the same), and within each SKU finds configuration
 drift, figures that stand out and findings only some nodes have, then ranks the nodes. The result,
-``FleetAnalysis``, saves to JSON inside the fleet's Run (``Run.fleet``) and loads back; the renderers
-only format it.
+``record.FleetAnalysis``, saves to JSON inside the fleet's Run (``Run.fleet``) and loads back; the
+renderers only format it.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Iterable
 
-from perfstack.errors import InputError
-from perfstack.fields import one_of, typed
-from perfstack.fleet.drift import Drift, DriftGroup, drift
-from perfstack.fleet.findings import SharedFinding, UnevenFinding, findings
-from perfstack.fleet.outliers import FigureStats, Outlier, outliers
-from perfstack.fleet.rank import NodeRank, rank
+from perfstack.fleet.drift import drift
+from perfstack.fleet.findings import findings
+from perfstack.fleet.outliers import FigureStats, outliers
+from perfstack.fleet.rank import rank
+from perfstack.fleet.record import FleetAnalysis, HeatMap, Member, NodeRank
 from perfstack.fleet.summary import NodeSummary, summarize
-from perfstack.model import Run, Severity
-
-FLEET_SCHEMA_VERSION = 1
-T = TypeVar("T")
-
-
-@dataclass
-class Member:
-    name: str
-    status: str  # "ok", "failed", "other version"
-    reason: str = ""
-    source: str = ""
-    machine: str = ""  # where fleet ran it (Ray nodes of one machine share one); "" for gathered Runs
-    sku: str = ""
-    gpus: str = ""
-    tool_version: str = ""
-    command: str = ""
-    figures: int = 0
-    findings: int = 0
-
-
-@dataclass
-class HeatMap:
-    """Nodes (or GPUs) x figures of one SKU; each cell a signed robust z-score, positive = better."""
-
-    sku: str
-    figures: list[dict[str, Any]]  # {figure, unit, median, spread_pct, points}
-    rows: list[dict[str, Any]]  # {node, subject, z: [float | None per figure]}
-
-
-@dataclass
-class FleetAnalysis:
-    members: list[Member] = field(default_factory=list)
-    skus: dict[str, list[str]] = field(default_factory=dict)
-    drift: list[Drift] = field(default_factory=list)
-    identity_keys: int = 0
-    outliers: list[Outlier] = field(default_factory=list)
-    heatmaps: list[HeatMap] = field(default_factory=list)
-    uneven: list[UnevenFinding] = field(default_factory=list)
-    shared: list[SharedFinding] = field(default_factory=list)
-    ranking: list[NodeRank] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    comms: dict[str, Any] | None = None
-    schema_version: int = FLEET_SCHEMA_VERSION
-
-    def summary(self) -> dict[str, Any]:
-        status = Counter(m.status for m in self.members)
-        return {"nodes": len(self.members), "ok": status.get("ok", 0), "failed": status.get("failed", 0),
-                "other_version": status.get("other version", 0), "skus": len(self.skus),
-                "drifted_keys": len(self.drift), "slow": sum(1 for o in self.outliers if o.slow),
-                "fast": sum(1 for o in self.outliers if not o.slow),
-                "uneven_findings": sum(1 for u in self.uneven if u.minority),
-                "flagged_nodes": len(self.ranking),
-                "by_severity": dict(Counter(r.severity for r in self.ranking))}
-
-    def worst(self) -> str | None:
-        return max((r.severity for r in self.ranking), key=lambda s: Severity(s).rank, default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["summary"] = self.summary()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FleetAnalysis":
-        """The fleet section of a saved Run, checked once: every record against its dataclass's types
-        (fields.typed) and severities against Severity, so that a wrong type is refused naming it
-        ("fleet.outliers[2].z must be a number") instead of failing in a renderer."""
-        if not isinstance(d, Mapping):
-            raise InputError("the fleet section is not a JSON object")
-        version = d.get("schema_version")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise InputError("fleet.schema_version must be a positive integer, not "
-                             f"{'missing' if version is None else repr(version)}")
-        if version > FLEET_SCHEMA_VERSION:
-            raise InputError(f"the fleet section has schema_version {version}; this perfstack reads up to "
-                             f"{FLEET_SCHEMA_VERSION}", hint="upgrade perfstack: pip install -U perfstack")
-        top = typed(cls, {k: d[k] for k in ("skus", "identity_keys", "notes") if k in d}, "fleet")
-        return cls(
-            members=_each(d, "members", lambda m, w: Member(**typed(Member, m, w))),
-            drift=_each(d, "drift", _drift),
-            outliers=_each(d, "outliers", lambda o, w: Outlier(**typed(Outlier, o, w))),
-            heatmaps=_each(d, "heatmaps", lambda h, w: HeatMap(**typed(HeatMap, h, w))),
-            uneven=_each(d, "uneven", lambda u, w: UnevenFinding(**typed(UnevenFinding, u, w, _SEVERITY))),
-            shared=_each(d, "shared", lambda s, w: SharedFinding(**typed(SharedFinding, s, w, _SEVERITY))),
-            ranking=_each(d, "ranking", lambda r, w: NodeRank(**typed(NodeRank, r, w, _SEVERITY))),
-            comms=_comms(d.get("comms")), schema_version=version, **top)
-
-
-_SEVERITY = {"severity": one_of(*(s.value for s in Severity))}
-
-
-def _each(d: Mapping[str, Any], key: str, make: Callable[[Any, str], T]) -> list[T]:
-    """The records of the list ``d[key]`` (absent: none), each made by ``make`` (record, where)."""
-    items = d.get(key, [])
-    if not isinstance(items, list):
-        raise InputError(f"fleet.{key} must be a list")
-    return [make(x, f"fleet.{key}[{i}]") for i, x in enumerate(items)]
-
-
-def _drift(x: Any, where: str) -> Drift:
-    fields = typed(Drift, x, where)
-    groups = fields.get("odd", [])
-    if not isinstance(groups, list):
-        raise InputError(f"{where}.odd must be a list")
-    fields["odd"] = [DriftGroup(**typed(DriftGroup, g, f"{where}.odd[{i}]")) for i, g in enumerate(groups)]
-    return Drift(**fields)
-
-
-def _comms(c: Any) -> dict[str, Any] | None:
-    if c is not None and not isinstance(c, dict):
-        raise InputError("fleet.comms must be a JSON object or null")
-    return c
-
+from perfstack.model import Run
 
 def _minor(version: str) -> str:
     """'0.1.3' -> '0.1': patch releases measure and name things the same way."""

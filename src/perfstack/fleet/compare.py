@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perfstack.fleet.analysis import FleetAnalysis
+from perfstack.fleet.record import FleetAnalysis
 
 KIND = "perfstack-fleet-diff"
 MEDIAN_CHANGE_PCT = 2.0  # a SKU median that moves less than this is not reported (the fleet's own wobble)

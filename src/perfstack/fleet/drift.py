@@ -10,34 +10,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from perfstack.compare.facts import category
+from perfstack.fleet.record import Drift, DriftGroup
 from perfstack.fleet.summary import NodeSummary
 
 ABSENT = "(not collected)"
-
-
-@dataclass
-class DriftGroup:
-    value: Any
-    nodes: list[str]
-
-
-@dataclass
-class Drift:
-    key: str
-    category: str
-    sku: str
-    baseline: Any  # the majority's value; None when split
-    baseline_count: int
-    odd: list[DriftGroup] = field(default_factory=list)  # the other values, largest group first
-    split: bool = False  # no value is held by more than half of the nodes
-
-    @property
-    def odd_nodes(self) -> list[str]:
-        return [n for g in self.odd for n in g.nodes]
 
 
 def _value(canon: str | None) -> Any:

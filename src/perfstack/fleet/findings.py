@@ -8,36 +8,10 @@ changed by hand. These are what ``uneven`` returns, fewest nodes first.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
+from perfstack.fleet.record import SharedFinding, UnevenFinding
 from perfstack.fleet.summary import FindingRef, NodeSummary
 from perfstack.model import Severity
-
-
-@dataclass
-class UnevenFinding:
-    id: str
-    severity: str
-    layer: str
-    title: str
-    sku: str
-    nodes: list[str]  # the nodes that have it
-    of: int  # nodes of the SKU that were audited
-    subjects: dict[str, list[str]] = field(default_factory=dict)  # node -> ["gpu1", ...]
-    evidence: dict[str, str] = field(default_factory=dict)  # node -> what was observed (first subject)
-
-    @property
-    def minority(self) -> bool:
-        return 2 * len(self.nodes) <= self.of
-
-
-@dataclass
-class SharedFinding:
-    id: str
-    severity: str
-    title: str
-    sku: str
-    nodes: int
 
 
 def _worst(refs: list[FindingRef]) -> str:

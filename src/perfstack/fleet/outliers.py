@@ -14,28 +14,12 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from perfstack.fleet.record import Outlier
 from perfstack.fleet.stats import MAD_TO_SD, MIN_RELATIVE, Z_OUTLIER, mad, robust_z
 from perfstack.fleet.summary import Figure, NodeSummary
 
 MIN_POINTS = 3  # with fewer points a median cannot say which one is odd
 Z_CAP = 999.0
-
-
-@dataclass
-class Outlier:
-    figure: str
-    unit: str
-    sku: str
-    node: str
-    subject: str  # "gpu1", or "" for a figure of the node
-    value: float
-    median: float
-    deviation_pct: float  # (value / median - 1) * 100
-    z: float  # robust z-score, signed like the deviation
-    noise_pct: float  # the point's own measurement noise, in % of its value
-    fleet_spread_pct: float  # the fleet's robust standard deviation, in % of the median
-    points: int
-    slow: bool  # worse than the fleet
 
 
 @dataclass

@@ -11,24 +11,13 @@ info), so a node with three problems comes before a node with one.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
-from perfstack.fleet.drift import Drift
-from perfstack.fleet.findings import UnevenFinding
-from perfstack.fleet.outliers import Outlier
+from perfstack.fleet.record import Drift, NodeRank, Outlier, UnevenFinding
 from perfstack.fleet.summary import NodeSummary
 from perfstack.model import Severity
 
 CRITICAL_SLOWDOWN_PCT = 20.0
 WEIGHT = {"critical": 100, "warning": 10, "info": 1}
-
-
-@dataclass
-class NodeRank:
-    node: str
-    severity: str
-    score: int
-    reasons: list[str] = field(default_factory=list)
 
 
 def _short(v: object, n: int = 40) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.fleet.analysis import FleetAnalysis, HeatMap
+from perfstack.fleet.record import FleetAnalysis, HeatMap
 from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
 from perfstack.report.html_blocks import Section, e, page, table

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfstack.fleet.analysis import FleetAnalysis
+from perfstack.fleet.record import FleetAnalysis
 from perfstack.model import FanOut, RunMeta
 
 

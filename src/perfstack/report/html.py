@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfstack import outfile
-from perfstack.compare.diff import Diff
+from perfstack.compare.record import Diff
 from perfstack.model import Measurement, Run
 from perfstack.profile.records import OpRow
 from perfstack.report import charts

@@ -1,5 +1,5 @@
 """The load-test part of ``perfstack diff``, in the terminal, Markdown and HTML: formats a
-``compare.loadtest.LoadtestDiff`` with the row formats of the benchmark figures' table, computes nothing.
+``compare.record.LoadtestDiff`` with the row formats of the benchmark figures' table, computes nothing.
 
 Without -v the terminal and Markdown show, per level, the medians and the throughputs, and any other
 figure (a p99) only when it moved; the HTML page shows every figure.
@@ -14,8 +14,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.compare.diff import IMPROVED, REGRESSED, MeasurementDelta
-from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS, LoadtestDiff
+from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS
+from perfstack.compare.record import IMPROVED, REGRESSED, LoadtestDiff, MeasurementDelta
 from perfstack.report import charts, html_blocks, md_blocks, text_blocks
 from perfstack.report.charts import num
 from perfstack.report.html_blocks import e

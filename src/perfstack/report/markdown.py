@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.compare.diff import Diff
+from perfstack.compare.record import Diff
 from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
