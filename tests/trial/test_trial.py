@@ -275,3 +275,21 @@ def test_a_status_file_with_hostile_values_keeps_only_finite_numbers_and_bounded
     assert r.values == [1.5] and r.peak_mem_mb is None
     assert r.applied["tf32"].count == 0 and len(r.applied["tf32"].what) <= 500
     Run.from_dict(json.loads(Run(trial=t).to_json()))  # what was kept loads back
+
+
+def test_without_fix_the_profile_findings_choose_the_fixes_and_opt_in_ones_are_named(capsys):
+    import argparse
+
+    from rich.console import Console
+
+    from perfstack.cli import try_
+    err = Console(stderr=True, width=200)
+    args = argparse.Namespace(fix=None, all=False)
+    s = fx.Setting({}, nproc=1, cpus=8)
+    chosen = try_._choose(args, {"dataloader-stall": 40.0, "launch-bound": 60.0, "gpu-idle": 10.0}, s, err)
+    assert [f.id for f in chosen] == ["dataloader-workers"]
+    said = capsys.readouterr().err
+    assert "compile" in said and "compile-cudagraphs" in said and "opt-in" in said
+    chosen = try_._choose(argparse.Namespace(fix="nccl-defaults,tf32", all=False), {}, s, err)
+    assert [f.id for f in chosen] == ["tf32"]  # no NCCL variable is set here: skipped, and said why
+    assert "skipping nccl-defaults" in capsys.readouterr().err
