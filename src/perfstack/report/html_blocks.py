@@ -45,7 +45,7 @@ def page(title: str, subtitle: str, sections: list[Section]) -> str:
 
 def finding(f: Finding) -> str:
     subject = f' <span class="muted">[{e(f.subject)}]</span>' if f.subject else ""
-    rows = [("observed", e(f.evidence) + (f' <span class="muted">(read from {e(", ".join(f.sources))})</span>'
+    rows = [("observed", e(f.evidence) + (f' <span class="muted">(read from {e(", ".join(dict.fromkeys(f.sources)))})</span>'
                                            if f.sources else ""))]
     if f.why:
         rows.append(("why", e(f.why)))

@@ -52,7 +52,7 @@ def finding(f: Finding, verbose: bool) -> RenderableType:
     if f.subject:
         head.append(f"  [{f.subject}]", style="dim")
     lines: list[RenderableType] = [head]
-    body = [("observed", f.evidence + (f"  (read from {', '.join(f.sources)})" if f.sources else ""))]
+    body = [("observed", f.evidence + (f"  (read from {', '.join(dict.fromkeys(f.sources))})" if f.sources else ""))]
     if f.why:
         body.append(("why", f.why))
     body.append(("fix", ("on the host: " if f.host_action else "") + f.fix))

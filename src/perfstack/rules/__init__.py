@@ -27,6 +27,16 @@ def load() -> dict[str, Check]:
     return CHECKS
 
 
+def _layer(name: str) -> str | None:
+    """A layer by its id (``pcie-topology``) or by the name the report shows (``PCIe / topology / NUMA``,
+    in any case and spacing)."""
+    if name in LAYERS:
+        return name
+    def squash(s: str) -> str:
+        return "".join(ch for ch in s.lower() if ch.isalnum())
+    return next((lid for lid, title in LAYERS.items() if squash(name) in (squash(title), squash(lid))), None)
+
+
 def select_checks(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[Check]:
     """Checks chosen by id or layer name, like a linter's --select/--ignore."""
     checks = load()
@@ -36,8 +46,8 @@ def select_checks(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> lis
         for name in names:
             if name in checks:
                 ids.add(name)
-            elif name in LAYERS:
-                ids |= {c.id for c in checks.values() if c.layer == name}
+            elif _layer(name) is not None:
+                ids |= {c.id for c in checks.values() if c.layer == _layer(name)}
             else:
                 close = difflib.get_close_matches(name, list(checks) + list(LAYERS), n=3)
                 raise UsageError(f"{flag} {name}: no check or layer of that name",
