@@ -293,3 +293,15 @@ def test_without_fix_the_profile_findings_choose_the_fixes_and_opt_in_ones_are_n
     chosen = try_._choose(argparse.Namespace(fix="nccl-defaults,tf32", all=False), {}, s, err)
     assert [f.id for f in chosen] == ["tf32"]  # no NCCL variable is set here: skipped, and said why
     assert "skipping nccl-defaults" in capsys.readouterr().err
+
+
+def test_model_fixes_wrap_the_model_alone_and_hand_back_fp32(tmp_path):
+    """bf16 autocast and channels_last apply to the model's own calls only: Module.__call__ is torch's own
+    again once the model is found (no other module call pays for the fix), and the model's bf16 output
+    comes back fp32 for a loss computed outside it."""
+    import subprocess
+    patches = Path(runner.__file__).with_name("_patches.py")
+    out = subprocess.run([sys.executable, str(SCRIPT.with_name("patch_check.py")), str(patches),
+                          "bf16-autocast,channels-last"], capture_output=True, text=True, check=True).stdout
+    assert out.split()[:4] == ["True", "Sequential", "True", "torch.float32"]
+    assert "'bf16-autocast': 1" in out and "'channels-last': 1" in out

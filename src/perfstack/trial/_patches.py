@@ -176,44 +176,47 @@ def foreach_optimizer(torch: Any) -> None:
 # -- the model's first call ----------------------------------------------------------------------------
 
 class _TopLevel:
-    """Finds the model: the first module called from outside any other module's call that has parameters
-    (a loss module has none). ``first(module)`` runs once for it; ``each(module, call)`` wraps every later
-    top-level call of that module. The wrapper on ``Module.__call__`` costs one Python call per module call
-    in the arms that use it, and none where no fix asks for it."""
+    """Finds the model: the first module with parameters called from outside any other module's call (a loss
+    module has none). Until then ``Module.__call__`` is wrapped; once the model is found the wrapper is
+    removed, ``first(model)`` runs once, and the model alone gets a subclass whose ``__call__`` runs the
+    ``each(call, model, ...)`` wrappers: no other module call pays for a fix, as none does in the unmodified
+    script's arm."""
 
     def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.depth = 0
-        self.model: Any = None
         self.first: list[Callable[[Any], None]] = []
-        self.each: list[Callable[[Any, Callable[[], Any]], Any]] = []
+        self.each: list[Callable[..., Any]] = []
         mod = torch.nn.Module
         call = mod.__call__
+        depth = [0]  # inside a module call that is not the model's
         top = self
 
         def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if top.depth or (top.model is not None and self is not top.model):
-                top.depth += 1
+            if depth[0] or not any(True for _ in self.parameters()):
+                depth[0] += 1
                 try:
                     return call(self, *args, **kwargs)
                 finally:
-                    top.depth -= 1
-            if top.model is None:
-                if not any(True for _ in self.parameters()):
-                    return call(self, *args, **kwargs)
-                top.model = self
-                for f in top.first:
-                    f(self)
-            run: Callable[..., Any] = call
-            for w in top.each:
-                run = functools.partial(w, run)
-            top.depth += 1
-            try:
-                return run(self, *args, **kwargs)
-            finally:
-                top.depth -= 1
+                    depth[0] -= 1
+            mod.__call__ = call  # found: every other module's call is torch's own again
+            top.adopt(self, call)
+            return self(*args, **kwargs)
 
         mod.__call__ = wrapped
+
+    def adopt(self, model: Any, call: Callable[..., Any]) -> None:
+        for f in self.first:
+            f(model)
+        if not self.each:
+            return
+        each = list(self.each)
+
+        def model_call(this: Any, *args: Any, **kwargs: Any) -> Any:
+            run: Callable[..., Any] = call
+            for w in each:
+                run = functools.partial(w, run)
+            return run(this, *args, **kwargs)
+
+        model.__class__ = type(type(model).__name__, (type(model),), {"__call__": model_call})
 
 
 _top: _TopLevel | None = None

@@ -10,52 +10,20 @@ unmodified script's step time (positive: faster).
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from perfstack import sections
 from perfstack.errors import InputError
-from perfstack.fields import _show
-from perfstack.profile.records.base import Record
+from perfstack.fields import one_of
+from perfstack.profile.records.base import Record, check_of
 
 VERDICTS = ("baseline", "works", "no measurable gain", "slower", "failed", "not applied", "not run")
 
 
-def _any(v: Any, where: str) -> None:
-    return None
-
-
 def _verdict(v: Any, where: str) -> None:
-    if v not in VERDICTS:
-        raise InputError(f"{where} must be one of {', '.join(VERDICTS)}, not {_show(v)}")
-
-
-def check_of(cls: type[Record]) -> sections.Check:
-    """The JSON check of a record, read from its annotations: int, float, str, bool, Optional of those,
-    lists of them or of records, and open maps."""
-    hints = typing.get_type_hints(cls)
-    fields = {}
-    for name, hint in hints.items():
-        if name in ("loaded", "extra") or typing.get_origin(hint) is typing.ClassVar or name.isupper():
-            continue
-        fields[cls.KEYS.get(name, name)] = _check(hint)
-    return sections.obj(fields)
-
-
-def _check(hint: Any) -> sections.Check:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union and type(None) in args:
-        inner = _check(next(a for a in args if a is not type(None)))
-        return lambda v, where: None if v is None else inner(v, where)
-    if origin is list:
-        return sections.list_of(_check(args[0]) if args else _any)
-    if origin is dict:
-        return sections.map_of(_check(args[1]) if len(args) == 2 else _any)
-    if isinstance(hint, type) and issubclass(hint, Record):
-        return lambda v, where: hint.CHECK(v, where)
-    simple = {int: sections.INT, float: sections.NUM, str: sections.TEXT, bool: sections.BOOL}
-    return simple.get(hint, _any)
+    complaint = one_of(*VERDICTS)(v)
+    if complaint:
+        raise InputError(f"{where} {complaint}")
 
 
 @dataclass

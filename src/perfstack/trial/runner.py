@@ -186,7 +186,7 @@ def _why(rc: int, tail: str, st: dict[str, Any], plan: Plan) -> str:
 
 # -- the trial ------------------------------------------------------------------------------------
 
-Progress = Callable[[str, int, float], None]  # (arm id, round, seconds left or -1) before each run
+Progress = Callable[[str, int, float], None]  # (arm id, round, seconds left, inf without a budget) before each run
 
 
 class _Clock:
@@ -214,9 +214,8 @@ def run(plan: Plan, progress: Progress = lambda arm, rnd, left: None, spawn: Run
     interrupted = _rounds(plan, arms, runs, clock, progress, spawn, notes)
     base = runs["baseline"]
     if not any(r.step_ms for r in base):
-        first = base[0] if base else None
-        raise CannotRunHere("the unmodified script did not complete a trial run: "
-                            + (first.error or "no run finished") if first else "the budget allowed no run",
+        why = (base[0].error or "no run finished") if base else "the budget allowed no run"
+        raise CannotRunHere(f"the unmodified script did not complete a trial run: {why}",
                             hint="run it as 'python SCRIPT ARGS' to check it, or lower --warmup/--steps")
     results = [_result(a, fixes, runs, plan) for a, fixes in arms]
     noise = stats.noise_pct([r.step_ms for r in base])
@@ -305,7 +304,8 @@ def _judge(res: ArmResult, base: ArmResult, noise: Optional[float]) -> None:
     ci = stats.gain_ci(base_runs, ok)
     res.ci_pct = [round(ci[0], 2), round(ci[1], 2)] if ci else None
     res.verdict = stats.verdict(res.gain_pct, ci, noise)
-    res.numerics, res.numerics_diff = stats.numerics([r.values for r in base.runs], res.runs[0].values)
+    first = next((r.values for r in res.runs if r.values), [])
+    res.numerics, res.numerics_diff = stats.numerics([r.values for r in base.runs], first)
     unapplied = _unapplied(res)
     if unapplied:
         res.verdict, res.note = "not applied", unapplied

@@ -168,3 +168,30 @@ def _is_record(hint: Any) -> bool:
     # A parametrized builtin (dict[str, Any]) passes isinstance(..., type) before Python 3.11, and
     # issubclass then raises: only a plain class can be a record.
     return isinstance(hint, type) and typing.get_origin(hint) is None and issubclass(hint, Record)
+
+
+def check_of(cls: type[Record]) -> sections.Check:
+    """A record's JSON check read from its annotations (int, float, str, bool, Optional of those, lists of them
+    or of records, maps), strict on every field it names: a record whose annotations are its schema needs no
+    hand-written check in ``sections.py``."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in _written_fields(cls)}
+    return sections.obj({cls.KEYS.get(n, n): _check(hints[n]) for n in names})
+
+
+def _any(v: Any, where: str) -> None:
+    return None
+
+
+def _check(hint: Any) -> sections.Check:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union and type(None) in args:
+        inner = _check(next(a for a in args if a is not type(None)))
+        return lambda v, where: None if v is None else inner(v, where)
+    if origin is list:
+        return sections.list_of(_check(args[0]) if args else _any)
+    if origin is dict:
+        return sections.map_of(_check(args[1]) if len(args) == 2 else _any)
+    if _is_record(hint):
+        return lambda v, where: hint.CHECK(v, where)  # read when checking: a record's CHECK may be set after it
+    return {int: sections.INT, float: sections.NUM, str: sections.TEXT, bool: sections.BOOL}.get(hint, _any)
