@@ -305,3 +305,26 @@ def test_model_fixes_wrap_the_model_alone_and_hand_back_fp32(tmp_path):
                           "bf16-autocast,channels-last"], capture_output=True, text=True, check=True).stdout
     assert out.split()[:4] == ["True", "Sequential", "True", "torch.float32"]
     assert "'bf16-autocast': 1" in out and "'channels-last': 1" in out
+
+
+def test_a_run_that_floods_its_output_keeps_only_the_tail_and_one_that_hangs_is_killed():
+    import os
+    import time
+    flood = [sys.executable, "-c", "import sys; sys.stdout.write('x' * 30_000_000); print('END')"]
+    rc, tail, interrupted = runner._spawn(flood, dict(os.environ), 60)
+    assert rc == 0 and tail.rstrip().endswith("END") and len(tail) <= runner.TAIL_BYTES and not interrupted
+    t0 = time.monotonic()
+    rc, _, _ = runner._spawn([sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ), 1)
+    assert rc != 0 and time.monotonic() - t0 < 30
+
+
+def test_a_run_may_take_ten_times_the_slowest_so_far_and_never_past_the_budget():
+    c = runner._Clock(None)
+    assert c.timeout() == 3600.0  # the first run: start-up and compilation
+    c.longest = 12.0
+    assert c.timeout() == 300.0
+    c.longest = 90.0
+    assert c.timeout() == 900.0
+    b = runner._Clock(100.0)
+    b.longest = 90.0
+    assert b.timeout() <= 100.0

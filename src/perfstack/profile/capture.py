@@ -200,10 +200,14 @@ def _script(path: str) -> str:
 
 # -- the child's stderr: shown live, tail kept ---------------------------------------------
 
-class _Tee(threading.Thread):
-    def __init__(self, src: Any, keep_bytes: int = 16384) -> None:
+class Tee(threading.Thread):
+    """Reads a child's output to its end, keeping only the last ``keep_bytes`` (a script that floods its
+    output costs no memory or disk), and shows it live on our stderr when ``echo``."""
+
+    def __init__(self, src: Any, keep_bytes: int = 16384, echo: bool = True) -> None:
         super().__init__(name="perfstack-stderr", daemon=True)
         self.src = src
+        self.echo = echo
         self.tail: collections.deque[str] = collections.deque()
         self.size = 0
         self.keep = keep_bytes
@@ -215,11 +219,12 @@ class _Tee(threading.Thread):
             chunk = os.read(fd, 65536)
             text = dec.decode(chunk, final=not chunk)
             if text:
-                try:
-                    sys.stderr.write(text)
-                    sys.stderr.flush()
-                except Exception:
-                    pass
+                if self.echo:
+                    try:
+                        sys.stderr.write(text)
+                        sys.stderr.flush()
+                    except Exception:
+                        pass
                 self.tail.append(text)
                 self.size += len(text)
                 while self.size > self.keep and len(self.tail) > 1:
@@ -342,7 +347,7 @@ class _Child:
         self.status_path = status_path
         self.sampler = sampler
         self.on_trace = on_trace
-        self.tee = _Tee(proc.stderr)
+        self.tee = Tee(proc.stderr)
         self.telemetry: list[dict[str, Any]] = []
         self.interrupts = 0
         self.announced = False  # on_trace was called while the script ran

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from perfstack.errors import CannotRunHere
-from perfstack.profile.capture import Target
+from perfstack.profile.capture import Target, Tee
 from perfstack.trial import stats
 from perfstack.trial.fixes import FIXES, Fix, Setting, environment, predicted_for
 from perfstack.trial.record import Applied, ArmResult, ArmRun, Trial
@@ -65,26 +65,27 @@ Runner = Callable[[list[str], dict[str, str], float], tuple[int, str, bool]]
 
 
 def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, bool]:
-    """Run ``argv`` in a session of its own, its output to a temporary file; (exit code, output tail,
-    interrupted). A Ctrl-C or the timeout kills its whole process group (torchrun's ranks too)."""
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        interrupted = False
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            interrupted = True
-            _kill(proc)
-            rc = proc.wait()
-        log.seek(0, os.SEEK_END)
-        size = log.tell()
-        log.seek(max(0, size - TAIL_BYTES))
-        tail = log.read().decode("utf-8", "replace")
-    return rc, tail, interrupted
+    """Run ``argv`` in a session of its own, keeping the tail of its output (``capture.Tee``: a flood costs
+    nothing); (exit code, output tail, interrupted). A Ctrl-C or the timeout kills its whole process group
+    (torchrun's ranks too)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    tail = Tee(proc.stdout, TAIL_BYTES, echo=False)
+    tail.start()
+    interrupted = False
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        _kill(proc)
+        rc = proc.wait()
+    tail.join(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return rc, tail.text(), interrupted
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -202,7 +203,11 @@ class _Clock:
         return self.left() > self.longest
 
     def timeout(self) -> float:
-        return min(3600.0, max(30.0, self.left())) if self.budget is not None else 3600.0
+        """How long one run may take: an hour for the first (start-up, compilation), then ten times the
+        slowest run so far (at least 5 minutes), so that a script that hangs under a fix costs minutes, not
+        hours; never past the budget."""
+        limit = 3600.0 if self.longest == 0 else max(300.0, 10 * self.longest)
+        return limit if self.budget is None else min(limit, max(30.0, self.left()))
 
 
 def run(plan: Plan, progress: Progress = lambda arm, rnd, left: None, spawn: Runner = _spawn) -> Trial:
