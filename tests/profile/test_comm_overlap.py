@@ -10,7 +10,7 @@ import pytest
 
 from perfstack.profile import comm, records
 from perfstack.profile.registry import Context
-from perfstack.profile.rules import comm_not_overlapped
+from perfstack.profile.rules_distributed import comm_not_overlapped
 from perfstack.profile.summary import profile_run
 
 MIB = 2**20

@@ -1,0 +1,91 @@
+"""Profile rules of work the step repeats: copies of tensors it grows, forward passes it recomputes in the
+backward. Registered with ``@profile_check`` like every profile rule (``rules.py`` runs them in its ``ORDER``).
+"""
+
+from __future__ import annotations
+
+from perfstack.profile.records import Section
+from perfstack.profile.recovery import fmt, recovered, step_ms
+from perfstack.profile.registry import Context, PHit, profile_check
+
+
+@profile_check("copy-bound", "framework", "Device-to-device copies of tensors the step grows",
+               doc="""Finds the device-to-device copies launched by copy operators (cat, stack, index, index_select,
+               gather, clone, contiguous, copy_; casts excluded) and the bytes they move (``profile/copies.py``).
+               A cat that writes a tensor growing from call to call along the dimension it concatenates (a KV cache
+               extended every token) re-copies what the tensor already holds: preallocated and written in place,
+               each call writes only the new part, at 90% of the HBM peak (at least 2.5 µs a copy); the copies' new
+               durations are replayed through the step model, and it fires at ≥ 2% of the step. Copies of tensors
+               that do not grow are named once they take ≥ 25% of the GPU time (info: no time claimed, since
+               whether a view can replace them depends on the code). Not counted: attention over a preallocated
+               cache's full length (HF's static cache reads its whole length under a mask).""",
+               why="Concatenating onto a tensor copies everything it already holds: a KV cache grown by torch.cat "
+                   "reads and writes the whole cache of every layer for every token, so the copies grow with the "
+                   "context and soon outweigh the attention that reads the cache once.",
+               fix="Preallocate and write in place: a static KV cache (model.generate(..., "
+                   "cache_implementation='static') for Hugging Face models; by hand, allocate the cache at its "
+                   "maximum length once and write each token into it, cache[:, :, pos] = k, then attend over "
+                   "cache[:, :, :pos + 1]); collect pieces in a list and concatenate once, or write them into a "
+                   "preallocated buffer; use views (slicing, view, narrow, expand) instead of clone/contiguous/"
+                   "index_select where the data need not move.",
+               measure=("static-kv-cache",))
+def copy_bound(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.copy_bound
+    if e is None:
+        return None
+    ops = "; ".join(f"{o.op} ({', '.join(o.kernels[:2])}) {fmt(o.time_ms)} ms, {o.bytes_per_step / 1e9:.2f} GB, "
+                    f"{o.calls_per_step:g} calls" + (f", growing: {o.growth}" if o.growing else "") for o in e.ops[:3])
+    ev = (f"device-to-device copies take {fmt(e.copy_ms)} ms per step ({e.pct_of_busy:.0f}% of the GPU time), moving "
+          f"{e.bytes_per_step / 1e9:.2f} GB per step (read + written) at {e.gbps:g} GB/s: {ops}")
+    if e.growing_ms:
+        ms, pct = recovered(p, "copy-bound")
+        if pct < 2:
+            return None
+        return PHit(ev + f"; {fmt(e.growing_ms)} ms of them copy tensors that grow, "
+                         f"{e.avoidable_bytes_per_step / 1e9:.2f} GB per step of it data already in place; written in "
+                         f"place, the new data takes ≈ {fmt(e.fixed_ms)} ms at {e.hbm_gbps:g} GB/s", ms)
+    return PHit(ev + "; none of them grows from call to call, so perfstack cannot tell whether views or in-place "
+                     "writes can replace them", 0.0, severity="info")
+
+
+@profile_check("activation-recompute", "framework", "Activation checkpointing recomputes the forward in backward",
+               doc="""Finds forward operators (linear, matmul, norms, attention, activations, embeddings,
+               convolutions) run inside an autograd node of the backward pass: checkpointed regions recomputed
+               (``profile/recompute.py``). Their GPU time is the recompute's. The memory a region would keep is the
+               inputs its forward operators save for backward; the headroom is the device's memory less the
+               allocator's peak in the trace's [memory] events (profile_memory=True), 1 GiB for the CUDA context
+               and 10% of the device. Where the headroom holds N regions, their recompute is removed and the step
+               replayed (fires at ≥ 2%): 'turn checkpointing off for N layers', with the memory it adds. Without
+               memory events it cannot tell (info, no time claimed); where the memory does not allow it, silent.""",
+               why="Checkpointing trades memory for a second forward pass: about a third more compute per step. "
+                   "Where the GPU has memory to spare, that compute buys nothing.",
+               fix="Turn activation checkpointing off where the memory allows: drop torch.utils.checkpoint on some "
+                   "blocks (checkpoint every other block, or only the first ones), model.gradient_checkpointing_"
+                   "disable() for Hugging Face models; check the peak with torch.cuda.max_memory_allocated().",
+               measure=("no-checkpointing",))
+def activation_recompute(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.activation_recompute
+    step = step_ms(p)
+    if e is None or not step:
+        return None
+    gib = 2.0**30
+    ev = (f"the backward pass re-runs the forward of {e.regions_per_step:g} checkpointed regions per step "
+          f"({e.kernels_per_step:g} kernels, {fmt(e.time_ms)} ms of GPU time; most in {', '.join(e.top_ops[:3])}); "
+          f"each region's activations would take ≈ {e.region_bytes / gib:.2f} GiB")
+    if e.layers_off:
+        ms, pct = recovered(p, "activation-recompute")
+        if pct < 2:
+            return None
+        return PHit(ev + f"; the device has {(e.total_memory or 0) / gib:.1f} GiB and the allocator's peak was "
+                         f"{(e.peak_reserved or 0) / gib:.1f} GiB reserved: turn checkpointing off for "
+                         f"{e.layers_off} of the {e.regions_per_step:g} layers, ≈ {e.added_bytes / gib:.1f} GiB more",
+                    ms,
+                    fix=f"Turn activation checkpointing off for {e.layers_off} of the {e.regions_per_step:g} "
+                        f"checkpointed layers (≈ {e.added_bytes / gib:.1f} GiB more at the peak): call "
+                        "torch.utils.checkpoint on the other layers only (Hugging Face: gradient_checkpointing_"
+                        "disable() when it is all of them); check the peak with torch.cuda.max_memory_allocated().")
+    if e.peak_reserved is not None or e.time_ms < 0.02 * step:
+        return None  # the memory does not allow it, or too little to matter
+    return PHit(ev + f" ({100 * e.time_ms / step:.0f}% of the step); perfstack cannot tell whether the memory allows "
+                     f"keeping them: {e.memory_source}; record the trace with profile_memory=True, or measure it: "
+                     "perfstack try --fix no-checkpointing", 0.0, severity="info")
