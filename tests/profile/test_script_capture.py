@@ -135,6 +135,36 @@ def test_stop_after_window_ends_the_script(tmp_path):
     assert r.unprofiled["after_steps"] == 5 and r.unprofiled["before_ms"] is None
 
 
+DECODE = """
+import sys
+import torch
+import perfstack
+model = torch.nn.Linear(16, 16).eval()
+x = torch.randn(1, 16)
+with torch.no_grad():
+    for i in range(100000):
+        x = torch.tanh(model(x))
+        perfstack.step()
+        if i == 20 and sys.argv[1:] == ["both"]:
+            opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        if i >= 20 and sys.argv[1:] == ["both"]:
+            opt.step()  # a second kind of boundary after the markers: not counted twice
+open(sys.argv[0] + ".ran", "w").write("the script ran to its end")
+"""
+
+
+@pytest.mark.parametrize("mode", ["markers", "both"])
+def test_step_markers_of_an_inference_loop_are_its_steps(tmp_path, mode):
+    # perfstack.step() marks a loop that no optimizer steps; without it the window never starts
+    # and --stop-after-window never ends the script
+    s = script(tmp_path, DECODE)
+    r = capture.run(["python", str(s), mode], tmp_path / "out", steps=2, skip_first=1, stop_after_window=True,
+                    gpus=[])
+    assert r.returncode == 0 and r.steps_seen == 9 and r.trace_paths
+    assert step_names(r.trace_paths[0]) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert not Path(str(s) + ".ran").exists()
+
+
 SLEEPY = """
 import sys, time
 import torch

@@ -11,7 +11,8 @@ pull in rich and the analysis) and nothing but the standard library before the s
 torch is not imported here: a finder waits for the script's own ``import torch`` (so environment
 the script sets before importing torch still takes effect), then registers a global optimizer
 step post-hook. Step boundaries are the steps of the first optimizer that steps (a second
-optimizer, as in a GAN, does not double-count). The profiler starts after ``skip_first`` steps,
+optimizer, as in a GAN, does not double-count), or the calls of ``perfstack.step()`` in a loop that
+no optimizer steps, whichever kind comes first. The profiler starts after ``skip_first`` steps,
 warms up one step, records ``steps`` steps and stops; the script runs on to its end unless
 ``stop_after_window`` is set, in which case it ends (exit 0) once the steps timed after the
 window (below) are done.
@@ -227,6 +228,7 @@ class _State:
         self.prof: Any = None
         self.done = False  # the window has been recorded (or abandoned)
         self.optimizer: Any = None  # weakref to the optimizer whose steps are the boundaries
+        self.source: str | None = None  # "optimizer" or "marker": whichever kind of boundary came first
         self.cuda: bool | None = None
         self.recorded_steps = 0
         self.error: str | None = None
@@ -332,8 +334,25 @@ def _post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         S.optimizer = weakref.ref(optimizer)
     elif S.optimizer() is not optimizer:
         return
+    _boundary("optimizer")
+
+
+def _marker() -> None:
+    """``perfstack.step()``: the step boundary of a loop that no optimizer steps (inference)."""
+    _boundary("marker")
+
+
+def _boundary(source: str) -> None:
+    if S.source is None:
+        S.source = source
+    elif source != S.source:
+        return  # one kind of boundary per run: a script may step an optimizer and call perfstack.step()
     S.steps += 1
-    if S.cfg["window"] is not None or S.clock is None:
+    if S.cfg["window"] is not None:
+        if S.done and S.cfg["stop_after_window"]:
+            raise WindowDone(0)  # the timed window is recorded: end at the next step boundary
+        return
+    if S.clock is None:
         return
     clock = S.clock
     if S.timing_after:
@@ -423,11 +442,21 @@ def _child() -> Any:
     return mod
 
 
+def _markers() -> None:
+    """``perfstack.step()`` looks this module up (it does nothing where it is absent)."""
+    import types
+    hooks = types.ModuleType("_perfstack_hooks")
+    hooks.step = _marker  # type: ignore[attr-defined]
+    hooks.report_loss = lambda value: None  # type: ignore[attr-defined]
+    sys.modules["_perfstack_hooks"] = hooks
+
+
 def main() -> int:
     global S
     cfg = json.loads(sys.argv[1])
     S = _State(cfg)
     S.write()
+    _markers()
     if "torch" in sys.modules:  # imported by a .pth file or sitecustomize before we ran
         _on_torch(sys.modules["torch"])
     else:
