@@ -29,12 +29,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--trace", nargs="+", metavar="FILE", help="Kineto Chrome trace(s), .json or .json.gz")
     p.add_argument("--steps", type=int, default=3, help="capture mode: profiled steps (default 3)")
     p.add_argument("--skip-first", type=int, default=None, metavar="N",
-                   help="capture mode: optimizer steps to let pass before profiling; up to 5 of them (the last "
+                   help="capture mode: steps to let pass before profiling (a step ends at an optimizer's step(), "
+                        "or at each perfstack.step() in a loop without one); up to 5 of them (the last "
                         "ones, never the first) are timed without the profiler (default: 2 untimed warm-up steps, "
                         "then 5 timed ones, fewer once they have taken 5 s)")
     p.add_argument("--window", type=int, default=None, metavar="SECONDS",
-                   help="capture mode, for scripts that never call an optimizer's step(): record this many "
-                        "seconds from the script's import of torch")
+                   help="capture mode, for scripts with neither an optimizer's step() nor perfstack.step(): record "
+                        "this many seconds from the script's import of torch")
     p.add_argument("--stop-after-window", action="store_true",
                    help="capture mode: end the script once the profiled steps are recorded and up to 5 more "
                         "are timed without the profiler")
