@@ -58,3 +58,23 @@ def test_model_config_nested_100k_deep_is_exit_2(tmp_path, capsys):
     (tmp_path / "config.json").write_text('{"model_type": ' + DEEP + "}")
     assert main(["estimate", "infer", "-m", str(tmp_path / "config.json")]) == 2
     assert "nests too deeply" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, value", [("name", 123), ("memory_total", "80GB"), ("index", [0]),
+                                          ("compute_capability", "9.0"), ("pcie_width", True)])
+def test_nvml_fields_of_the_wrong_type_name_the_bundle_file(bundle, field, value, capsys):
+    # before: the GPU audited silently as "1× unknown GPU" (a wrong-typed field read as not answered)
+    data = json.loads((bundle / "nvml.json").read_text())
+    data["gpus"][0][field] = value
+    (bundle / "nvml.json").write_text(json.dumps(data))
+    assert main(["doctor", "--bundle", str(bundle), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "nvml.json" in err and f"gpus[0].{field}" in err and "internal error" not in err, err
+
+
+def test_nvml_error_answers_are_not_malformed(bundle, capsys):
+    data = json.loads((bundle / "nvml.json").read_text())
+    data["gpus"][0]["memory_total"] = {"error": "Not Supported"}
+    (bundle / "nvml.json").write_text(json.dumps(data))
+    assert main(["doctor", "--bundle", str(bundle), "--json"]) in (0, 1)
+    assert "H100" in capsys.readouterr().out

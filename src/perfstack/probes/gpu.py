@@ -11,6 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
+from perfstack.errors import InputError
 from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
 
@@ -181,17 +182,18 @@ def _retired(g: ET.Element) -> int | None:
 
 
 # -- NVML (host.nvml(), nvml.json in a bundle) ----------------------------------------------
-def parse_nvml(data: dict[str, Any]) -> dict[str, Any]:
-    """host.nvml()'s dict -> the same shape as parse_smi_xml. Error fields (and, in a hand-edited
-    nvml.json, values of the wrong type) become None."""
+def parse_nvml(data: dict[str, Any], wrong: list[str] | None = None) -> dict[str, Any]:
+    """host.nvml()'s dict -> the same shape as parse_smi_xml. Error fields become None; so do values of
+    the wrong type (a hand-edited nvml.json), each named in ``wrong`` so that a bundle can be refused."""
     gpus = data.get("gpus", [])
     if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
         raise Malformed("not in the expected format ('gpus' must be a list of objects)")
-    cuda, count = _typed(data.get("cuda_driver_version"), int), _typed(data.get("device_count"), int)
-    return {"driver_version": _typed(data.get("driver_version"), str),
+    w = wrong if wrong is not None else []
+    cuda, count = _field(data, "cuda_driver_version", int, w), _field(data, "device_count", int, w)
+    return {"driver_version": _field(data, "driver_version", str, w),
             "cuda_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda is not None else None,
             "attached_gpus": count if count is not None else (len(gpus) if "device_count" not in data else None),
-            "gpus": [_nvml_gpu(g) for g in gpus]}
+            "gpus": [_nvml_gpu(g, w, f"gpus[{n}].") for n, g in enumerate(gpus)]}
 
 
 def _typed(v: Any, kind: type) -> Any:
@@ -203,8 +205,20 @@ def _typed(v: Any, kind: type) -> Any:
     return v if isinstance(v, kind) else None
 
 
-def _ints(v: Any, n: int) -> list[int] | None:
-    return v if isinstance(v, list) and len(v) == n and all(_typed(x, int) is not None for x in v) else None
+def _field(d: dict[str, Any], k: str, kind: Any, wrong: list[str], where: str = "") -> Any:
+    """``d[k]`` when it is of ``kind`` (a type, or a predicate); None when absent, None or an NVML error
+    (``{"error": ...}``); None and named in ``wrong`` when it is anything else."""
+    v = d.get(k)
+    ok = kind(v) if not isinstance(kind, type) else _typed(v, kind) is not None
+    if ok:
+        return _typed(v, kind) if isinstance(kind, type) else v
+    if v is not None and not (isinstance(v, dict) and isinstance(v.get("error"), str)):
+        wrong.append(f"{where}{k} is {type(v).__name__}")
+    return None
+
+
+def _int_list(n: int | None) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and (n is None or len(v) == n) and all(_typed(x, int) is not None for x in v)
 
 
 def _bit(flags: list[int] | None, k: int) -> bool | None:
@@ -212,19 +226,22 @@ def _bit(flags: list[int] | None, k: int) -> bool | None:
     return bool(flags[k]) if flags else None
 
 
-def _nvml_gpu(g: dict[str, Any]) -> dict[str, Any]:
-    i = lambda k: _typed(g.get(k), int)  # noqa: E731
-    watts = lambda k: (x / 1000 if (x := _typed(g.get(k), float)) is not None else None)  # noqa: E731
-    cc, mig, ecc, rows = (_ints(g.get("compute_capability"), 2), _ints(g.get("mig_mode"), 2),
-                          _ints(g.get("ecc_mode"), 2), _ints(g.get("remapped_rows"), 4))
-    mask, links, numa = i("clocks_event_reasons"), g.get("nvlink_states"), i("numa_node")
-    links = links if isinstance(links, list) and all(_typed(x, int) is not None for x in links) else None
+def _nvml_gpu(g: dict[str, Any], wrong: list[str] | None = None, where: str = "") -> dict[str, Any]:
+    w = wrong if wrong is not None else []
+    i = lambda k: _field(g, k, int, w, where)  # noqa: E731
+    watts = lambda k: (x / 1000 if (x := _field(g, k, float, w, where)) is not None else None)  # noqa: E731
+    cc, mig, ecc, rows = (_field(g, k, _int_list(n), w, where) for k, n in (
+        ("compute_capability", 2), ("mig_mode", 2), ("ecc_mode", 2), ("remapped_rows", 4)))
+    mask, links, numa = i("clocks_event_reasons"), _field(g, "nvlink_states", _int_list(None), w, where), i("numa_node")
     persistence = i("persistence_mode")
+    bus = _field(g, "pci_bus_id", str, w, where)
+    for k in ("uuid", "serial"):
+        _field(g, k, str, w, where)
     return {
         "index": i("index"),
-        "nvml_error": _typed(g.get("error"), str),
-        "name": _typed(g.get("name"), str),
-        "pci_bus_id": norm_bus_id(g.get("pci_bus_id")),
+        "nvml_error": _field(g, "error", str, w, where),
+        "name": _field(g, "name", str, w, where),
+        "pci_bus_id": norm_bus_id(bus),
         "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
         "memory_total_bytes": i("memory_total"),
         "persistence_mode": None if persistence is None else bool(persistence),
@@ -291,8 +308,17 @@ def _nvml(c: Collector) -> tuple[dict[str, Any] | None, str]:
         data = c.host.nvml()
     except Unavailable as e:
         return None, e.reason
+    wrong: list[str] = []
     try:
-        return parse_nvml(data), ""
+        parsed = parse_nvml(data, wrong)
+        if wrong:  # a live NVML's odd field is only not available; a bundle's is a file someone edited
+            refused = c.host.bad_file("nvml.json", f"not in the expected format (field {wrong[0]}"
+                                      + (f", and {len(wrong) - 1} more" if len(wrong) > 1 else "") + ")")
+            if refused is not None:
+                raise refused
+        return parsed, ""
+    except InputError:
+        raise
     except Exception as e:
         detail = str(e) if isinstance(e, Malformed) else f"not in the expected format ({type(e).__name__}: {e})"
         refused = c.host.bad_file("nvml.json", detail)
