@@ -13,7 +13,7 @@ import pytest
 from perfstack.cli.main import main
 from perfstack.model import Facts, Fact, Finding, Run, RunMeta, Severity
 from perfstack.report.fixscript import render_fix_script
-from perfstack.rules.shell import UnsafeValue, Under, lines, sh, write
+from perfstack.rules.shell import Abs, UnsafeValue, Under, lines, sh, write
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "fixtures"))
 import variants  # noqa: E402
@@ -77,7 +77,28 @@ def test_newline_in_a_mount_point_cannot_start_a_command(tmp_path):
 def test_mount_point_is_one_argument(tmp_path, field, mountpoint):
     text = _script(tmp_path, lambda b: _add_mount(b, field))
     mounts = [a for a in _commands(text) if a[0] == "mount"]
-    assert mounts == [["mount", "-o", "remount,noatime", mountpoint]]
+    assert mounts == [["mount", "-o", "remount,noatime", "--", mountpoint]]
+
+
+@pytest.mark.parametrize("field", ["--all", "-a", "-o", "data", "--", ""])
+def test_a_mount_point_that_is_not_an_absolute_path_is_never_an_option(tmp_path, field):
+    # before: a mount point of '--all' became 'mount -o remount,noatime --all' in the root fix script
+    text = _script(tmp_path, lambda b: _add_mount(b, field or r"\040"))
+    mounts = [a for a in _commands(text) if a[0] == "mount"]
+    assert all(a[a.index("--") + 1].startswith("/") for a in mounts), mounts
+    assert not any(field and field in a for a in mounts), mounts
+
+
+def test_every_path_argument_in_a_fix_is_absolute_and_after_double_dash(tmp_path):
+    def edit(b: Path) -> None:
+        variants.nvme_bfq(b)
+        _add_mount(b, "/data")
+    text = _script(tmp_path, edit)
+    for argv in _commands(text):
+        paths = [i for i, a in enumerate(argv) if a.startswith("/") and argv[0] not in ("echo", "printf", "for")]
+        if argv[0] in ("mount", "touch", "sed") and paths:
+            assert "--" in argv and argv.index("--") < paths[0], argv
+    assert ["mount", "-o", "remount,noatime", "--", "/data"] in _commands(text)
 
 
 def test_block_device_name_is_quoted_and_cannot_leave_sys_block(tmp_path):
@@ -146,3 +167,12 @@ def test_mountinfo_decodes_only_the_kernels_escapes():
     from perfstack.probes.mounts import parse_mountinfo
     [m] = parse_mountinfo(r"1 2 8:1 / /a\040b\011c\134d\033e\012f rw - ext4 /dev/x rw")
     assert m["mountpoint"] == "/a b\tc\\d\\033e\nf"  # \033 is not a kernel escape: kept as written
+
+
+@pytest.mark.parametrize("path", ["--all", "-a", "relative/dir", "", "~/x"])
+def test_path_arguments_must_be_absolute(path):
+    with pytest.raises(UnsafeValue):
+        lines([sh("mount", "-o", "remount,noatime", Abs(path))])
+    with pytest.raises(UnsafeValue):
+        lines([write("x", path)])
+    assert lines([sh("touch", Abs("/etc/x"))]) == ["touch -- /etc/x"]

@@ -31,7 +31,7 @@ def test_shm_size_critical_at_docker_default():
 def test_shm_size_warning_when_small_for_the_machine():
     found, _ = run("shm-size", container__shm_size_bytes=2 * GiB, mem__total_bytes=512 * GiB)
     assert found[0].severity.value == "warning"
-    assert found[0].fix_commands == ["mount -o remount,size=16G /dev/shm"]  # bare metal: remount
+    assert found[0].fix_commands == ["mount -o remount,size=16G -- /dev/shm"]  # bare metal: remount
     found, _ = run("shm-size", container__shm_size_bytes=512 * MiB)  # RAM unknown: below 1 GiB
     assert found[0].severity.value == "warning"
 

@@ -69,7 +69,7 @@ def test_mount_noatime_only_for_strictatime():
               {"mountpoint": "/dev/shm", "fstype": "tmpfs", "source": "tmpfs", "options": ["rw"], "dev": "3"}]
     found, _ = run("mount-noatime", storage__mounts=mounts)
     assert [h.subject for h in found] == ["/data"]
-    assert found[0].fix_commands == ["mount -o remount,noatime /data"]
+    assert found[0].fix_commands == ["mount -o remount,noatime -- /data"]
     assert run("mount-noatime", storage__mounts=mounts[1:])[1].status == "passed"
 
 

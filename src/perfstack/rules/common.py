@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.shell import Command, sh
+from perfstack.rules.shell import Abs, Command, sh
 from perfstack.units import binary_size
 
 
@@ -120,7 +120,7 @@ def sysctl_commands(name: str, value: object, line: str | None = None) -> list[C
     ``line`` is the persisted form when it differs from name=value (lists of numbers)."""
     return [
         sh("sysctl", "-w", f"{name}={value}"),
-        sh("touch", SYSCTL_FILE).then(sh("sed", "-i", f"/^{name}[ =]/d", SYSCTL_FILE))
+        sh("touch", Abs(SYSCTL_FILE)).then(sh("sed", "-i", f"/^{name}[ =]/d", Abs(SYSCTL_FILE)))
         .then(sh("echo", line or f"{name}={value}", into=SYSCTL_FILE, append=True)),
     ]
 

@@ -8,7 +8,7 @@ from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
 from perfstack.rules.common import SYSTEM_MOUNT, cpu_nodes, size
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.rules.shell import sh
+from perfstack.rules.shell import Abs, sh
 from perfstack.units import GiB, MiB
 from perfstack.sources import INFRA_ARTICLE
 
@@ -61,7 +61,7 @@ def shm_size(f: Facts) -> Hits:
         return
     target = min(16 * GiB, total // 2) if total else 16 * GiB
     yield Hit(evidence, severity=severity, host_action=inside,
-              commands=[] if inside else [sh("mount", "-o", f"remount,size={target // GiB}G", "/dev/shm")])
+              commands=[] if inside else [sh("mount", "-o", f"remount,size={target // GiB}G", Abs("/dev/shm"))])
 
 
 @check("cgroup-memory-limit", LAYER, "critical", "cgroup memory limit kills or nearly kills the job",

@@ -2,7 +2,7 @@
 
 Rules pass values read from the machine or a bundle (a mount point, a device name, a GPU index)
 to ``sh`` as separate arguments instead of formatting them into a string; ``line`` quotes each
-one. A bundle is written by someone else and the script may be run as root, so a value that
+one. A path argument is an ``Abs``: checked absolute, and written after ``--``. A bundle is written by someone else and the script may be run as root, so a value that
 quoting cannot keep on one inert line (a newline or any other control character) is refused
 with ``UnsafeValue``: the finding keeps its evidence and says to do the fix by hand.
 
@@ -56,6 +56,21 @@ class Under:
 
 
 @dataclass(frozen=True)
+class Abs:
+    """A path argument: ``sh("mount", "-o", "remount,noatime", Abs(mountpoint))``. It must be absolute
+    (a mount point of ``--all`` or ``-a`` read from a bundle would otherwise be an option), and the line
+    puts ``--`` before the first one, so that no path is ever parsed as an option."""
+
+    path: object
+
+    def __str__(self) -> str:
+        text = str(self.path)
+        if not text.startswith("/") or CONTROL.search(text):
+            raise UnsafeValue(f"'{visible(text)}' is not an absolute path")
+        return text
+
+
+@dataclass(frozen=True)
 class Step:
     argv: tuple[object, ...]
     into: object = None  # file that receives stdout (a str or an Under)
@@ -74,15 +89,19 @@ class Command:
     def line(self) -> str:
         parts = []
         for s in self.steps:
-            text = " ".join(quote(a) for a in s.argv)
+            argv = list(s.argv)
+            first = next((i for i, a in enumerate(argv) if isinstance(a, Abs)), None)
+            if first is not None and (first == 0 or argv[first - 1] != "--"):
+                argv.insert(first, "--")
+            text = " ".join(quote(a) for a in argv)
             if s.into is not None:
-                text += f" {'>>' if s.append else '>'} {quote(s.into)}"
+                text += f" {'>>' if s.append else '>'} {quote(s.into if isinstance(s.into, Under) else Abs(s.into))}"
             parts.append(text)
         return " && ".join(parts)
 
 
 def sh(*argv: object, into: object = None, append: bool = False) -> Command:
-    """``sh("mount", "-o", "remount,noatime", mountpoint)``; ``into`` redirects stdout to a file.
+    """``sh("mount", "-o", "remount,noatime", Abs(mountpoint))``; ``into`` redirects stdout to a file.
     Arguments are turned into text only when the line is written (see Under)."""
     if not argv:
         raise ValueError("a command needs at least its name")

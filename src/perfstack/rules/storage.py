@@ -7,7 +7,7 @@ from typing import Any
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.common import SYSTEM_MOUNT, gpu_count
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
-from perfstack.rules.shell import Under, sh, write
+from perfstack.rules.shell import Abs, Under, sh, write
 from perfstack.sources import BOOK, KERNEL_ARTICLE
 
 LAYER = "storage"
@@ -108,7 +108,7 @@ def mount_noatime(f: Facts) -> Hits:
     for m in f.need("storage.mounts"):
         if m["fstype"] in ATIME_FS and not {"noatime", "relatime", "lazytime"} & set(m["options"]):
             yield Hit(f"{m['mountpoint']} ({m['fstype']}) is mounted with strict atime", subject=m["mountpoint"],
-                      host_action=True, commands=[sh("mount", "-o", "remount,noatime", m["mountpoint"])])
+                      host_action=True, commands=[sh("mount", "-o", "remount,noatime", Abs(m["mountpoint"]))])
 
 
 @check("nfs-mount-options", LAYER, "warning", "NFS mount with small read/write sizes",
