@@ -165,6 +165,32 @@ def test_step_markers_of_an_inference_loop_are_its_steps(tmp_path, mode):
     assert not Path(str(s) + ".ran").exists()
 
 
+DDP = """
+import os
+import torch, torch.distributed as dist, torch.nn as nn
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(100000):
+    model(torch.randn(16, 32)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_nproc_profiles_every_rank(tmp_path):
+    s = script(tmp_path, DDP)
+    r = capture.run(["python", str(s)], tmp_path / "out", steps=2, skip_first=1, stop_after_window=True,
+                    timed_steps=2, nproc=2, gpus=[])
+    assert r.returncode == 0 and r.steps_seen >= 4
+    names = sorted(p.name for p in r.trace_paths)
+    assert names == ["train.rank0.pt.trace.json.gz", "train.rank1.pt.trace.json.gz"]
+    for p in r.trace_paths:
+        assert step_names(p) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert r.unprofiled is not None and r.unprofiled["step_ms"] > 0
+
+
 SLEEPY = """
 import sys, time
 import torch
@@ -318,9 +344,9 @@ def test_parse_argv_module():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["torchrun", "--nproc-per-node", "2", "train.py"], "torchrun.*out of scope"),
-    (["/usr/bin/torchrun", "train.py"], "torchrun.*out of scope"),
-    (["python", "-m", "torch.distributed.run", "train.py"], "torch.distributed.run.*out of scope"),
+    (["torchrun", "--nproc-per-node", "2", "train.py"], "torchrun.*starts the processes itself"),
+    (["/usr/bin/torchrun", "train.py"], "torchrun.*starts the processes itself"),
+    (["python", "-m", "torch.distributed.run", "train.py"], "torch.distributed.run.*starts the processes itself"),
     (["python", "-c", "print(1)"], "script file"),
     (["python", "missing.py"], "script not found: missing.py"),
     (["python"], "names no script"),

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--stop-after-window", action="store_true",
                    help="capture mode: end the script once the profiled steps are recorded and up to 5 more "
                         "are timed without the profiler")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="capture mode: run the script on N local ranks, as torchrun --standalone "
+                        "--nproc-per-node N would; each rank writes its own trace (default 1)")
     p.add_argument("--out-dir", metavar="DIR", help="capture mode: where traces are written (default: a temp dir)")
     p.add_argument("--model-flops-per-step", type=float, metavar="FLOPS", help="model FLOPs per step, for MFU")
     p.add_argument("--step-ms", metavar="MS",
@@ -66,7 +69,7 @@ def _capture(args: argparse.Namespace, err: Console) -> CaptureResult:
         made = None if args.out_dir else out_dir
         err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
         return capture.run(cmd, out_dir, args.steps, args.window, args.skip_first,
-                           stop_after_window=args.stop_after_window)
+                           stop_after_window=args.stop_after_window, nproc=args.nproc)
     except (ImportError, NotImplementedError) as e:
         raise CannotRunHere(f"capture mode is not available here ({type(e).__name__}: {e})",
                             hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None

@@ -241,11 +241,14 @@ class _State:
                 "recorded_steps": self.recorded_steps, "done": self.done, "error": self.error,
                 "skip_first": self.clock.started_at if self.clock else None,
                 "unprofiled": self.clock.result() if self.clock else None}
-        tmp = self.cfg["status"] + ".tmp"
+        path = self.cfg["status"]
+        if int(self.cfg.get("nproc") or 1) > 1:  # each rank of a multi-process job writes its own
+            path += "." + os.environ.get("RANK", "0")
+        tmp = path + ".tmp"
         try:
             with open(tmp, "w") as f:
                 json.dump(data, f)
-            os.replace(tmp, self.cfg["status"])
+            os.replace(tmp, path)
         except OSError:
             pass
 

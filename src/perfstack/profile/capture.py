@@ -27,8 +27,11 @@ API (``perfstack.profile``) and call ``p.step()`` yourself. Steps are never inve
 
 While the child runs, the parent samples NVML telemetry (clocks, power, temperature, throttle
 reasons, utilization) every 100 ms for the GPUs the child can see, from the start until the trace
-is written (a long run after the window does not grow it). One process only: launchers
-that start several (torchrun, accelerate, deepspeed, mpirun) are refused.
+is written (a long run after the window does not grow it). ``nproc`` > 1 starts the script on that
+many local ranks through torch's own launcher (as ``torchrun --standalone`` would): each rank writes
+its own trace and status, the steps seen are the fewest any rank saw, and the step time without the
+profiler is the slowest rank's (the job waits for it). Other launchers given as the command
+(torchrun, accelerate, deepspeed, mpirun) are refused: ``nproc`` says what they would.
 """
 
 from __future__ import annotations
@@ -124,10 +127,9 @@ def _is_python(arg: str) -> bool:
 
 def _launcher_error(what: str) -> UsageError:
     return UsageError(
-        f"'{what}' starts several processes; perfstack profile runs one process (multi-process "
-        "launchers such as torchrun are out of scope)",
-        hint="profile one rank with 'perfstack profile python train.py ...', or call "
-             "perfstack.profile() inside the script (each rank writes its own trace)")
+        f"'{what}' starts the processes itself; perfstack profile starts them to put its profiler in each",
+        hint="give the script and the number of local ranks: 'perfstack profile --nproc N -- python train.py "
+             "...' (as torchrun --standalone --nproc-per-node N), or call perfstack.profile() inside the script")
 
 
 def parse_argv(argv: Sequence[str]) -> Target:
@@ -265,7 +267,7 @@ def _last_line(text: str) -> str:
 
 def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = None, skip_first: int | None = None,
         *, stop_after_window: bool = False, timed_steps: int = TIMED_STEPS, timed_budget_s: float = TIMED_BUDGET_S,
-        gpus: Sequence[int] | None = None,
+        nproc: int = 1, gpus: Sequence[int] | None = None,
         sample: Callable[[int], dict[str, Any]] | None = None, interval: float = INTERVAL_S,
         env: dict[str, str] | None = None,
         on_trace: Callable[[list[Path]], None] | None = None) -> CaptureResult:
@@ -279,27 +281,32 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     """
     target = parse_argv(argv)
     check_plan(steps, skip_first, timed_steps, window)
+    if nproc < 1:
+        raise UsageError(f"--nproc must be at least 1, got {nproc}")
     out_dir = _output_dir(Path(out_dir))
     fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
     os.close(fd)
     cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
                            "steps": steps, "skip_first": skip_first, "window": window,
                            "stop_after_window": stop_after_window, "name": target.name,
-                           "timed_steps": timed_steps, "timed_budget_s": timed_budget_s}
+                           "timed_steps": timed_steps, "timed_budget_s": timed_budget_s, "nproc": nproc}
     cfg["module" if target.module else "script"] = target.module or target.script
-    cmd = [sys.executable, *target.python_options, str(BOOTSTRAP), json.dumps(cfg)]
+    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
+    cmd = [sys.executable, *target.python_options, *launch, str(BOOTSTRAP), json.dumps(cfg)]
     try:
         proc = subprocess.Popen(cmd, stdout=_stdout_target(), stderr=subprocess.PIPE, env=env)
     except OSError as e:
         os.unlink(status_path)
         raise UsageError(f"cannot start {sys.executable}: {e.strerror}") from None
-    child = _Child(proc, status_path, TelemetrySampler(gpus, sample, interval), on_trace)
+    statuses = [status_path] if nproc == 1 else [f"{status_path}.{r}" for r in range(nproc)]
+    child = _Child(proc, statuses, TelemetrySampler(gpus, sample, interval), on_trace)
     rc = child.wait()
-    status = _read_status(status_path)
-    try:
-        os.unlink(status_path)
-    except OSError:
-        pass
+    status = _merge_status([_read_status(p) for p in statuses])
+    for p in {status_path, *statuses}:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
     traces = [Path(p) for p in status.get("traces", []) if os.path.exists(p)]
     interrupted = child.interrupts > 0 or rc in (130, -signal.SIGINT)
     unprofiled = _unprofiled(status.get("unprofiled"))
@@ -341,10 +348,10 @@ class _Child:
     sampled until the trace is written, Ctrl-C passed on where the terminal does not deliver it, and
     ``on_trace`` called as soon as the trace files exist."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], status_path: str, sampler: TelemetrySampler,
+    def __init__(self, proc: subprocess.Popen[bytes], status_paths: list[str], sampler: TelemetrySampler,
                  on_trace: Callable[[list[Path]], None] | None) -> None:
         self.proc = proc
-        self.status_path = status_path
+        self.status_paths = status_paths
         self.sampler = sampler
         self.on_trace = on_trace
         self.tee = Tee(proc.stderr)
@@ -386,7 +393,7 @@ class _Child:
     def _announce(self) -> None:
         if self.announced:
             return
-        status = _read_status(self.status_path)
+        status = _merge_status([_read_status(p) for p in self.status_paths])
         if status.get("done") and status.get("traces"):
             self.announced = True
             self.sampler.stop()  # the window is over: telemetry covers start-up and the window
@@ -409,6 +416,26 @@ def _read_status(path: str) -> dict[str, Any]:
             return json.loads(f.read() or "{}")
     except (OSError, ValueError):
         return {}
+
+
+def _merge_status(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One status for the job from each rank's: the traces of all, the fewest steps, done when every
+    rank is, and the slowest rank's unprofiled timing (a step ends when its slowest rank does)."""
+    if len(ranks) == 1:
+        return ranks[0]
+    seen = [r for r in ranks if r]
+    if not seen:
+        return {}
+    merged = dict(seen[0])
+    merged["traces"] = [t for r in seen for t in (r.get("traces") or []) if isinstance(t, str)]
+    merged["steps"] = min(int(r.get("steps") or 0) for r in seen) if len(seen) == len(ranks) else 0
+    merged["done"] = len(seen) == len(ranks) and all(r.get("done") for r in seen)
+    merged["torch"] = any(r.get("torch") for r in seen)
+    merged["error"] = next((r["error"] for r in seen if r.get("error")), None)
+    timed = [r["unprofiled"] for r in seen if isinstance(r.get("unprofiled"), dict)
+             and isinstance(r["unprofiled"].get("step_ms"), (int, float))]
+    merged["unprofiled"] = max(timed, key=lambda u: u["step_ms"]) if timed else None
+    return merged
 
 
 def _unprofiled(u: Any) -> dict[str, Any] | None:
