@@ -164,7 +164,8 @@ def perfstack_cmd() -> list[str]:
 def profile_command(e: Entry, out: Path, window_s: Optional[int] = None, extra: tuple[str, ...] = ()) -> list[str]:
     """`perfstack profile` of one workload; window_s for a step-marked script the profiler cannot step."""
     window = ["--window", str(window_s)] if window_s else []
-    return [*perfstack_cmd(), "profile", "--stop-after-window", *window, "-q",
+    ranks = ["--nproc", str(e.nproc)] if e.nproc > 1 else []
+    return [*perfstack_cmd(), "profile", "--stop-after-window", *window, *ranks, "-q",
             "--out-dir", str(out / "traces" / e.name), "-o", str(out / f"{e.name}.profile.json"), "--",
             *e.command(extra)]
 
@@ -264,13 +265,13 @@ def _timeout(opts: RunOptions) -> float:
 
 
 def run_workload(e: Entry, gpus: list[int], opts: RunOptions) -> dict[str, int]:
-    """Profile (one-process workloads) then try; outputs already in opts.out are kept, not redone."""
+    """Profile then try; outputs already in opts.out are kept, not redone."""
     out = opts.out
     env = child_env(e, gpus)
     note = " ".join(f"{k}={v}" for k, v in [("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"]), *e.env]) + " "
     rcs: dict[str, int] = {}
     prof = out / f"{e.name}.profile.json"
-    if e.nproc == 1 and not prof.exists():
+    if not prof.exists():
         window = opts.profile_window_s if e.steps_by == "perfstack.step" else None
         cmd = profile_command(e, out, window, opts.script_args)
         o = opts.runner(cmd, env, _timeout(opts))
@@ -286,7 +287,7 @@ def run_workload(e: Entry, gpus: list[int], opts: RunOptions) -> dict[str, int]:
 
 
 def done(e: Entry, out: Path) -> bool:
-    return (out / f"{e.name}.try.json").exists() and (e.nproc > 1 or (out / f"{e.name}.profile.json").exists())
+    return (out / f"{e.name}.try.json").exists() and (out / f"{e.name}.profile.json").exists()
 
 
 class Scheduler:

@@ -149,13 +149,14 @@ def test_run_workload_profiles_then_tries_and_resumes_without_redoing(tmp_path):
     assert "profile: exit 0" in log and "try: exit 0" in log and "CUDA_VISIBLE_DEVICES=0" in log
 
 
-def test_two_process_workloads_skip_the_profile_and_step_marked_ones_get_a_window(tmp_path):
+def test_two_process_workloads_are_profiled_on_their_ranks_and_step_marked_ones_get_a_window(tmp_path):
     runner = FakeRunner()
     opts = fm.RunOptions(out=tmp_path, runner=runner, profile_window_s=20)
     fm.run_workload(_entry(name="d", nproc=2), [0, 1], opts)
-    assert [c[0][3] for c in runner.calls] == ["try"] and "--nproc" in runner.calls[0][0]
+    assert [c[0][3] for c in runner.calls] == ["profile", "try"]
+    assert all(c[0][c[0].index("--nproc") + 1] == "2" for c in runner.calls)
     fm.run_workload(_entry(name="g", steps_by="perfstack.step"), [0], opts)
-    assert "--window" in runner.calls[1][0]
+    assert "--window" in runner.calls[2][0]
 
 
 def test_scheduler_shares_no_gpu_and_one_failure_does_not_stop_the_rest(tmp_path):
