@@ -9,6 +9,8 @@ Anti-patterns it carries:
     are a large share of the step)                          -> fix: bf16-autocast
   * fp32 matmuls at full precision (TF32 off by default)    -> fix: tf32
   * AdamW step as foreach kernels rather than a fused one    -> fix: fused-optimizer
+  * eager mode: GELU, layer norms, residual adds and the loss are unfused element-wise kernels,
+    each reading and writing the activations again         -> fix: compile
 
     python benchmarks/workloads/gpt2_train.py [--batch-size 4] [--seq-len 1024] [--iters N] [--small]
 """

@@ -10,6 +10,8 @@ Anti-patterns it carries:
   * fp32 training where bf16 mixed precision would do    -> fix: bf16-autocast
   * cudnn.benchmark off: cuDNN picks convolution algorithms by heuristic instead of timing them
                                                          -> fix: cudnn-benchmark
+  * (a control for launch-bound claims: the GPU is busy, so replaying the step as CUDA graphs
+    should give little)                                  -> fix: compile-cudagraphs
 
     python benchmarks/workloads/resnet18_train.py [--batch-size 128] [--iters N] [--small]
 """

@@ -11,6 +11,8 @@ Anti-patterns it carries:
   * cudnn.benchmark explicitly off                        -> fix: cudnn-benchmark
   * fp32 matmuls in full precision (the classifier head; convolutions already use TF32 by
     default, so little is expected here)                  -> fix: tf32
+  * (a control for launch-bound claims: the GPU is busy, so replaying the step as CUDA graphs
+    should give little)                                   -> fix: compile-cudagraphs
 
     python benchmarks/workloads/resnet50_train.py [--batch-size 64] [--iters N] [--small]
 """
