@@ -12,7 +12,12 @@ numbered prompt when started with ``record_sends``. The chunks carry nothing bey
 server sends.
 
 ``max_running`` admits at most that many streams at once; the rest wait in arrival order and their
-TTFT clock starts when admitted, as on a saturated server. ``GET /metrics`` reports the load in
+TTFT clock starts when admitted, as on a saturated server. Three more knobs set a TTFT by hand:
+``ttft_per_running`` adds that many seconds per other stream running when one is admitted (a TTFT that
+grows with load while throughput still grows); ``ttft_jitter`` adds a uniform [0, jitter) seconds drawn
+from the prompt's number and ``jitter_seed`` (the same prompt, the same TTFT; a known median); and
+``slow_first``/``slow_extra`` make the first N streams the server admits (the client's probe included)
+that much slower to their first token, as a server that initialises lazily. ``GET /metrics`` reports the load in
 Prometheus text under vLLM's names (running, waiting, KV-cache use = running / max_running,
 preemptions, token counters).
 
@@ -35,6 +40,7 @@ Modes combine with "+": ``role-first+no-done`` streams as transformers serve doe
 ``--html`` makes every path an HTML 404 page. Standalone, for benchmarks:
 
     python tests/loadtest/fake_server.py --port 8011 --interval-ms 20 --ttft-ms 50 [--max-running N]
+        [--ttft-per-running-ms MS] [--ttft-jitter-ms MS --jitter-seed S] [--slow-first N --slow-extra-ms MS]
         [--processes P] [--record-sends FILE]
 """
 
@@ -45,6 +51,7 @@ import asyncio
 import collections
 import json
 import os
+import random
 import signal
 import socket
 import threading
@@ -70,9 +77,16 @@ class Server:
     """The shared state of one server process: schedule, queue, counters and its own timing records."""
 
     def __init__(self, interval: float = 0.02, ttft: float = 0.05, max_running: Optional[int] = None,
-                 record_sends: bool = False, html: bool = False, model: str = "fake"):
+                 record_sends: bool = False, html: bool = False, model: str = "fake", ttft_per_running: float = 0.0,
+                 ttft_jitter: float = 0.0, jitter_seed: int = 0, slow_first: int = 0, slow_extra: float = 0.0):
         self.interval = interval
         self.ttft = ttft
+        self.ttft_per_running = ttft_per_running
+        self.ttft_jitter = ttft_jitter
+        self.jitter_seed = jitter_seed
+        self.slow_first = slow_first
+        self.slow_extra = slow_extra
+        self.admitted = 0
         self.max_running = max_running
         self.record_sends = record_sends
         self.html = html
@@ -187,7 +201,8 @@ class _Stream:
         self.t0 = 0.0
         self.last: Optional[float] = None
         self.handle: Optional[asyncio.TimerHandle] = None
-        self.sent = srv.sends.setdefault(_prompt_number(body), []) if srv.record_sends else None
+        self.number = _prompt_number(body)
+        self.sent = srv.sends.setdefault(self.number, []) if srv.record_sends else None
         rid = f"cmpl-{id(self):x}"
         created = int(time.time())
         if chat:
@@ -204,9 +219,10 @@ class _Stream:
         """Admitted: the response head leaves now, the first token after the TTFT."""
         self.proto.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                          b"Transfer-Encoding: chunked\r\n\r\n")
-        self.srv.prompt_tokens += self.prompt_tokens
-        loop = self.srv.loop
-        self.t0 = time.monotonic() + self.srv.ttft  # the loop's clock; its cached time() may be behind
+        srv = self.srv
+        srv.prompt_tokens += self.prompt_tokens
+        loop = srv.loop
+        self.t0 = time.monotonic() + srv.ttft + self.extra_ttft()  # the loop's clock; its cached time() may be behind
         if self.chat and "role-first" in self.modes:
             self.proto.write(_framed(b"data: " + self.head[:-len(b'"content":')] + b'"role":"assistant"'
                                      + self.tail + b"\n\n"))
@@ -214,6 +230,17 @@ class _Stream:
             self.finish()
             return
         self.handle = loop.call_at(self.t0, self.emit)
+
+    def extra_ttft(self) -> float:
+        """The hand-set additions to this stream's TTFT (running already counts this stream)."""
+        srv = self.srv
+        srv.admitted += 1
+        extra = srv.ttft_per_running * max(0, srv.running - 1)
+        if srv.ttft_jitter:
+            extra += random.Random(srv.jitter_seed * 1_000_003 + self.number).random() * srv.ttft_jitter
+        if srv.admitted <= srv.slow_first:
+            extra += srv.slow_extra
+        return extra
 
     def emit(self) -> None:
         srv, proto, i = self.srv, self.proto, self.i
@@ -472,7 +499,9 @@ def _serve_forever(a: argparse.Namespace) -> None:
     if a.loop == "uvloop":
         import uvloop
         uvloop.install()
-    srv = Server(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running, bool(a.record_sends), a.html)
+    srv = Server(a.interval_ms / 1e3, a.ttft_ms / 1e3, a.max_running, bool(a.record_sends), a.html,
+                 ttft_per_running=a.ttft_per_running_ms / 1e3, ttft_jitter=a.ttft_jitter_ms / 1e3,
+                 jitter_seed=a.jitter_seed, slow_first=a.slow_first, slow_extra=a.slow_extra_ms / 1e3)
 
     async def main() -> None:
         listener = await start(srv, a.host, a.port, reuse_port=a.processes > 1)
@@ -502,6 +531,11 @@ if __name__ == "__main__":
     ap.add_argument("--interval-ms", type=float, default=20)
     ap.add_argument("--ttft-ms", type=float, default=50)
     ap.add_argument("--max-running", type=int, default=None)
+    ap.add_argument("--ttft-per-running-ms", type=float, default=0.0, help="TTFT added per other running stream")
+    ap.add_argument("--ttft-jitter-ms", type=float, default=0.0, help="TTFT added, uniform in [0, this)")
+    ap.add_argument("--jitter-seed", type=int, default=0)
+    ap.add_argument("--slow-first", type=int, default=0, help="the first N streams admitted are slower")
+    ap.add_argument("--slow-extra-ms", type=float, default=0.0, help="how much slower to their first token")
     ap.add_argument("--html", action="store_true", help="not an OpenAI server: every path is an HTML 404 page")
     ap.add_argument("--record-sends", metavar="FILE", help="on SIGTERM write every token's send time, per numbered "
                                                               "prompt, to FILE.PID (one file per process)")

@@ -138,7 +138,8 @@ def test_open_loop_rate_and_sweep(tmp_path):
         rc, run = _run(srv.url, tmp_path, "--sweep", "--sweep-max", "16", "--requests", "8", "--output-len", "20",
                        "--slo", "ttft=30ms")
     lt = run.loadtest
-    assert rc == 0 and lt.sweep["knee"] in [lv.load for lv in lt.levels]
+    # a knee among the loads tried, or the sweep says it stopped before one (exactly one of the two)
+    assert rc == 0 and (lt.sweep.get("knee") in [lv.load for lv in lt.levels]) != ("knee_not_reached" in lt.sweep)
     assert lt.sweep["max_load_meeting_slo"] is not None and lt.sweep["max_load_meeting_slo"] < 16
 
 

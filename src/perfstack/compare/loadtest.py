@@ -76,28 +76,22 @@ def _median(xs: Sequence[float]) -> Optional[float]:
 
 
 def _span(lv: Level) -> tuple[float, float]:
-    measured = [r for r in lv.requests if not r.warmup]
-    if not measured:
-        return 0.0, 0.0
-    return (min(r.start_s for r in measured), max(r.start_s + (r.e2e_ms or 0.0) / 1e3 for r in measured))
+    return metrics.window(lv.requests)
 
 
 def token_windows(lv: Level, n: int = WINDOWS) -> list[float]:
-    """Output tokens per second in each of ``n`` equal windows of the level's span."""
+    """Output tokens per second in each of ``n`` equal windows of the level's measured window."""
     t0, t1 = _span(lv)
     width = (t1 - t0) / n
     if width <= 0:
         return []
     tokens = [0.0] * n
     for r in _measured_ok(lv):
-        at = r.start_s + (r.ttft_ms or 0.0) / 1e3
-        times = [at]
-        for gap in r.itl_ms:
-            at += gap / 1e3
-            times.append(at)
+        times = metrics.chunk_times(r)
         share = r.output_tokens / len(times)  # a chunk may carry several tokens: spread them evenly
         for t in times:
-            tokens[min(n - 1, max(0, int((t - t0) / width)))] += share
+            if t >= t0:  # before the window a warm-up may have held the server
+                tokens[min(n - 1, int((t - t0) / width))] += share
     return [x / width for x in tokens]
 
 
@@ -109,9 +103,9 @@ def good_windows(lv: Level, slo: Slo, n: int = WINDOWS) -> list[float]:
         return []
     count = [0] * n
     for r in lv.requests:
-        if not r.warmup and metrics.good(r, slo):
-            end = r.start_s + (r.e2e_ms or 0.0) / 1e3
-            count[min(n - 1, max(0, int((end - t0) / width)))] += 1
+        end = metrics.end_s(r)
+        if not r.warmup and end >= t0 and metrics.good(r, slo):
+            count[min(n - 1, int((end - t0) / width))] += 1
     return [c / width for c in count]
 
 

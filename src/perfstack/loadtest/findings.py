@@ -45,7 +45,7 @@ def _label(lv: Level) -> str:
 
 def judged(lt: LoadTest) -> Optional[Level]:
     """The level a single-verdict rule looks at."""
-    levels = [lv for lv in lt.levels if lv.summary.completed]
+    levels = [lv for lv in sorted(lt.levels, key=lambda lv: lv.load) if lv.summary.completed and not lv.probe]
     if not levels:
         return None
     if lt.slo is not None:
@@ -56,7 +56,7 @@ def judged(lt: LoadTest) -> Optional[Level]:
 
 
 def lightest(lt: LoadTest) -> Optional[Level]:
-    levels = [lv for lv in lt.levels if lv.summary.ttft is not None]
+    levels = [lv for lv in lt.levels if lv.summary.ttft is not None and not lv.probe]
     return min(levels, key=lambda lv: lv.load) if levels else None
 
 
@@ -96,42 +96,68 @@ def _per_stream(lv: Level) -> float:
     return lv.summary.output_throughput / conc if conc else 0.0
 
 
+def _host_busy(lv: Level) -> bool:
+    c = lv.client
+    return c is not None and (c.cpu_wait_fraction > CLIENT_WAIT or c.loop_lag_p99_ms > CLIENT_LAG_MS)
+
+
 def queueing(lt: LoadTest) -> Optional[Finding]:
+    """TTFT mostly spent waiting. Waiting needs evidence of a queue: the server's own count of waiting
+    requests, or a TTFT that grew from a lighter level. One level alone, without the server's count, shows
+    no queue (a slow host, or a server whose TTFT varies, spreads TTFT as much), and a client that waited
+    for its own CPU cannot tell growth from its own lateness, so then only the server's count stands. The
+    finding says "saturated" only where throughput was seen to flatten, never below a knee the sweep did
+    not reach."""
     lv, base = judged(lt), lightest(lt)
     if lv is None or lv.summary.ttft is None:
         return None
     t = lv.summary.ttft.median
     waiting = _mean([x.waiting for x in lv.server])
+    server_queue = (waiting or 0) >= 1
     if base is not None and base is not lv and base.summary.ttft is not None:
         floor, floor_what = base.summary.ttft.median, f"{base.summary.ttft.median:,.0f} ms at {_label(base)}"
         # saturated: each stream now gets well under what it got alone (or the server says requests wait)
         b = _per_stream(base)
         efficiency = _per_stream(lv) / b if b else 1.0
-        saturated = efficiency < SATURATED or (waiting or 0) >= 1
+        saturated = efficiency < SATURATED or server_queue
         sat_ev = f"; each stream got {efficiency:.0%} of the token rate it got at {_label(base)}"
+        grew = not (_host_busy(lv) or _host_busy(base))
     else:
         floor, floor_what = lv.summary.ttft.min, f"{lv.summary.ttft.min:,.0f} ms, the fastest at this load"
-        saturated = t >= 5 * floor or (waiting or 0) >= 1
-        sat_ev = ""
+        saturated, sat_ev, grew = server_queue, "", False
     share = (t - floor) / t if t > 0 else 0.0
-    if not saturated or share < QUEUE_SHARE or t - floor < 20:
+    if not (server_queue or grew) or share < QUEUE_SHARE or t - floor < 20:
         return None
+    if "knee_not_reached" in lt.sweep:
+        saturated = False  # throughput still grew at the heaviest load tried
+    elif not saturated:
+        return None  # waiting that grew, without a sign the server is full nor a sweep to say it is not
     ev = (f"median TTFT {t:,.0f} ms at {_label(lv)} vs {floor_what}: {share:.0%} of the time to first token is "
           "spent waiting, not computing" + sat_ev)
     if waiting is not None:
         ev += f"; the server reported {waiting:.1f} requests waiting on average"
+    if not saturated and "knee_not_reached" in lt.sweep:
+        ev += f"; throughput still grew up to the heaviest load tried (knee not reached: {lt.sweep['knee_not_reached']})"
     knee = lt.sweep.get("knee")
     missed = lt.slo is not None and lt.slo.ttft_ms is not None and t > lt.slo.ttft_ms
+    if saturated:
+        title = "Time to first token is mostly queueing: the server is saturated at this load"
+        fix = ("serve this load on more replicas (or GPUs), or let each replica batch more (vLLM --max-num-seqs and "
+               "--max-num-batched-tokens, SGLang --max-running-requests) where KV-cache room allows"
+               + (f"; one replica saturates near {knee:g}" if isinstance(knee, (int, float)) else ""))
+        why = ("Past saturation a request's first token waits for a free batch slot; latency then grows with the "
+               "queue while throughput stays flat.")
+    else:
+        title = "Time to first token is mostly waiting at this load, though throughput still grows"
+        fix = ("the server is not saturated yet: each request's first token waits for the others' work (prefills "
+               "sharing a step, a scheduler that admits late); chunked prefill or a larger per-step token budget "
+               "(vLLM --max-num-batched-tokens) shortens it; more replicas only if the latency matters more than "
+               "the throughput still to gain")
+        why = ("A first token that waits longer as load grows is latency bought for throughput; below the knee "
+               "that trade still pays.")
     return Finding(
         id="serve-queueing", layer=LAYER, severity=Severity.WARNING if missed or share > 0.8 else Severity.INFO,
-        subject=_label(lv),
-        title="Time to first token is mostly queueing: the server is saturated at this load",
-        evidence=ev,
-        fix="serve this load on more replicas (or GPUs), or let each replica batch more (vLLM --max-num-seqs and "
-            "--max-num-batched-tokens, SGLang --max-running-requests) where KV-cache room allows"
-            + (f"; one replica saturates near {knee:g}" if isinstance(knee, (int, float)) else ""),
-        why="Past saturation a request's first token waits for a free batch slot; latency then grows with the "
-            "queue while throughput stays flat.")
+        subject=_label(lv), title=title, evidence=ev, fix=fix, why=why)
 
 
 def _prefills(reqs: list[Request]) -> tuple[list[float], list[float]]:
@@ -220,7 +246,7 @@ def _plateau_cause(levels: list[Level], after: list[Level]) -> tuple[str, str, s
 
 
 def plateau(lt: LoadTest) -> Optional[Finding]:
-    levels = [lv for lv in lt.levels if lv.summary.completed and lv.mode == "concurrency"]
+    levels = sweep.candidates([lv for lv in lt.levels if lv.mode == "concurrency"])
     k = sweep.knee(levels) if len(levels) >= 3 else None
     if k is None:
         return None

@@ -3,8 +3,14 @@
 Definitions follow vLLM's serving benchmark so that numbers can be compared with the ones users quote:
 TTFT from send to the first chunk with text; TPOT per request (e2e - TTFT) / (output tokens - 1); ITL
 the pooled gaps between chunks; throughputs over the level's duration; goodput the requests per second
-that meet every SLO. Two differences, both deliberate: the duration runs from the first measured send to
-the last measured end (warm-up excluded), and percentiles interpolate linearly like numpy's default.
+that meet every SLO. Two differences, both deliberate: the duration is the measured window (``window``),
+and percentiles interpolate linearly like numpy's default.
+
+The measured window runs from the later of the first measured send and the last warm-up's end to the last
+measured end. Until the last warm-up ends, a warm-up may hold a server slot (on a batch-capped server the
+first measured requests queue behind it), so the server's work in that stretch is not the measured
+requests'. Throughputs count what arrived inside the window: each token when its chunk arrived, each
+request when it ended; latencies and SLO attainment are every measured request's.
 """
 
 from __future__ import annotations
@@ -55,6 +61,43 @@ def concurrency_mean(reqs: Sequence[Request], t0: float, t1: float) -> Optional[
     return busy / (t1 - t0)
 
 
+def end_s(r: Request) -> float:
+    return r.start_s + (r.e2e_ms or 0.0) / 1e3
+
+
+def window(requests: Sequence[Request]) -> tuple[float, float]:
+    """The measured window (s from the level's start): from the later of the first measured send and the
+    last warm-up's end, to the last measured end; (0, 0) without measured requests. A warm-up that ended
+    after every measured request (one that hung) does not empty the window: it then opens at the first send."""
+    measured = [r for r in requests if not r.warmup]
+    if not measured:
+        return 0.0, 0.0
+    t0 = min(r.start_s for r in measured)
+    t1 = max(end_s(r) for r in measured)
+    warm_end = max((end_s(r) for r in requests if r.warmup), default=t0)
+    return (warm_end if t0 < warm_end < t1 else t0), t1
+
+
+def chunk_times(r: Request) -> list[float]:
+    """When each chunk with text arrived (s from the level's start)."""
+    if r.ttft_ms is None:
+        return []
+    at = r.start_s + r.ttft_ms / 1e3
+    out = [at]
+    for gap in r.itl_ms:
+        at += gap / 1e3
+        out.append(at)
+    return out
+
+
+def tokens_after(r: Request, t0: float) -> float:
+    """Output tokens of ``r`` that arrived at or after ``t0``, a chunk's tokens spread evenly over it."""
+    times = chunk_times(r)
+    if not times or times[0] >= t0:
+        return float(r.output_tokens)
+    return r.output_tokens * sum(t >= t0 for t in times) / len(times)
+
+
 def summarize(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary:
     measured = [r for r in requests if not r.warmup]
     ok = [r for r in measured if r.ok]
@@ -62,11 +105,7 @@ def summarize(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary
     for r in measured:
         if not r.ok:
             errors[r.error or "no-text"] = errors.get(r.error or "no-text", 0) + 1
-    if measured:
-        t0 = min(r.start_s for r in measured)
-        t1 = max(r.start_s + (r.e2e_ms or 0.0) / 1e3 for r in measured)
-    else:
-        t0 = t1 = 0.0
+    t0, t1 = window(requests)
     s = Summary(duration_s=t1 - t0, completed=len(ok), failed=len(measured) - len(ok), errors=errors)
     if measured:
         _figures(s, measured, ok, t0, t1, slo)
@@ -79,9 +118,13 @@ def _figures(s: Summary, measured: list[Request], ok: list[Request], t0: float, 
     duration = max(t1 - t0, 1e-9)
     out_tokens = sum(r.output_tokens for r in ok)
     in_counts = [r.input_tokens for r in ok if r.input_tokens is not None]
-    s.request_throughput = len(ok) / duration
-    s.output_throughput = out_tokens / duration
-    s.total_throughput = (out_tokens + sum(in_counts)) / duration
+    inside = [r for r in ok if end_s(r) >= t0]
+    # a request's prompt counts where its prefill ended (its first token), inside the window or not
+    in_window = sum(r.input_tokens or 0 for r in inside if r.start_s + (r.ttft_ms or 0.0) / 1e3 >= t0)
+    out_window = sum(tokens_after(r, t0) for r in inside)
+    s.request_throughput = len(inside) / duration
+    s.output_throughput = out_window / duration
+    s.total_throughput = (out_window + in_window) / duration
     s.ttft = dist(r.ttft_ms for r in ok)
     s.tpot = dist(r.tpot_ms for r in ok)
     s.itl = dist(x for r in ok for x in r.itl_ms)
@@ -91,7 +134,7 @@ def _figures(s: Summary, measured: list[Request], ok: list[Request], t0: float, 
     s.concurrency_mean = concurrency_mean(measured, t0, t1)
     if slo is not None:
         n_good = sum(good(r, slo) for r in measured)
-        s.goodput = n_good / duration
+        s.goodput = sum(good(r, slo) for r in inside) / duration
         s.slo_attainment = n_good / len(measured)
 
 

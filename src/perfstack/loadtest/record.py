@@ -10,6 +10,7 @@ rather than ``X | None`` because msgspec evaluates them at run time on every sup
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional
 
 import msgspec
@@ -107,6 +108,8 @@ class Level(msgspec.Struct, omit_defaults=True):
     server: List[ServerSample] = []
     client: Optional[ClientLoad] = None
     interrupted: bool = False
+    probe: bool = False  # a rate sweep's capacity probe (everything at once): outside the knee and the SLO search
+    bisect: bool = False  # added by the sweep's search for the SLO's boundary
 
 
 class Slo(msgspec.Struct, omit_defaults=True):
@@ -133,12 +136,38 @@ class LoadTest(msgspec.Struct, omit_defaults=True):
     interrupted: bool = False
 
 
+INF = "inf"  # an infinite load (everything at once) as JSON writes it: JSON has no infinity, and Runs refuse one
+
+
+def _loads_out(v: Any) -> Any:
+    if isinstance(v, float) and math.isinf(v) and v > 0:
+        return INF
+    return [_loads_out(x) for x in v] if isinstance(v, list) else v
+
+
+def _loads_in(v: Any) -> Any:
+    if v == INF:
+        return math.inf
+    return [_loads_in(x) for x in v] if isinstance(v, list) else v
+
+
 def to_builtins(lt: LoadTest) -> dict[str, Any]:
-    return msgspec.to_builtins(lt)
+    out = msgspec.to_builtins(lt)
+    for lv in out.get("levels", []):
+        lv["load"] = _loads_out(lv["load"])
+    out["sweep"] = {k: _loads_out(v) for k, v in out.get("sweep", {}).items()}
+    return out
 
 
 def from_builtins(data: Any, where: str = "Run") -> LoadTest:
     """The typed load test of a Run's ``loadtest`` section, or an InputError naming the bad field."""
+    if isinstance(data, dict):
+        data = dict(data)
+        if isinstance(data.get("levels"), list):
+            data["levels"] = [dict(lv, load=_loads_in(lv.get("load"))) if isinstance(lv, dict) and "load" in lv else lv
+                              for lv in data["levels"]]
+        if isinstance(data.get("sweep"), dict):
+            data["sweep"] = {k: _loads_in(v) for k, v in data["sweep"].items()}
     try:
         return msgspec.convert(data, LoadTest)
     except msgspec.ValidationError as e:

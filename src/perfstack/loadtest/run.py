@@ -11,16 +11,15 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Optional
 
-import aiohttp
 
 from perfstack.errors import UsageError
 from perfstack.loadtest import server, sweep
 from perfstack.loadtest.load import Target, event_loop, new_session
 from perfstack.loadtest.workers import auto_procs, run_level
 from perfstack.loadtest.record import Level, LoadTest, Slo
-from perfstack.loadtest.workload import Prompt, Workload
+from perfstack.loadtest.workload import Workload
 
 MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's file limit binds first)
 
@@ -90,46 +89,51 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
         prompts = wl.cycle()
         levels: list[Level] = []
         stopped: Optional[str] = None
-        for i, load in enumerate(_loads(plan)):
-            if stop.is_set():
-                break
-            if plan.mode == "rate" and plan.sweep and i == 1:
-                # a rate sweep: fractions of what the saturated level (every request at once) delivered
-                sat = levels[0].summary.request_throughput
-                extra = [round(f * sat, 3) for f in sweep.RATE_FRACTIONS if f * sat > 0]
-                return await _rate_sweep(plan, session, target, prompts, levels, extra, ident, model, wl,
-                                         notes, progress, stop, addr.shown)
-            label = f"{load:g} streams" if plan.mode == "concurrency" else (
+        cap: Optional[float] = None
+
+        async def level(load: float, seed: int, **mark: bool) -> Level:
+            mode = plan.mode
+            label = f"{load:g} streams" if mode == "concurrency" else (
                 "all at once" if math.isinf(load) else f"{load:g} req/s")
-            progress(f"level {i + 1}: {label}, {_n(plan, plan.mode, load)} requests…")
-            procs = _procs(plan, plan.mode, load)
+            what = " (capacity probe)" if mark.get("probe") else " (SLO search)" if mark.get("bisect") else ""
+            progress(f"level {len(levels) + 1}: {label}{what}, {_n(plan, mode, load)} requests…")
+            procs = _procs(plan, mode, load)
             _note_crowded_cpus(procs, notes)
-            lv = await run_level(session, target, prompts, plan.mode, load, _n(plan, plan.mode, load),
-                                 _warmup(plan, plan.mode, load), stop, seed=plan.seed + i, burstiness=plan.burstiness,
+            lv = await run_level(session, target, prompts, mode, load, _n(plan, mode, load),
+                                 _warmup(plan, mode, load), stop, seed=seed, burstiness=plan.burstiness,
                                  max_concurrency=plan.max_concurrency, slo=plan.slo, procs=procs)
+            for k, v in mark.items():
+                setattr(lv, k, v)
             levels.append(lv)
             progress(_line(lv))
+            return lv
+
+        if plan.sweep and plan.mode == "rate":
+            # the capacity first (everything at once), then fractions of it
+            probe = await level(math.inf, plan.seed, probe=True)
+            cap = sweep.capacity(probe)
+            progress(f"capacity: {cap:.3g} req/s while the server was full")
+            loads = sweep.rate_loads(cap)
+        else:
+            loads = _loads(plan)
+        for load in loads:
+            if stop.is_set():
+                break
+            await level(load, plan.seed + len(levels))
             if plan.sweep and plan.mode == "concurrency":
                 stopped = sweep.should_stop(levels, plan.slo)
                 if stopped:
-                    progress(f"sweep stops: {stopped}")
+                    progress(f"sweep {stopped}")
                     break
-        return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped)
-
-
-async def _rate_sweep(plan: Plan, session: aiohttp.ClientSession, target: Target, prompts: Iterator[Prompt],
-                      levels: list[Level], rates: list[float], ident: dict[str, Any], model: str, wl: Workload,
-                      notes: list[str], progress: Callable[[str], None], stop: asyncio.Event, shown: str) -> LoadTest:
-    for j, rate in enumerate(rates):
-        if stop.is_set():
-            break
-        progress(f"level {j + 2}: {rate:g} req/s, {plan.requests} requests…")
-        lv = await run_level(session, target, prompts, "rate", rate, plan.requests, _warmup(plan, "rate", rate), stop,
-                             seed=plan.seed + j + 1, burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
-                             slo=plan.slo, procs=_procs(plan, "rate", rate))
-        levels.append(lv)
-        progress(_line(lv))
-    return _record(plan, shown, target, model, wl, levels, ident, notes, stop.is_set(), None)
+        if plan.sweep and stopped != "interrupted":
+            integer = plan.mode == "concurrency"
+            step = 1.0 if integer else sweep.RATE_STEP * (cap or 0.0)
+            while not stop.is_set():
+                nxt = sweep.bisect_next(levels, plan.slo, step, integer)
+                if nxt is None:
+                    break
+                await level(nxt, plan.seed + len(levels), bisect=True)
+        return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped, cap)
 
 
 def _procs(plan: Plan, mode: str, load_: float) -> int:
@@ -141,8 +145,6 @@ def _procs(plan: Plan, mode: str, load_: float) -> int:
 def _loads(plan: Plan) -> list[float]:
     if not plan.sweep:
         return plan.loads
-    if plan.mode == "rate":
-        return [math.inf, 0.0]  # the second entry only triggers the fractions
     out, c = [], 1
     while c <= plan.sweep_max:
         out.append(float(c))
@@ -159,13 +161,13 @@ def _line(lv: Level) -> str:
 
 
 def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, levels: list[Level], ident: dict,
-            notes: list[str], interrupted: bool, stopped: Optional[str]) -> LoadTest:
+            notes: list[str], interrupted: bool, stopped: Optional[str], cap: Optional[float] = None) -> LoadTest:
     if interrupted:
         notes.append("interrupted: the last level is partial and its unanswered requests are marked 'interrupted'")
     spec = dict(wl.spec, ignore_eos=target.ignore_eos, burstiness=plan.burstiness,
                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                 max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s)
-    sw = sweep.summary(levels, plan.slo, stopped) if plan.sweep or len(levels) > 1 else {}
+    sw = sweep.summary(levels, plan.slo, stopped, cap) if plan.sweep or len(levels) > 1 else {}
     return LoadTest(url=shown, api=plan.api, model=model, workload=spec, levels=levels, slo=plan.slo,
                     server=ident, sweep=sw, notes=notes, interrupted=interrupted)
 

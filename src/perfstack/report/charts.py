@@ -438,10 +438,11 @@ def delta_chart(rows: Sequence[tuple[str, float, float | None, float | None, str
 
 def xy_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, str]], bool]], title: str, x_label: str,
              y_label: str, hlines: Sequence[tuple[str, float]] = (), vlines: Sequence[tuple[str, float]] = (),
-             kind: str = "xy") -> str:
+             kind: str = "xy", label_points: bool = False) -> str:
     """Linear x-y chart from zero: each series (name, [(x, y, point label)], dashed) joined in the order
     given, which need not be x's (latency against throughput folds back past saturation); dashed
-    horizontal reference lines (an objective) and vertical markers (a knee)."""
+    horizontal reference lines (an objective) and vertical markers (a knee). ``label_points`` writes each
+    point label of the first series beside its point (a load level), not only in its tooltip."""
     pts = [(x, y) for _, ps, _ in series for x, y, _ in ps if math.isfinite(x) and math.isfinite(y)]
     if not pts:
         return ""
@@ -467,6 +468,9 @@ def xy_chart(series: Sequence[tuple[str, Sequence[tuple[float, float, str]], boo
         d = " ".join(f"{'M' if j == 0 else 'L'}{xs(x):.1f},{ys(y):.1f}" for j, (x, y, _) in enumerate(ps))
         dash = ' stroke-dasharray="6 3"' if dashed else ""
         dots = "".join(_marker("circle", xs(x), ys(y), color, f"{name} at {tip}: {num(y)}") for x, y, tip in ps)
+        if label_points and i == 0:
+            dots += "".join(f'<text class="reflabel" x="{xs(x) + 5:.1f}" y="{ys(y) - 6:.1f}">{escape(tip)}</text>'
+                            for x, y, tip in ps)
         body.append(f'<g data-series="{escape(name)}"><path class="line" d="{d}" stroke="{color}"{dash}/>{dots}</g>')
         legend.append((name, color, "dash" if dashed else ""))
     return _svg(kind, body, title, H, legend)

@@ -78,8 +78,10 @@ class Md(str):
 # images, raw HTML and autolinks, entities, table cells, headings, math ($ on GitHub). An
 # underscore inside a word never opens emphasis, so snake_case stays readable.
 _MD_INLINE = re.compile(r"[\\`*~\[\]<>&|#!$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-# What opens a block at the start of a line: a list item, a setext underline, an ordered item.
-_MD_LINE_START = re.compile(r"^([-+=])|^(\d{1,9})([.)])")
+# What opens a block at the start of a line: a list item, a setext underline, an ordered item. A figure
+# (-5%, +1.2, 1.36) opens none of them (a marker needs a blank or the line's end after it), so a marker
+# followed by a digit is left as written.
+_MD_LINE_START = re.compile(r"^([-+=])(?![0-9.])|^(\d{1,9})([.)])(?![0-9])")
 
 
 def md_text(v: object, breaks: bool = False) -> Md:

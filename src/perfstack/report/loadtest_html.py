@@ -29,7 +29,8 @@ def _curves(v: LoadtestView) -> str:
              "judged per request).</p>"]
     for c in v.curves:
         parts.append(f"<h3>{e(c.title)}</h3>")
-        parts.append(charts.xy_chart(c.series, c.title, X_LABEL, c.y_label, c.hlines, c.vlines, kind=c.kind))
+        parts.append(charts.xy_chart(c.series, c.title, X_LABEL, c.y_label, c.hlines, c.vlines, kind=c.kind,
+                                     label_points=True))
     return "".join(parts)
 
 

@@ -25,6 +25,11 @@ def load_label(lv: Level) -> str:
     return "all at once" if math.isinf(lv.load) else f"{lv.load:g}/s"
 
 
+def in_load_order(levels: list[Level]) -> list[Level]:
+    """Levels by load, a rate sweep's capacity probe first (a bisection adds loads out of order)."""
+    return sorted(levels, key=lambda lv: (not lv.probe, lv.load))
+
+
 def ms(d: Optional[Dist], which: str) -> str:
     if d is None:
         return "—"
@@ -35,10 +40,10 @@ def ms(d: Optional[Dist], which: str) -> str:
 def level_rows(lt: LoadTest) -> list[list[str]]:
     """The level table as strings."""
     rows = []
-    for lv in lt.levels:
+    for lv in in_load_order(lt.levels):
         s = lv.summary
         good = f"{s.slo_attainment:.0%}" if s.slo_attainment is not None else "—"
-        rows.append([load_label(lv) + (" (partial)" if lv.interrupted else ""),
+        rows.append([load_label(lv) + (" (capacity probe)" if lv.probe else "") + (" (partial)" if lv.interrupted else ""),
                      f"{s.completed}" + (f" +{s.failed}✗" if s.failed else ""),
                      f"{s.request_throughput:,.2f}", f"{s.output_throughput:,.0f}",
                      f"{ms(s.ttft, 'median')}/{ms(s.ttft, 'p99')}", f"{ms(s.tpot, 'median')}/{ms(s.tpot, 'p99')}",
@@ -60,7 +65,7 @@ def headline(lt: LoadTest) -> str:
 def workload_line(lt: LoadTest) -> str:
     w = lt.workload
     if w.get("kind") == "file":
-        shape = f"{w.get('requests')} prompts from {w.get('file')}"
+        shape = f"{w.get('entries')} prompts from {w.get('file')}"
     else:
         spread = f" ±{w.get('spread', 0):.0%}" if w.get("spread") else ""
         shape = f"synthetic {w.get('input_len')}{spread} in → {w.get('output_len')}{spread} out tokens"
@@ -80,14 +85,27 @@ def sweep_line(lt: LoadTest) -> str:
         return ""
     unit = " streams" if sw.get("mode") == "concurrency" else " req/s"
     parts = []
+    if sw.get("capacity_req_s") is not None:
+        parts.append(f"capacity {sw['capacity_req_s']:,.3g} req/s while the server was full")
     if sw.get("knee") is not None:
         parts.append(f"knee at {sw['knee']:g}{unit} ({sw.get('knee_output_throughput', 0):,.0f} tok/s, "
                      f"best {sw.get('best_output_throughput', 0):,.0f})")
+    elif sw.get("knee_not_reached"):
+        parts.append(f"knee not reached: {sw['knee_not_reached']}; best {sw.get('best_output_throughput', 0):,.0f} "
+                     "tok/s")
     if "max_load_meeting_slo" in sw:
         m = sw["max_load_meeting_slo"]
-        parts.append(f"highest load meeting the SLO: {m:g}{unit}" if m is not None else "no load tried met the SLO")
-    if sw.get("stopped"):
-        parts.append(f"stopped: {sw['stopped']}")
+        if m is None:
+            parts.append("no load tried met the SLO")
+        else:
+            extra = []
+            if sw.get("confidence_at_max") is not None:
+                extra.append(f"{sw['confidence_at_max']:.0%} confident it does")
+            if sw.get("min_load_missing_slo") is not None:
+                extra.append(f"{sw['min_load_missing_slo']:g}{unit} missed it")
+            parts.append(f"highest load meeting the SLO: {m:g}{unit}" + (f" ({'; '.join(extra)})" if extra else ""))
+    if sw.get("stopped") and not sw.get("knee_not_reached"):
+        parts.append(sw["stopped"] if sw["stopped"].startswith("stopped") else f"stopped: {sw['stopped']}")
     return "  ·  ".join(parts)
 
 
@@ -142,7 +160,8 @@ def _marks(lt: LoadTest, levels: list[Level]) -> list[tuple[str, float]]:
 
 def curves(lt: LoadTest) -> list[Curve]:
     """Latency against throughput, one point per level, in load order; none for a single level."""
-    levels = [lv for lv in lt.levels if lv.summary.completed]
+    # the capacity probe is no load on the curve: its line would fold back from it
+    levels = in_load_order([lv for lv in lt.levels if lv.summary.completed and not lv.probe])
     if len(levels) < 2:
         return []
     marks = _marks(lt, levels)
@@ -166,7 +185,7 @@ def _fmt(v: Optional[float], spec: str = "g") -> str:
 
 def server_rows(lt: LoadTest) -> list[list[str]]:
     rows = []
-    for lv in lt.levels:
+    for lv in in_load_order(lt.levels):
         if not lv.server:
             continue
         peak = lambda attr: max((getattr(s, attr) for s in lv.server if getattr(s, attr) is not None),  # noqa: E731
@@ -180,7 +199,7 @@ def server_rows(lt: LoadTest) -> list[list[str]]:
 
 def error_rows(lt: LoadTest) -> list[list[str]]:
     rows = []
-    for lv in lt.levels:
+    for lv in in_load_order(lt.levels):
         for kind, n in sorted(lv.summary.errors.items()):
             detail = next((r.detail for r in lv.requests if not r.warmup and (r.error or "no-text") == kind
                            and r.detail), "")
@@ -190,7 +209,7 @@ def error_rows(lt: LoadTest) -> list[list[str]]:
 
 def client_rows(lt: LoadTest) -> list[list[str]]:
     return [[load_label(lv), f"{c.cpu_fraction:.0%}", f"{c.loop_lag_p99_ms:.2f} ms", f"{c.cpu_us_per_chunk:.0f} µs",
-             str(c.processes)] for lv in lt.levels if (c := lv.client) is not None]
+             str(c.processes)] for lv in in_load_order(lt.levels) if (c := lv.client) is not None]
 
 
 def loadtest_view(run: Run) -> Optional[LoadtestView]:
