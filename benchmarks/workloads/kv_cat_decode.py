@@ -15,6 +15,7 @@ Anti-patterns it carries:
   (The ``.item()`` end-of-text check syncs the host every token; no fix id for it.)
 
     python benchmarks/workloads/kv_cat_decode.py [--batch-size 1|32] [--max-new-tokens 448] [--iters N] [--small]
+        [--static-cache]   (the fixed variant of the first anti-pattern, for timing it by hand)
 """
 
 import argparse
@@ -43,16 +44,21 @@ class Block(nn.Module):
         self.fc = nn.Linear(dim, 4 * dim)
         self.proj = nn.Linear(4 * dim, dim)
 
-    def forward(self, x, cache):
+    def forward(self, x, cache, start):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
         v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        if "k" in cache:
-            k = torch.cat([cache["k"], k], dim=2)
-            v = torch.cat([cache["v"], v], dim=2)
-        cache["k"], cache["v"] = k, v
+        if "K" in cache:  # the fixed variant: written in place, attended through a view
+            cache["K"][:, :, start:start + T] = k
+            cache["V"][:, :, start:start + T] = v
+            k, v = cache["K"][:, :, :start + T], cache["V"][:, :, :start + T]
+        else:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
         y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.c_proj(y)
@@ -75,7 +81,7 @@ class GPT(nn.Module):
         pos = torch.arange(start, start + idx.shape[1], device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block, cache in zip(self.h, caches):
-            x = block(x, cache)
+            x = block(x, cache, start)
         return self.lm_head(self.ln_f(x[:, -1:, :]))[:, -1, :]
 
 
@@ -93,6 +99,8 @@ def main():
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=448)
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke test")
+    p.add_argument("--static-cache", action="store_true",
+                   help="the fixed variant: each layer's cache preallocated and written in place")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -111,6 +119,11 @@ def main():
         while done < args.iters:
             prompt = torch.randint(0, eos, (args.batch_size, args.prompt_len), device=device)
             caches = [{} for _ in model.h]
+            if args.static_cache:
+                shape = (args.batch_size, model.h[0].heads, args.prompt_len + args.max_new_tokens,
+                         model.wte.embedding_dim // model.h[0].heads)
+                caches = [{"K": torch.empty(shape, device=device), "V": torch.empty(shape, device=device)}
+                          for _ in model.h]
             tok = sample(model(prompt, caches, 0))
             out = [tok]
             for t in range(args.max_new_tokens):

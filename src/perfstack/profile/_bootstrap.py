@@ -301,7 +301,10 @@ def _new_profiler(torch: Any, schedule: Any) -> Any:
     S.cuda = bool(torch.cuda.is_available())
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if S.cuda else [])
     with quiet_profiler():
-        return profile(activities=acts, record_shapes=True, schedule=schedule, on_trace_ready=_on_trace_ready)
+        # profile_memory: the allocator's [memory] events give the peak the window reserved, which the
+        # recompute check needs to say how many checkpointed regions the free memory could keep
+        return profile(activities=acts, record_shapes=True, profile_memory=S.cuda, schedule=schedule,
+                       on_trace_ready=_on_trace_ready)
 
 
 @contextlib.contextmanager
