@@ -162,3 +162,17 @@ def test_two_h100_bundle_reads_nvlink_between_its_gpus():
     status = {c.id: c.status for c in run.checks}
     assert status["gpu-p2p-topology"] == "passed" and status["nvlink-health"] == "passed", status
     assert "H100" in run.facts.value("gpu.summary")
+
+
+def test_every_severity_found_is_on_its_checks_ladder(runs):
+    """'perfstack explain' shows each check's ladder as read from its rule: every finding of every
+    variant and healthy bundle must be on it, and the planted variants reach more than the defaults."""
+    from perfstack.rules.registry import CHECKS, ladder
+    seen: dict[str, set[str]] = {}
+    for run in runs.values():
+        for f in run.findings:
+            seen.setdefault(f.id, set()).add(f.severity.value)
+    off = {i: (sorted(s), [x.value for x in ladder(CHECKS[i])]) for i, s in seen.items()
+           if i in CHECKS and not s <= {x.value for x in ladder(CHECKS[i])}}
+    assert not off
+    assert any(len(s) > 1 for s in seen.values())  # the test sees checks reporting more than one severity

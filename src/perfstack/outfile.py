@@ -50,7 +50,8 @@ def check(path: str | os.PathLike[str]) -> None:
 
 def check_new_dir(path: str | os.PathLike[str]) -> None:
     """Raise OutputError unless ``path`` can become a new directory (``capture DIR``): absent or an
-    empty directory, under a folder this user can create it in (missing folders are created)."""
+    empty directory, in an existing folder this user can create it in. A missing folder above it is
+    refused, as ``check`` refuses one for a file: a typo in a path should not make a tree of folders."""
     p = Path(path)
     if str(path) == "":
         raise OutputError("an empty directory name", hint="give a directory for the bundle")
@@ -70,8 +71,9 @@ def check_new_dir(path: str | os.PathLike[str]) -> None:
             raise OutputError(CANNOT.format(path=path, why="it is a directory that is not empty"),
                               hint="give a new directory for the bundle")
     folder = Path(os.path.abspath(p)).parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    if not folder.exists():
+        raise OutputError(CANNOT.format(path=path, why=f"folder {folder} does not exist"),
+                          hint=f"create it first (mkdir -p {folder}) or give another path")
     if not folder.is_dir():
         raise OutputError(CANNOT.format(path=path, why=f"{folder} is not a directory"))
     if not os.access(folder, os.W_OK | os.X_OK):

@@ -74,12 +74,22 @@ def test_analytic_results_match_a_simulated_collective(op, n):
         assert torch.equal(outputs[r], c.expected(torch, op, r, n, count)), (op, n, r)
 
 
-def test_wrong_data_fails_the_check():
+@pytest.mark.parametrize("op", c.OPS)
+def test_wrong_data_fails_the_check(op):
+    # The check each rank makes before timing, on what the collective would leave there: right on
+    # every rank, then one element off by one on rank 1 (an off-by-one sum, a stale chunk).
     torch = pytest.importorskip("torch")
-    good = c.expected(torch, "all_reduce", 0, 2, 100)
-    bad = good.clone()
-    bad[7] += 1
-    assert not torch.equal(bad, good)
+    n, count = 3, c.count_for(4 * 1000, 3)
+    outputs = c.simulate(torch, op, [c.make_input(torch, op, r, n, count) for r in range(n)])
+    assert [c.correct(torch, op, r, n, count, outputs[r]) for r in range(n)] == [True] * n
+    outputs[1] = outputs[1].clone()
+    outputs[1][7] += 1
+    assert [c.correct(torch, op, r, n, count, outputs[r]) for r in range(n)] == [True, False, True]
+    # and a rank the check flagged turns the figure into an error, not a bandwidth
+    ms = {m.name: m for m in c.to_measurements({"meta": {}, "rows": [
+        {"op": op, "requested_bytes": MIB, "bytes": MIB, "samples": [10e-6] * 5, "wrong_ranks": [1]}]}, n)}
+    m = ms[f"collective.{op}.1MiB"]
+    assert m.status == "error" and m.reason == "wrong result on ranks [1]"
 
 
 def test_slowest_rank_per_repetition():

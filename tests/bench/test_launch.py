@@ -15,6 +15,18 @@ def test_the_larger_clock_is_the_launch_bound_cost():
     assert launch.launch_bound(host, gpu) == ("gpu", host)
 
 
+def _figure(name, us_per_kernel, how):
+    batch = [us_per_kernel * launch.KERNELS / 1e6] * 5  # one batch of KERNELS launches, in seconds
+    return launch._figure(name, batch, [b * 0.9 for b in batch], how)
+
+
 def test_references():
-    assert launch.GRAPH_REF_US == 2.0 and launch.EAGER_REF_US == 20.0
-    assert "book" in launch.EAGER_REF
+    # Each figure is judged against its own reference, the eager one citing the book.
+    eager, graph = _figure("launch.eager", 30.0, "eager"), _figure("launch.graph", 1.5, "one CUDA graph replay")
+    launch.judge([eager, graph])
+    assert (eager.peak, eager.verdict) == (20.0, "below expected") and "the book" in eager.peak_source
+    assert (graph.peak, graph.verdict) == (2.0, "good") and "CUDA graph" in graph.peak_source
+    assert graph.notes[0].startswith("a graph replay costs 5% of eager per kernel")
+    slow = _figure("launch.graph", 5.0, "one CUDA graph replay")
+    launch.judge([slow])
+    assert slow.verdict == "low" and slow.notes[0].startswith("gpu time is the larger")  # no eager: no ratio

@@ -77,5 +77,25 @@ def test_explain_lists_and_documents(capsys):
     assert main(["explain", "swapiness"]) == 2
 
 
+def test_explain_shows_the_severity_ladder(capsys):
+    # memlock-limit: a warning for a finite soft limit, critical at 64 KiB or less
+    assert main(["explain", "memlock-limit"]) == 0
+    assert "memlock-limit  ·  Kernel / OS  ·  severity critical/warning\n" in capsys.readouterr().out
+    assert main(["explain", "memlock-limit", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["severity"] == "critical" and doc["severities"] == ["critical", "warning"]
+    assert main(["explain", "swappiness"]) == 0
+    assert "severity warning\n" in capsys.readouterr().out  # a check with one severity says just that
+    assert main(["explain", "--json"]) == 0
+    rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["swap-enabled"]["severities"] == ["critical", "warning", "info"]
+
+
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: perfstack")
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ") and line.split()}
+    assert {"doctor", "capture", "bench", "profile", "try", "estimate", "loadtest", "fleet", "report", "diff",
+            "explain"} <= listed  # every command, each on a line of its own with its help
+    assert "exit codes: 0 done" in out

@@ -21,3 +21,15 @@ def test_fix_script_is_valid_shell_and_names_the_finding(tmp_path, name, capsys)
     text = script.read_text()
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     assert variants.VARIANTS[name][0] in text
+
+
+def test_inside_a_container_the_limits_fix_is_the_containers_ulimit_not_limits_d(tmp_path, capsys):
+    # Recorded in a container whose memlock limit is 8 MiB: limits.d is read at login, which a container's
+    # processes never go through, so the only fix is to start the container again with --ulimit.
+    bundle = Path(__file__).parent.parent / "fixtures" / "bundles" / "cpu-only-container"
+    script = tmp_path / "fix.sh"
+    main(["doctor", "--bundle", str(bundle), "--select", "memlock-limit", "--fix-script", str(script),
+          "--fail-on", "never"])
+    text = script.read_text()
+    assert "memlock-limit (warning): start the container again with --ulimit memlock=-1" in text
+    assert "limits.d/" not in text.replace("limits.d does not apply", "")

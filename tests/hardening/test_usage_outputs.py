@@ -125,6 +125,17 @@ def test_capture_checks_its_directory_before_reading_the_machine(tmp_path, capsy
         assert "not a directory" in _one_error_line(capsys.readouterr().err)
 
 
+def test_capture_refuses_a_missing_parent_folder_as_o_does(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder"
+    assert main(["report", str(RUN), "-o", str(missing / "run.json")]) == 2
+    said_for_o = _one_error_line(capsys.readouterr().err)
+    assert main(["capture", str(missing / "bundle")]) == 2
+    said_for_capture = _one_error_line(capsys.readouterr().err)
+    for said in (said_for_o, said_for_capture):
+        assert f"folder {missing} does not exist" in said
+    assert not missing.exists()  # nothing made on the way
+
+
 def test_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
     target = tmp_path / "run.json"
     target.write_text("previous")

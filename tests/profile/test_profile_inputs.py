@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,14 +154,17 @@ def test_cli_errors_exit_2_without_traceback(tmp_path, capsys):
     assert e.value.code == 2
 
 
-def test_cli_capture_unavailable_exits_3(monkeypatch, capsys):
-    import perfstack.profile.capture as cap
-
-    def nope(*a, **k):
-        raise NotImplementedError("not built yet")
-    monkeypatch.setattr(cap, "run", nope)
+def test_cli_capture_unavailable_exits_3(tmp_path, monkeypatch, capsys):
+    # A real run of a script whose interpreter cannot import torch (it drops site-packages from its path,
+    # as a Python without torch installed would have): no script can be profiled with that interpreter,
+    # so the command cannot run here (3), not a bad input (2).
+    script = tmp_path / "train.py"
+    script.write_text('import sys\nsys.path[:] = [p for p in sys.path if "-packages" not in p]\nimport torch\n')
+    monkeypatch.chdir(tmp_path)
     assert main(["profile", "--", "python", "train.py"]) == 3
-    assert "capture mode is not available" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"torch is not installed in the Python that perfstack runs scripts with ({sys.executable})" in err
+    assert "Traceback" not in err.split("perfstack: error:")[1]
 
 
 def test_cli_capture_calls_capture_run(monkeypatch, tmp_path, capsys):

@@ -259,3 +259,15 @@ def test_pressure_stall_per_resource():
     _, res = run("pressure-stall", psi__memory=Unavailable("/proc/pressure/memory: absent"),
                  psi__cpu=Unavailable("/proc/pressure/cpu: absent"))
     assert res.status == "not-checked" and "absent" in res.reason
+
+
+def test_inside_a_container_limits_are_raised_with_ulimit_not_limits_d():
+    found, _ = run("memlock-limit", limits__memlock={"soft": 65536, "hard": 65536, "units": "bytes"},
+                   container__in_container=True)
+    assert found[0].fix_commands == [] and "--ulimit memlock=-1" in found[0].fix
+    found, _ = run("nofile-limit", limits__nofile={"soft": 1024, "hard": 1024, "units": "files"},
+                   container__in_container=True)
+    assert found[0].fix_commands == [] and "--ulimit nofile=65536:65536" in found[0].fix
+    found, _ = run("memlock-limit", limits__memlock={"soft": 65536, "hard": 65536, "units": "bytes"},
+                   container__in_container=False)
+    assert "/etc/security/limits.d/99-perfstack-memlock.conf" in found[0].fix_commands[0]

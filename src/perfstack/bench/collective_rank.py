@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfstack.bench import _gpu, batched, nccl_lib, timing
-from perfstack.bench.collectives import (ELEM, buffer_elems, bytes_needed, count_for, expected,
+from perfstack.bench.collectives import (ELEM, buffer_elems, bytes_needed, correct, count_for,
                                          make_input)
 
 MIN_REPS, MAX_REPS = 20, 500  # batches
@@ -243,7 +243,7 @@ def _timed(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, rank
     """time_size's check and timed batches on buffers already in place."""
     fn = direct(torch, comm, op, inp, out) if comm else (lambda: call(dist, op, inp, out))
     got = fn()
-    good = _flags(torch, dist, bool(torch.equal(got, expected(torch, op, rank, n, count, device))), device)
+    good = _flags(torch, dist, correct(torch, op, rank, n, count, got, device), device)
     row["wrong_ranks"] = [r for r, g in enumerate(good) if not g]
     for _ in range(WARMUP_CALLS):
         timer.call(fn)

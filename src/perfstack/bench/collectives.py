@@ -166,6 +166,12 @@ def expected(torch: Any, op: str, rank: int, n: int, count: int, device: Any = "
     raise ValueError(f"unknown collective {op}")
 
 
+def correct(torch: Any, op: str, rank: int, n: int, count: int, got: Any, device: Any = "cpu") -> bool:
+    """The check each rank makes of its result before any timing: exactly what ``expected`` says
+    (the inputs are small integers in float32, so every sum is exact and any difference is a fault)."""
+    return bool(torch.equal(got, expected(torch, op, rank, n, count, device)))
+
+
 def simulate(torch: Any, op: str, inputs: list[Any]) -> list[Any]:
     """What each rank holds after ``op`` on ``inputs`` (one per rank), computed without any backend:
     the reference the analytic results are tested against."""

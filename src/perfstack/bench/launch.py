@@ -79,6 +79,12 @@ def run(ctx: BenchContext) -> list[Measurement]:
         except RuntimeError as e:
             out.append(_gpu.error("launch", "launch.graph", f"CUDA graph capture failed: {e}", "us"))
     _gpu.finish(out, tel)
+    judge(out)
+    return out
+
+
+def judge(out: list[Measurement]) -> None:
+    """Each figure against its reference (eager or graph), and what a graph replay saves."""
     for m in out:
         if m.status == "ok":
             if m.name == "launch.eager":
@@ -90,4 +96,3 @@ def run(ctx: BenchContext) -> list[Measurement]:
         eager_us, graph_us = per_kernel
         out[1].notes.insert(0, f"a graph replay costs {graph_us / eager_us:.0%} of eager per kernel "
                                "(capture steady-state loops of small kernels: torch.compile mode='reduce-overhead')")
-    return out

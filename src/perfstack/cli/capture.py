@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        description="Record everything the doctor reads into DIR, redacted (serials, UUIDs, "
                                    "hostnames, secret-looking environment variables). Audit it anywhere "
                                    "with 'perfstack doctor --bundle DIR'.")
-    p.add_argument("dir", metavar="DIR", help="a new or empty directory")
+    p.add_argument("dir", metavar="DIR", help="a new or empty directory, in a folder that exists")
     p.set_defaults(func=run)
 
 

@@ -34,21 +34,28 @@ def _all_checks() -> dict[str, Any]:
     return checks
 
 
+def _ladder(c: Any) -> list[str]:
+    """The severities a check can report, worst first; a profile finding's comes from the share of the
+    step it would recover."""
+    from perfstack.rules.registry import Check, ladder
+    return [s.value for s in ladder(c)] if isinstance(c, Check) else ["by share"]
+
+
 def _severity(c: Any) -> str:
-    sev = getattr(c, "severity", None)
-    return sev.value if sev is not None else "by share"  # profile findings: from the share of the step they would recover
+    return _ladder(c)[0]  # the worst, as the JSON has always said
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     checks = _all_checks()
     if args.id is None:
-        rows = [{"id": c.id, "layer": c.layer, "severity": _severity(c), "title": c.title} for c in checks.values()]
+        rows = [{"id": c.id, "layer": c.layer, "severity": _severity(c), "severities": _ladder(c), "title": c.title}
+                for c in checks.values()]
         if args.json:
             out.out(json.dumps(rows, indent=2), highlight=False)
             return 0
         t = Table("id", "layer", "severity", "title", box=None, pad_edge=False)
         for r in rows:
-            t.add_row(r["id"], r["layer"], r["severity"], Text(r["title"]))
+            t.add_row(r["id"], r["layer"], "/".join(r["severities"]), Text(r["title"]))
         out.print(t)
         out.print(Text(f"{len(rows)} checks; 'perfstack explain ID' for one", style="dim"))
         return 0
@@ -57,12 +64,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         close = difflib.get_close_matches(args.id, list(checks), n=3)
         raise UsageError(f"no check named {args.id}",
                          hint=(f"did you mean {', '.join(close)}? " if close else "") + "'perfstack explain' lists them")
-    doc = {"id": c.id, "layer": c.layer, "severity": _severity(c), "title": c.title, "checks": c.doc,
+    doc = {"id": c.id, "layer": c.layer, "severity": _severity(c), "severities": _ladder(c), "title": c.title,
+           "checks": c.doc,
            "why": c.why, "fix": c.fix, "refs": name_book(getattr(c, "refs", ""))}
     if args.json:
         out.out(json.dumps(doc, indent=2), highlight=False)
         return 0
-    out.print(Text.assemble((c.id, "bold"), f"  ·  {LAYERS[c.layer]}  ·  severity {_severity(c)}"))
+    # every severity it can report, worst first: which one a finding gets depends on what it finds
+    out.print(Text.assemble((c.id, "bold"), f"  ·  {LAYERS[c.layer]}  ·  severity {'/'.join(_ladder(c))}"))
     out.print(Text(c.title, style="bold"))
     for label in ("checks", "why", "fix", "refs"):
         if doc[label]:

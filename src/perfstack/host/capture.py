@@ -162,7 +162,6 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{out} exists and is not an empty directory", hint="give a new directory for the bundle")
     red = Redactor(rec)
-    root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
     try:
         umask = os.umask(0)

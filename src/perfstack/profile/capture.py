@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from perfstack.errors import InputError, UsageError
+from perfstack.errors import CannotRunHere, InputError, UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, WARMUP_STEPS
 from perfstack.profile.sampler import INTERVAL_S, TelemetrySampler
 
@@ -449,7 +449,7 @@ def _unprofiled(u: Any) -> dict[str, Any] | None:
 
 
 def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, steps: int, skip_first: int | None,
-                    window: int | None, timed_steps: int = TIMED_STEPS) -> InputError:
+                    window: int | None, timed_steps: int = TIMED_STEPS) -> InputError | CannotRunHere:
     ended = "finished" if r.returncode == 0 else f"exited with code {r.returncode}"
     last = _last_line(r.stderr_tail)
     why = f": {last}" if r.returncode != 0 else ""
@@ -459,6 +459,11 @@ def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, st
     if not status:
         return InputError(f"the script {ended} before perfstack's profiler could start{why}",
                           hint=f"run it without perfstack to check: python {what}")
+    if not status.get("torch") and last.endswith("No module named 'torch'"):
+        # The script is run by perfstack's own interpreter (the profiler is attached there): without torch
+        # in it, no script can be profiled here, whatever the script.
+        return CannotRunHere(f"torch is not installed in the Python that perfstack runs scripts with ({sys.executable})",
+                             hint="install torch there, or install perfstack in the environment that has torch")
     if not status.get("torch"):
         return InputError(f"the script {ended} without importing torch{why}",
                           hint="perfstack profile runs PyTorch workloads")

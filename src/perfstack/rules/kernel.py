@@ -30,6 +30,16 @@ def limits_file_commands(item: str, value: object) -> list[Command]:
     return [sh("printf", "* soft %s %s\\n* hard %s %s\\n", item, value, item, value, into=path)]
 
 
+def limit_commands(f: Facts, item: str, value: object, ulimit: str) -> tuple[list[Command], str | None]:
+    """The commands that raise a resource limit, and the fix to say instead where they cannot work. Inside a
+    container the limit is the one the container was started with (limits.d is read by PAM at login, which
+    a container's processes never go through), so the fix is to start it again with ``--ulimit``."""
+    if f.value("container.in_container") is True:
+        return [], (f"start the container again with --ulimit {ulimit} (docker run; 'ulimits:' in Compose; "
+                    "under Kubernetes, the container runtime's default limits); limits.d does not apply in a container")
+    return limits_file_commands(item, value), None
+
+
 def limit_text(v: Any) -> str:
     return str(v) if v == "unlimited" else size(v)
 
@@ -146,20 +156,20 @@ def cpu_governor(f: Facts) -> Hits:
            f"a small limit they fail, or fall back to pageable memory and slower copies. The book {BOOK} sets it to "
            "unlimited for AI workloads.",
        fix="'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.d/; "
-           "LimitMEMLOCK=infinity in a systemd unit; docker run --ulimit memlock=-1",
+           "LimitMEMLOCK=infinity in a systemd unit; in a container, only the container's own limit applies: "
+           "docker run --ulimit memlock=-1",
        refs="Book ch. 3 (pinned memory); appendix checklist")
 def memlock_limit(f: Facts) -> Hits:
     lim = f.need("limits.memlock")
     soft, hard = lim["soft"], lim["hard"]
     if soft == "unlimited":
         return
-    fix = None
+    commands, fix = limit_commands(f, "memlock", "unlimited", "memlock=-1")
     if hard == "unlimited" or hard > soft:
         kib = hard if hard == "unlimited" else hard // KIB  # ulimit -l counts KiB
         fix = f"the hard limit allows more: run 'ulimit -l {kib}' in the launching shell or job script"
     yield Hit(f"max locked memory: soft {limit_text(soft)}, hard {limit_text(hard)}", fix=fix,
-              severity="critical" if soft <= MEMLOCK_CRITICAL else "warning",
-              commands=limits_file_commands("memlock", "unlimited"))
+              severity="critical" if soft <= MEMLOCK_CRITICAL else "warning", commands=commands)
 
 
 @check("nofile-limit", "kernel", "info", "Open-file limit at the 1024 default",
@@ -174,9 +184,10 @@ def nofile_limit(f: Facts) -> Hits:
     soft, hard = lim["soft"], lim["hard"]
     if soft != "unlimited" and soft <= NOFILE_LOW:
         raise_to = hard if isinstance(hard, int) and hard > soft else None
-        fix = f"ulimit -n {raise_to} in the launching shell (the hard limit allows it)" if raise_to else None
-        yield Hit(f"max open files: soft {soft}, hard {hard}", fix=fix,
-                  commands=limits_file_commands("nofile", 65536))
+        commands, fix = limit_commands(f, "nofile", 65536, "nofile=65536:65536")
+        if raise_to:
+            fix = f"ulimit -n {raise_to} in the launching shell (the hard limit allows it)"
+        yield Hit(f"max open files: soft {soft}, hard {hard}", fix=fix, commands=commands)
 
 
 @check("numa-topology", "kernel", "info", "Multi-node NUMA host: bind each rank to its GPU's node",

@@ -56,6 +56,42 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
+NAMES = frozenset(("critical", "warning", "info"))
+
+
+def ladder(c: Check) -> list[Severity]:
+    """Every severity ``c`` can report, worst first: what its rule names (in a Hit, in a variable or a
+    table it reads, in a helper of its module it calls) and its default where a Hit may leave it out.
+    Read from the rule's source, so that what 'perfstack explain' shows cannot drift from what the rule
+    does; a check whose source cannot be read shows its default alone."""
+    import ast
+    import inspect
+    import sys
+
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[c.fn.__module__]))
+    except (OSError, TypeError, KeyError, SyntaxError):
+        return [c.severity]
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    tables = {t.id: n.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+              for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    found: set[str] = set()
+    todo, seen = [c.fn.__name__], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(funcs[name] if name in funcs else tables[name]):
+            if isinstance(node, ast.Constant) and node.value in NAMES:
+                found.add(node.value)
+            elif isinstance(node, ast.Name) and (node.id in funcs or node.id in tables):
+                todo.append(node.id)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Hit":
+                given = next((k.value for k in node.keywords if k.arg == "severity"), None)
+                if given is None or not (isinstance(given, ast.Constant) and given.value in NAMES):
+                    found.add(c.severity.value)  # left out, or an expression that may be None
+    return sorted((Severity(v) for v in found), key=lambda s: -s.rank)
 
 
 def check(id: str, layer: str, severity: SeverityName, title: str, *, doc: str, why: str, fix: str,
