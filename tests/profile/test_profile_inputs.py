@@ -171,7 +171,7 @@ def test_cli_capture_calls_capture_run(monkeypatch, tmp_path, capsys):
     import perfstack.profile.capture as cap
     seen = {}
 
-    def fake(argv, out_dir, steps, window, skip_first, stop_after_window=False):
+    def fake(argv, out_dir, steps, window, skip_first, stop_after_window=False, nproc=1):
         seen.update(argv=argv, steps=steps, window=window, skip_first=skip_first)
         return cap.CaptureResult(trace_paths=[REAL], telemetry=[
             {"t": i, "sm_clock_mhz": 1400, "power_w": 700, "temperature_c": 88, "clocks_event_reasons": 0x20,
