@@ -122,22 +122,14 @@ def value(v: Any) -> Any:
 
 
 def scrub_run(run: Any) -> Any:
-    """Redact a Run in place where machine-read text lands: meta, facts (values and reasons), findings
-    (evidence, fix, commands), check reasons and benchmark notes. Profile, estimate and load-test
-    sections hold figures computed by perfstack, not text read from the machine."""
-    from dataclasses import replace
-
-    run.meta = type(run.meta).from_dict(value(run.meta.to_dict()))
-    for key in list(run.facts):
-        f = run.facts[key]
-        clean = replace(f, value=value(f.value), reason=text(f.reason), source=text(f.source))
-        if clean != f:
-            run.facts.add(clean)
-    for finding in run.findings:
-        finding.evidence, finding.fix = text(finding.evidence), text(finding.fix)
-        finding.fix_commands = [text(c) for c in finding.fix_commands]
-    for check in run.checks:
-        check.reason = text(check.reason)
-    for m in run.measurements:
-        m.notes, m.reason, m.params = [text(n) for n in m.notes], text(m.reason), value(m.params)
+    """Redact a Run in place, every section of every kind: meta, facts, findings, checks, measurements,
+    and the profile, estimate, load-test, fleet and try sections (a load test keeps text a server sent; a
+    fleet, text its nodes sent). The Run goes through its own JSON form, so that no field is left out
+    by a list of fields here, and comes back through its loader's checks."""
+    d = run.to_dict()
+    clean = value(d)
+    if clean != d:
+        fresh = type(run).from_dict(clean)
+        for k, v in vars(fresh).items():
+            setattr(run, k, v)
     return run

@@ -186,7 +186,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     result.loadtest = lt
     from perfstack.report.loadtest_text import render_loadtest
     from perfstack.report.loadtest_view import view_of
-    output.emit_run(result, args, out, err, lambda: render_loadtest(view_of(lt, result), out, verbose=args.verbose > 0))
+    output.emit_run(result, args, out, err, lambda: render_loadtest(view_of(result.loadtest or lt, result), out,
+                                                                    verbose=args.verbose > 0))
+    unfinished = [i + 1 for i, lv in enumerate(lt.levels) if lv.stopped]
+    if unfinished:
+        err.print(f"perfstack: error: level {unfinished[0]} did not finish (a fault of the client; see the notes); "
+                  "the partial load test is above" + (f" and in {args.output}" if args.output else ""), markup=False)
+        return 4
     if lt.interrupted:
         err.print("perfstack: interrupted: the partial load test is above" + (f" and in {args.output}" if args.output else ""),
                   markup=False)

@@ -4,7 +4,11 @@ The server-sent event stream is timed as it arrives (each piece of bytes when th
 the socket, before any parsing) and parsed after; each ``data:`` line holding generated text is one arrival. TTFT is the send-to-first-text time, ITL the gaps between later arrivals (a chunk
 that carries several tokens is one gap, as in vLLM's benchmark). Everything the server sends is
 untrusted: a bad line, an error object, a cut connection or silence ends the request with a counted
-error kind, never an exception out of here.
+error kind, never an exception out of here. What one request may keep is bounded: its bytes (a request over
+the bound is an error of its own kind, "oversize"), its text chunks (no more than its max_tokens allows: the
+gaps list cannot grow past that), its encoding (only what it asked for: identity), and any text from the
+server kept in the record (a short excerpt, scrubbed of the request's own credentials and of anything
+that looks like one).
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ from typing import Any, Optional
 import aiohttp
 import msgspec
 
+from perfstack import redact
 from perfstack.loadtest.record import Request
 
-DETAIL_MAX = 200
+DETAIL_MAX = 200  # characters of server text a record keeps
+RAW_MAX = 4096  # characters of server text held before it is scrubbed and cut (a secret cut in half is not found)
+BYTES_PER_TOKEN = 16 << 10  # a chunk with logprobs of 20 alternatives is ~2-4 KiB; beyond 16 KiB a token is not a chunk
+BYTES_MIN = 4 << 20
+CHUNKS_SLACK = 64  # text chunks beyond max_tokens a server may send (a role or reasoning chunk, a split token)
 
 
 class Chunk(msgspec.Struct):
@@ -54,15 +63,35 @@ def _int(v: Any) -> Optional[int]:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 40 else None
 
 
-def _one_line(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text[:DETAIL_MAX]
+def excerpt(text: Any, secrets: tuple[str, ...] = ()) -> str:
+    """The one way text from a server is kept: on one line, without the request's own credentials
+    (``secrets``: a server may echo the Authorization header), scrubbed of anything that looks like a
+    credential, and cut to DETAIL_MAX characters."""
+    text = " ".join(str(text)[:RAW_MAX].split())
+    for s in secrets:
+        if s:
+            text = text.replace(s, redact.MASK)
+    text = redact.text(text)
+    return text[:DETAIL_MAX] + ("…" if len(text) > DETAIL_MAX else "")
+
+
+def credentials(headers: dict) -> tuple[str, ...]:
+    """The values of a request's headers that a server must not see recorded back: each header value,
+    and the token after an Authorization scheme (``Bearer KEY``: a server may echo the key alone)."""
+    out = []
+    for v in headers.values():
+        v = str(v)
+        out.append(v)
+        parts = v.split(None, 1)
+        if len(parts) == 2 and len(parts[1]) >= 4:
+            out.append(parts[1])
+    return tuple(sorted(out, key=len, reverse=True))
 
 
 class Failed(Exception):
     def __init__(self, kind: str, detail: str = ""):
         super().__init__(kind)
-        self.kind, self.detail = kind, _one_line(detail)
+        self.kind, self.detail = kind, " ".join(str(detail)[:RAW_MAX].split())
 
 
 class _TapReader(aiohttp.StreamReader):
@@ -132,10 +161,13 @@ class _Stream:
     """The state of one stream's parsing: lines are split and decoded here, in arrival order, each
     complete line timed by the arrival of the piece that completed it."""
 
-    __slots__ = ("rec", "t0", "last", "chunks", "usage", "done", "t_done", "tail")
+    __slots__ = ("rec", "t0", "last", "chunks", "usage", "done", "t_done", "tail", "bytes", "max_bytes", "max_chunks")
 
-    def __init__(self, rec: Request, t0: float):
+    def __init__(self, rec: Request, t0: float, max_tokens: int = 0):
         self.rec, self.t0 = rec, t0
+        self.bytes = 0
+        self.max_bytes = max(BYTES_MIN, max_tokens * BYTES_PER_TOKEN)
+        self.max_chunks = max_tokens + CHUNKS_SLACK if max_tokens > 0 else 1 << 20
         self.last: Optional[float] = None
         self.chunks = 0
         self.usage: Optional[dict] = None
@@ -146,6 +178,9 @@ class _Stream:
     def feed(self, pieces: list[tuple[float, bytes]]) -> bool:
         """Parse pieces; True once [DONE] is read."""
         for now, data in pieces:
+            self.bytes += len(data)
+            if self.bytes > self.max_bytes:
+                raise Failed("oversize", f"more than {self.max_bytes >> 20} MiB streamed for one request")
             buf = self.tail + data if self.tail else data
             lines = buf.split(b"\n")
             self.tail = lines.pop()
@@ -166,13 +201,17 @@ class _Stream:
             return True
         try:
             c = _decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            text = chunk_text(c)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):  # ValueError: invalid UTF-8
             raise Failed("bad-stream", f"not a JSON chunk: {payload[:80]!r}") from None
         if c.error is not None:
-            raise Failed("server-error", f"error in stream: {c.error}")
+            raise Failed("server-error", f"error in stream: {str(c.error)[:RAW_MAX]}")
         if isinstance(c.usage, dict):
             self.usage = c.usage
-        if chunk_text(c):
+        if text:
+            if self.chunks >= self.max_chunks:
+                raise Failed("oversize", f"more than {self.max_chunks} chunks of text for a request of "
+                                         f"{self.max_chunks - CHUNKS_SLACK} tokens")
             if self.last is None:
                 self.rec.ttft_ms = (now - self.t0) * 1e3
             else:
@@ -251,12 +290,20 @@ async def _read_lines(resp: aiohttp.ClientResponse, st: _Stream, stall_s: float)
         now = _clock()
         if not line:
             return now  # end of body
+        st.bytes += len(line)
+        if st.bytes > st.max_bytes:
+            raise Failed("oversize", f"more than {st.max_bytes >> 20} MiB streamed for one request")
         if st.line(now, line):
             return now
 
 
-async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_s: float) -> None:
-    st = _Stream(rec, t0)
+async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_s: float, max_tokens: int) -> None:
+    enc = resp.headers.get("Content-Encoding", "identity").strip().lower()
+    if enc not in ("", "identity"):
+        # asked for identity: a compressed stream would be inflated unbounded, in the event loop, and its
+        # arrival times would be the decompressor's, not the server's
+        raise Failed("bad-stream", f"Content-Encoding {enc}, which the client did not ask for")
+    st = _Stream(rec, t0, max_tokens)
     if type(resp.content) is aiohttp.StreamReader:
         t_end = await _read_tapped(resp.content, st, stall_s)
     else:
@@ -287,25 +334,28 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: di
     t0 = time.perf_counter()
     rec = Request(start_s=t0 - t_level, warmup=warmup)
     sink.append(rec)
+    secrets = credentials(headers)
+    max_tokens = body.get("max_tokens")
+    max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 0
     try:
         async with asyncio.timeout(timeout_s) if hasattr(asyncio, "timeout") else _Deadline(timeout_s):
-            async with session.post(url, json=body, headers=headers,
+            async with session.post(url, json=body, headers={**headers, "Accept-Encoding": "identity"},
                                     timeout=aiohttp.ClientTimeout(total=None, connect=30, sock_read=stall_s)) as resp:
                 if resp.status != 200:
                     text = await _body_head(resp)
                     kind = "http-429" if resp.status == 429 else f"http-{resp.status // 100}xx"
                     raise Failed(kind, f"HTTP {resp.status}: {text}")
-                await _consume(resp, rec, t0, stall_s)
+                await _consume(resp, rec, t0, stall_s, max_tokens)
     except Failed as f:
-        rec.error, rec.detail = f.kind, f.detail
+        rec.error, rec.detail = f.kind, excerpt(f.detail, secrets)
     except aiohttp.ServerTimeoutError:
         rec.error, rec.detail = "stall", f"no answer for {stall_s:g} s"
     except asyncio.TimeoutError:
         rec.error, rec.detail = "timeout", f"no complete answer within {timeout_s:g} s"
     except aiohttp.ClientConnectorError as e:
-        rec.error, rec.detail = "refused", _one_line(str(e))
+        rec.error, rec.detail = "refused", excerpt(str(e), secrets)
     except (aiohttp.ClientError, ConnectionError, OSError) as e:
-        rec.error, rec.detail = "disconnect", _one_line(f"{type(e).__name__}: {e}")
+        rec.error, rec.detail = "disconnect", excerpt(f"{type(e).__name__}: {e}", secrets)
     except asyncio.CancelledError:
         rec.error, rec.detail = "interrupted", "the run was stopped before the answer ended"
         rec.e2e_ms = (time.perf_counter() - t0) * 1e3
@@ -320,7 +370,7 @@ async def _body_head(resp: aiohttp.ClientResponse) -> str:
         raw = await asyncio.wait_for(resp.content.read(2048), 5)
     except Exception:  # the body of an error answer is only a hint
         return resp.reason or ""
-    return _one_line(raw.decode("utf-8", "replace"))
+    return " ".join(raw.decode("utf-8", "replace").split())
 
 
 class _Deadline:

@@ -54,7 +54,10 @@ def event_loop() -> asyncio.AbstractEventLoop:
 
 def new_session() -> aiohttp.ClientSession:
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
-    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, connect=30))
+    # no automatic decompression: requests ask for identity, and a compressed answer they did not ask for is
+    # refused (client.py) rather than inflated without bound inside the event loop
+    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None, connect=30),
+                                 auto_decompress=False)
 
 
 def arrivals(rate: float, n: int, burstiness: float, seed: int) -> list[float]:
@@ -184,17 +187,34 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     gc.disable()
     try:
         main: asyncio.Future[Any]  # the workers' gather, or the open-loop dispatcher
+        workers: list[asyncio.Future[Any]] = []
         if mode == "concurrency":
-            main = asyncio.ensure_future(asyncio.gather(*(worker() for _ in range(int(load)))))
+            workers = [asyncio.ensure_future(worker()) for _ in range(int(load))]
+            main = asyncio.ensure_future(asyncio.gather(*workers))
         else:
             main = asyncio.ensure_future(_open_loop(one, ready, arrivals(load, total, burstiness, seed), t_level,
                                                     stop, max_concurrency))
         interrupted = await _until_done_or_stopped(main, stop)
+        stopped = _fault(main, workers)
     finally:
         if gc_on:
             gc.enable()
     done.set()
-    await asyncio.gather(*side, return_exceptions=True)
+    await asyncio.gather(*side, *workers, return_exceptions=True)
     chunks = sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in records)
     return Level(mode=mode, load=load, requests=records, summary=metrics.summarize(records, slo),
-                 server=server, client=mon.result(chunks), interrupted=interrupted)
+                 server=server, client=mon.result(chunks), interrupted=interrupted or bool(stopped), stopped=stopped)
+
+
+def _fault(main: asyncio.Future[Any], workers: list[asyncio.Future[Any]]) -> str:
+    """Why the level's requests stopped being sent, when something failed that client.send does not record as
+    a request's error (a fault of the client): the other workers are stopped, so that the level ends and says
+    so, rather than going on at a lower concurrency or ending silently short."""
+    if not main.done() or main.cancelled():
+        return ""
+    e = main.exception()  # a cancelled gather ends with CancelledError as its exception
+    if e is None or isinstance(e, asyncio.CancelledError):
+        return ""
+    for w in workers:
+        w.cancel()
+    return client.excerpt(f"{type(e).__name__}: {e}")

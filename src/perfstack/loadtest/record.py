@@ -110,6 +110,7 @@ class Level(msgspec.Struct, omit_defaults=True):
     interrupted: bool = False
     probe: bool = False  # a rate sweep's capacity probe (everything at once): outside the knee and the SLO search
     bisect: bool = False  # added by the sweep's search for the SLO's boundary
+    stopped: str = ""  # why the level ended before all its requests were answered, other than Ctrl-C (a fault)
 
 
 class Slo(msgspec.Struct, omit_defaults=True):

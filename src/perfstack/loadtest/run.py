@@ -117,7 +117,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
         else:
             loads = _loads(plan)
         for load in loads:
-            if stop.is_set():
+            if stop.is_set() or _faulted(levels):
                 break
             await level(load, plan.seed + len(levels))
             if plan.sweep and plan.mode == "concurrency":
@@ -128,12 +128,17 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
         if plan.sweep and stopped != "interrupted":
             integer = plan.mode == "concurrency"
             step = 1.0 if integer else sweep.RATE_STEP * (cap or 0.0)
-            while not stop.is_set():
+            while not stop.is_set() and not _faulted(levels):
                 nxt = sweep.bisect_next(levels, plan.slo, step, integer)
                 if nxt is None:
                     break
                 await level(nxt, plan.seed + len(levels), bisect=True)
         return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped, cap)
+
+
+def _faulted(levels: list[Level]) -> bool:
+    """The last level ended for a fault of the client: the levels after it would not be comparable."""
+    return bool(levels and levels[-1].stopped)
 
 
 def _procs(plan: Plan, mode: str, load_: float) -> int:
@@ -164,6 +169,11 @@ def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, le
             notes: list[str], interrupted: bool, stopped: Optional[str], cap: Optional[float] = None) -> LoadTest:
     if interrupted:
         notes.append("interrupted: the last level is partial and its unanswered requests are marked 'interrupted'")
+    for i, lv in enumerate(levels):
+        if lv.stopped:
+            sent = sum(not r.warmup for r in lv.requests)
+            notes.append(f"level {i + 1} did not finish: {lv.stopped}; {sent} measured requests were sent, "
+                         "the unanswered ones are marked 'interrupted'")
     spec = dict(wl.spec, ignore_eos=target.ignore_eos, burstiness=plan.burstiness,
                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                 max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s)

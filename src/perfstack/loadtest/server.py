@@ -61,7 +61,8 @@ def headers(api_key_env: Optional[str]) -> dict[str, str]:
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, hdrs: dict) -> tuple[int, Any, dict]:
-    async with session.get(url, headers=hdrs, timeout=aiohttp.ClientTimeout(total=15)) as resp:
+    async with session.get(url, headers={**hdrs, "Accept-Encoding": "identity"},
+                           timeout=aiohttp.ClientTimeout(total=15)) as resp:
         raw = await resp.content.read(1 << 20)
         try:
             data = msgspec.json.decode(raw)
@@ -89,21 +90,22 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, mo
     models = data.get("data") if isinstance(data, dict) else None
     if (status != 200 or not isinstance(models, list)) and model and status != 404:
         if notes is not None:
-            notes.append(f"GET /v1/models answered HTTP {status}; going on with --model {client._one_line(model)}")
+            notes.append(f"GET /v1/models answered HTTP {status}; going on with --model {client.excerpt(model)}")
         models = []
     elif status != 200 or not isinstance(models, list):
         raise InputError(f"{addr.shown} does not look like an OpenAI-compatible server "
                          f"(GET /v1/models answered HTTP {status}{'' if data is not None else ', not JSON'})",
                          hint="give the server's base URL, e.g. http://127.0.0.1:8000")
     ids = [i for m in models if isinstance(m, dict) and isinstance(i := m.get("id"), str)]
-    ident: dict[str, Any] = {"models": [client._one_line(i) for i in ids[:20]]}
+    secrets = client.credentials(hdrs)
+    ident: dict[str, Any] = {"models": [client.excerpt(i, secrets) for i in ids[:20]]}
     for k in VERSION_HEADERS:
         if k in h:
-            ident[k] = client._one_line(h[k])
+            ident[k] = client.excerpt(h[k], secrets)
     try:
         status, data, _ = await _get_json(session, addr.base + "/version", hdrs)
         if status == 200 and isinstance(data, dict) and isinstance(data.get("version"), str):
-            ident["version"] = client._one_line(data["version"])
+            ident["version"] = client.excerpt(data["version"], secrets)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
         pass
     if await scrape.fetch(session, addr.base + "/metrics", time.perf_counter()) is not None:

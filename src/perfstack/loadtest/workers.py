@@ -25,7 +25,7 @@ from typing import Any, Iterator, Optional
 import aiohttp
 import msgspec
 
-from perfstack.loadtest import load, metrics, workload
+from perfstack.loadtest import client, load, metrics, workload
 from perfstack.loadtest.record import ClientLoad, Level, Slo
 
 STREAMS_PER_PROCESS = 100  # a burst of this many chunks is stamped within ~1 ms by one loop (docs/loadtest.md)
@@ -116,16 +116,25 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
     with ProcessPoolExecutor(max_workers=procs, mp_context=ctx, initializer=_init, initargs=(flag, start)) as ex:
         futs = [loop.run_in_executor(ex, _child, j) for j in jobs]
         waiter = asyncio.ensure_future(stop.wait())
-        gathered = asyncio.ensure_future(asyncio.gather(*futs))
+        gathered = asyncio.ensure_future(asyncio.gather(*futs, return_exceptions=True))
         await asyncio.wait((waiter, gathered), return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             flag.set()
-        parts = [msgspec.msgpack.decode(b, type=Level) for b in await gathered]
+        results = await gathered
         waiter.cancel()
+    # a process that failed costs its share, not the level: the others' records are kept, and the level says so
+    parts, faults = [], []
+    for res in results:
+        if isinstance(res, BaseException):
+            faults.append(f"a client process failed: {type(res).__name__}: {res}")
+        else:
+            parts.append(msgspec.msgpack.decode(res, type=Level))
+    faults += [p.stopped for p in parts if p.stopped]
     records = [r for p in parts for r in p.requests]
+    stopped = client.excerpt("; ".join(faults)) if faults else ""
     return Level(mode=mode, load=load_, requests=records, summary=metrics.summarize(records, slo),
-                 server=parts[0].server, client=_client_load(parts, procs),
-                 interrupted=any(p.interrupted for p in parts))
+                 server=parts[0].server if parts else [], client=_client_load(parts, procs),
+                 interrupted=any(p.interrupted for p in parts) or bool(stopped), stopped=stopped)
 
 
 def _shares(mode: str, load_: float, n: int, warmup: int, procs: int) -> tuple[int, list[float], list[int], list[int]]:
@@ -136,8 +145,9 @@ def _shares(mode: str, load_: float, n: int, warmup: int, procs: int) -> tuple[i
         loads = [float(x) for x in split(int(load_), procs)]
     else:
         loads = [load_ / procs] * procs
-    warm = split(warmup, procs) if mode == "rate" else [int(x) for x in loads]
-    return procs, loads, warm, split(n, procs)
+    # the level's warm-up as asked (one wave by default, split as the streams are): each process takes its
+    # warm-up requests from its own slice of the prompts, so the shares must add up to what was made
+    return procs, loads, split(warmup, procs), split(n, procs)
 
 
 def _client_load(parts: list[Level], procs: int) -> ClientLoad | None:
