@@ -146,3 +146,36 @@ def test_fleet_doctor_with_nothing_at_the_address_fails_fast(capsys):
     s.close()  # a port nothing listens on
     assert main(["fleet", "doctor", "--address", f"127.0.0.1:{port}"]) == 3
     assert "no Ray cluster at 127.0.0.1" in capsys.readouterr().err
+
+
+SECRET_URL = "https://alice:Zx9-pa55word-Q7@mirror.example.com/simple"
+
+
+def test_a_node_run_or_bundle_with_secrets_never_carries_them_into_the_fleet(tmp_path, capsys):
+    # before: fleet report over unredacted Runs or bundles carried their secrets into the fleet Run, HTML, terminal
+    from fixtures.fleet_runs import set_env
+    runs = fleet("h100-doctor", 4, seed=3, plant={1: lambda d: set_env(d, "NCCL_SOCKET_IFNAME", SECRET_URL),
+                                                 2: lambda d: set_fact(d, "driver.version", SECRET_URL)})
+    write(runs, tmp_path / "runs")
+    b = healthy(tmp_path / "runs" / "bundled")
+    env = json.loads((b / "env.json").read_text())
+    env["NCCL_SOCKET_IFNAME"] = SECRET_URL
+    (b / "env.json").write_text(json.dumps(env))
+    rc = main(["fleet", "report", str(tmp_path / "runs"), "--fail-on", "never", "--no-color", "-v",
+               "-o", str(tmp_path / "f.json"), "--html", str(tmp_path / "f.html")])
+    out = capsys.readouterr()
+    assert rc == 0
+    for doc in (out.out, out.err, (tmp_path / "f.json").read_text(), (tmp_path / "f.html").read_text()):
+        assert "pa55word" not in doc
+    assert "mirror.example.com" in (tmp_path / "f.json").read_text()  # the rest of the value is kept
+
+
+def test_a_node_task_redacts_its_runs_before_they_leave_the_node():
+    from perfstack.fleet.jobs import Target
+    from perfstack.fleet.ray_engine import _task
+    from perfstack.model import Fact, Facts, Run
+
+    def job(target):
+        return [Run(facts=Facts({"env": Fact("env", {"PIP_INDEX_URL": SECRET_URL}, source="environment")}))]
+    sent = _task(job, Target("n1"), "abc")
+    assert "pa55word" not in json.dumps(sent) and "mirror.example.com" in json.dumps(sent)

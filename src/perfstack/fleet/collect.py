@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from perfstack import redact
 from perfstack.fleet.jobs import BenchJob, DoctorJob
 from perfstack.fleet.ray_engine import NodeResult, RayNode, fan_out, locate, nodes
 from perfstack.fleet.summary import NodeSummary, failed, merge, summarize
@@ -94,7 +95,7 @@ def summaries(results: list[NodeResult]) -> list[NodeSummary]:
             out[res.node] = merge(out[res.node], s) if res.node in out else s
             continue
         for d in res.runs:
-            s = summarize(Run.from_dict(d), res.node, where)
+            s = summarize(redact.scrub_run(Run.from_dict(d)), res.node, where)  # again, as read: a node is not ours
             out[res.node] = merge(out[res.node], s) if res.node in out else s
     return [out[k] for k in sorted(out)]
 
@@ -120,6 +121,6 @@ def save_runs(results: list[NodeResult], directory: str | Path) -> list[Path]:
     for res in results:
         for i, d in enumerate(res.runs):
             p = out_dir / run_file_name(res, i, d)
-            outfile.write(p, Run.from_dict(d).to_json() + "\n")
+            outfile.write(p, redact.scrub_run(Run.from_dict(d)).to_json() + "\n")
             written.append(p)
     return written

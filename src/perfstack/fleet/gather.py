@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from perfstack import redact
 from perfstack.errors import InputError, PerfstackError
 from perfstack.fleet.summary import NodeSummary, failed, merge, summarize
 from perfstack.jsonload import MAX_FILE_BYTES
@@ -60,6 +61,7 @@ def read_run_file(p: Path) -> NodeSummary | None:
         return failed(_stem(p), f"{p.name} could not be loaded ({type(e).__name__})", str(p))
     if run.meta.command == "fleet":
         return None
+    redact.scrub_run(run)  # a node's Run may come unredacted (an older perfstack, a hand-made file)
     return summarize(run, _node_name(run, _stem(p)), str(p))
 
 
@@ -71,7 +73,7 @@ def audit_bundle(d: Path) -> NodeSummary:
         run = audit(BundleHost(d), select_checks(), f"bundle {d}")
     except PerfstackError as e:
         return failed(d.name, e.message, str(d))
-    return summarize(run, d.name, str(d))
+    return summarize(redact.scrub_run(run), d.name, str(d))
 
 
 def entries(paths: Iterable[str | Path]) -> list[Path]:

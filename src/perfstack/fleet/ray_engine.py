@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from perfstack import redact
 from perfstack.extras import install_hint
 from perfstack.errors import CannotRunHere
 from perfstack.fleet.jobs import Target
@@ -197,6 +198,7 @@ def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[s
     runs = job(target)
     out = []
     for r in runs:
+        redact.scrub_run(r)  # on the node, before anything leaves it
         r.meta.fleet = FleetLabel(node=target.node, gpu=target.gpu, ray_node_id=node_id, machine=target.machine,
                                   part=getattr(job, "part", None))
         out.append(r.to_dict())
