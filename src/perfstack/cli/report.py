@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from perfstack.cli.output import FORMATS, check_output, load_run, output_format, text_file, write_document
+from perfstack.errors import UsageError
 from perfstack.model import Run
 from perfstack.report import html, markdown
 from perfstack.report.bench_text import render_bench
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("run_file", metavar="RUN.json", help="a Run saved with -o by doctor, bench, profile, estimate or loadtest")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (format from its extension)")
     p.add_argument("-f", "--format", choices=FORMATS, help="text (default), md, html or json")
+    p.add_argument("--csv", metavar="STEM", help="a load test: also write STEM.levels.csv and STEM.requests.csv")
     p.set_defaults(func=run)
 
 
@@ -77,6 +79,11 @@ def _report_loadtest(r: Run, lt: LoadTest, fmt: str, args: argparse.Namespace, o
     from perfstack.report.loadtest_text import render_loadtest
     from perfstack.report.loadtest_view import view_of
     view = view_of(lt, r)
+    if args.csv:
+        from perfstack.report import loadtest_csv
+        lv_path, rq_path = loadtest_csv.paths(args.csv)
+        write_document(loadtest_csv.levels_csv(lt), lv_path, out, err, "the levels as CSV")
+        write_document(loadtest_csv.requests_csv(lt), rq_path, out, err, "the requests as CSV")
     if fmt == "html":
         write_document(render_loadtest_html(view), args.output, out, err, "the HTML report")
     elif fmt == "md":
@@ -93,6 +100,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     fmt = output_format(args.format, args.output)
     check_output(args.output, fmt, out)
     r = load_run(args.run_file)
+    if args.csv and r.loadtest is None:
+        raise UsageError("--csv writes a load test's levels and requests; this Run holds no load test")
     if r.fleet is not None and fmt != "json":
         from perfstack.cli.fleet import report_fleet_run
         return report_fleet_run(r, fmt, args, out, err)

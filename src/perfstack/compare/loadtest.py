@@ -21,6 +21,9 @@ A change must also be large enough (``MIN_CHANGE``, ``MIN_TAIL_CHANGE``): reques
 the server's state, so their spread understates how far a rerun of an unchanged server moves.
 
 A sweep also compares its knee and the highest load meeting the SLO, recomputed with that SLO.
+
+Levels run several times on both sides (``--repeat``) are judged on the runs' own figures instead: a
+change when the order-statistic intervals of the two sides' medians do not overlap (``_repeated_diff``).
 """
 
 from __future__ import annotations
@@ -196,8 +199,46 @@ def _windowed(name: str, unit: str, before: float, after: float, wb: list[float]
     return f
 
 
+REPEATED = (("ttft.median", "TTFT p50", "ms", False), ("ttft.p99", "TTFT p99", "ms", False),
+            ("tpot.median", "TPOT p50", "ms", False), ("tpot.p99", "TPOT p99", "ms", False),
+            ("itl.median", "ITL p50", "ms", False), ("itl.p99", "ITL p99", "ms", False),
+            ("output_throughput", "output tok/s", "tok/s", True), ("goodput", "goodput", "req/s", True))
+
+
+def _repeated_diff(lb: Level, la: Level, slo: Optional[Slo], label: str) -> list[MeasurementDelta]:
+    """Both levels were run several times (--repeat): each figure is judged on the runs' own figures,
+    changed when the intervals of their medians (order statistics) do not overlap and the change is large
+    enough: run-to-run spread is the noise a rerun meets, which one run's requests understate."""
+    pb = [metrics.summarize_run(p, slo) for p in metrics.runs(lb.requests)]
+    pa = [metrics.summarize_run(p, slo) for p in metrics.runs(la.requests)]
+    out = []
+    for key, name, unit, hib in REPEATED:
+        vb = _finite([metrics.figure(s, key) for s in pb])
+        va = _finite([metrics.figure(s, key) for s in pa])
+        f = _figure(f"{name} @ {label}", unit, _median(vb), _median(va), hib)
+        f.n_before, f.n_after = len(vb), len(va)
+        if len(vb) < 2 or len(va) < 2 or not f.before or not f.after:
+            f.note = "too few runs with this figure to judge"
+            out.append(f)
+            continue
+        lo_b, hi_b, cov_b = metrics.median_ci(vb)
+        lo_a, hi_a, cov_a = metrics.median_ci(va)
+        if lo_b > 0 and hi_b > 0:
+            f.ci_low_pct, f.ci_high_pct = _pct(lo_a / hi_b), _pct(hi_a / lo_b)
+        apart = hi_a < lo_b or lo_a > hi_b
+        _verdict(f, f.after / f.before, apart, MIN_TAIL_CHANGE if key.endswith("p99") else MIN_CHANGE)
+        f.note = "; ".join(filter(None, [f"judged on {len(vb)} and {len(va)} runs: the intervals of their medians "
+                                         f"({cov_b:.0%} and {cov_a:.0%}) {'do not overlap' if apart else 'overlap'}",
+                                         f.note]))
+        out.append(f)
+    return out
+
+
 def level_diff(lb: Level, la: Level, slo: Optional[Slo], alpha: float = ALPHA) -> LevelDiff:
     label = load_text(la.mode, la.load)
+    if len(metrics.runs(lb.requests)) > 1 and len(metrics.runs(la.requests)) > 1:
+        return LevelDiff(mode=la.mode, load=la.load, label=label, figures=_repeated_diff(lb, la, slo, label),
+                         partial=lb.interrupted or la.interrupted)
     ob, oa = _measured_ok(lb), _measured_ok(la)
     figs: list[MeasurementDelta] = []
     one = lambda rs, get: [[v] for v in _finite([get(r) for r in rs])]  # noqa: E731

@@ -183,7 +183,8 @@ def prefill_stalls(lt: LoadTest) -> Optional[Finding]:
     med, p99 = lv.summary.itl.median, lv.summary.itl.p99
     if med <= 0 or p99 < SPIKE * med:
         return None
-    reqs = [r for r in lv.requests if r.ok and not r.warmup]
+    # one run's timeline: the runs of a repeated level each count time from their own start
+    reqs = [r for r in metrics.runs(lv.requests)[0] if r.ok and not r.warmup]
     starts, ends = _prefills(reqs)
     spikes: list[tuple[float, float]] = []
     for r in reqs:

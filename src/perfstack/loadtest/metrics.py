@@ -98,7 +98,23 @@ def tokens_after(r: Request, t0: float) -> float:
     return r.output_tokens * sum(t >= t0 for t in times) / len(times)
 
 
+def runs(requests: Sequence[Request]) -> list[list[Request]]:
+    """The requests of each run of a level (``--repeat``), in run order; one list without repeats."""
+    by: dict[int, list[Request]] = {}
+    for r in requests:
+        by.setdefault(r.repeat, []).append(r)
+    return [by[k] for k in sorted(by)] or [[]]
+
+
 def summarize(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary:
+    """The level's figures; a repeated level's are each figure's median over its runs (counts summed)."""
+    parts = runs(requests)
+    if len(parts) > 1:
+        return median_summary([summarize_run(p, slo) for p in parts])
+    return summarize_run(requests, slo)
+
+
+def summarize_run(requests: Sequence[Request], slo: Optional[Slo] = None) -> Summary:
     measured = [r for r in requests if not r.warmup]
     ok = [r for r in measured if r.ok]
     errors: dict[str, int] = {}
@@ -170,3 +186,79 @@ def parse_slo(text: str, attainment: float = 0.9) -> Slo:
     if slo.ttft_ms is None and slo.itl_ms is None and slo.e2e_ms is None:
         raise UsageError("--slo names no objective", hint="e.g. --slo ttft=500ms,itl=50ms")
     return slo
+
+
+# -- repeated runs of a level -------------------------------------------------------------------
+RATES = ("request_throughput", "output_throughput", "total_throughput", "goodput", "slo_attainment",
+         "mean_input_tokens", "mean_output_tokens", "concurrency_mean", "duration_s")
+DISTS = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "median", "p90", "p99", "max", "min")
+CI_FIGURES = ("request_throughput", "output_throughput", "goodput", "ttft.median", "ttft.p99", "tpot.median",
+              "tpot.p99", "itl.median", "itl.p99", "e2e.median", "e2e.p99")
+
+
+def _med(vals: list[Optional[float]]) -> Optional[float]:
+    v = sorted(x for x in vals if x is not None)
+    return percentile(v, 50) if v else None
+
+
+def median_summary(parts: list[Summary]) -> Summary:
+    """One summary of several runs: counts summed, every other figure the median of the runs' figures."""
+    errors: dict[str, int] = {}
+    for p in parts:
+        for k, n in p.errors.items():
+            errors[k] = errors.get(k, 0) + n
+    s = Summary(duration_s=0.0, completed=sum(p.completed for p in parts), failed=sum(p.failed for p in parts),
+                errors=errors)
+    for name in RATES:
+        v = _med([getattr(p, name) for p in parts])
+        if v is not None:
+            setattr(s, name, v)
+    for name in DISTS:
+        ds = [getattr(p, name) for p in parts if getattr(p, name) is not None]
+        if ds:
+            setattr(s, name, Dist(n=sum(d.n for d in ds), **{k: _med([getattr(d, k) for d in ds]) or 0.0
+                                                             for k in STATS}))
+    return s
+
+
+def figure(s: Summary, name: str) -> Optional[float]:
+    """A figure of a summary by its dotted name ("output_throughput", "ttft.p99")."""
+    head, _, stat = name.partition(".")
+    v = getattr(s, head, None)
+    if stat:
+        v = getattr(v, stat, None) if v is not None else None
+    return v if isinstance(v, (int, float)) else None
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """The order-statistic interval of the median of ``values`` (no assumption about their distribution):
+    the narrowest [x(k), x(n+1-k)] that holds the true median with at least ``confidence``, where
+    P(x(k) <= median <= x(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1); below 6 values even the whole
+    range holds it less often (3 runs: 75%, 5 runs: 94%). Returns (low, high, that probability)."""
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        raise ValueError("no values")
+
+    def coverage(k: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return v[k - 1], v[n - k], coverage(k)
+
+
+def spread(requests: Sequence[Request], slo: Optional[Slo] = None) -> tuple[dict[str, list[float]], Optional[float]]:
+    """Each figure's interval over the runs of a repeated level, and the intervals' coverage."""
+    parts = [summarize_run(p, slo) for p in runs(requests)]
+    if len(parts) < 2:
+        return {}, None
+    out: dict[str, list[float]] = {}
+    cov = None
+    for name in CI_FIGURES:
+        vals = [x for x in (figure(p, name) for p in parts) if x is not None]
+        if len(vals) >= 2:
+            lo, hi, cov = median_ci(vals)
+            out[name] = [lo, hi]
+    return out, cov

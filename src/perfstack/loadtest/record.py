@@ -31,6 +31,7 @@ class Request(msgspec.Struct, omit_defaults=True):
     error: str = ""  # kind: http-429, http-5xx, timeout, stall, disconnect, bad-stream, refused, interrupted
     detail: str = ""  # one line about the error, from the server or the transport
     warmup: bool = False  # excluded from every figure
+    repeat: int = 0  # which run of its level (--repeat): offsets are from that run's start
 
     @property
     def ok(self) -> bool:
@@ -111,6 +112,9 @@ class Level(msgspec.Struct, omit_defaults=True):
     probe: bool = False  # a rate sweep's capacity probe (everything at once): outside the knee and the SLO search
     bisect: bool = False  # added by the sweep's search for the SLO's boundary
     stopped: str = ""  # why the level ended before all its requests were answered, other than Ctrl-C (a fault)
+    repeats: int = 1  # runs of this level (--repeat): the summary's figures are their medians
+    ci: Dict[str, List[float]] = {}  # per figure ("output_throughput", "ttft.median"...): [low, high] across runs
+    ci_coverage: Optional[float] = None  # how often such an interval holds the true median (order statistics)
 
 
 class Slo(msgspec.Struct, omit_defaults=True):

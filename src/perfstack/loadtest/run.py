@@ -11,15 +11,17 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
+
+import aiohttp
 
 
 from perfstack.errors import UsageError
-from perfstack.loadtest import server, sweep
+from perfstack.loadtest import metrics, server, sweep
 from perfstack.loadtest.load import Target, event_loop, new_session
 from perfstack.loadtest.workers import auto_procs, run_level
 from perfstack.loadtest.record import Level, LoadTest, Slo
-from perfstack.loadtest.workload import Workload
+from perfstack.loadtest.workload import Prompt, Workload
 
 MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's file limit binds first)
 
@@ -44,6 +46,7 @@ class Plan:
     stall_s: float = 60.0
     api_key_env: Optional[str] = "OPENAI_API_KEY"
     client_procs: Optional[int] = None  # None: one per 100 streams, up to the usable CPUs but one
+    repeat: int = 1  # runs of every level; figures are medians over them, with intervals
 
 
 def _warmup(plan: Plan, mode: str, load: float) -> int:
@@ -86,54 +89,100 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
         await server.probe(session, target, notes, wl.prompts[0])
         if target.metrics_url is None:
             notes.append("the server has no Prometheus /metrics: findings rest on latencies alone")
-        prompts = wl.cycle()
-        levels: list[Level] = []
-        stopped: Optional[str] = None
-        cap: Optional[float] = None
+        runner = _Levels(plan, session, target, wl.cycle(), notes, progress, stop)
+        stopped, cap = await _sweep(plan, runner)
+        return _record(plan, addr.shown, target, model, wl, runner.levels, ident, notes, stop.is_set(), stopped, cap)
 
-        async def level(load: float, seed: int, **mark: bool) -> Level:
-            mode = plan.mode
-            label = f"{load:g} streams" if mode == "concurrency" else (
-                "all at once" if math.isinf(load) else f"{load:g} req/s")
-            what = " (capacity probe)" if mark.get("probe") else " (SLO search)" if mark.get("bisect") else ""
-            progress(f"level {len(levels) + 1}: {label}{what}, {_n(plan, mode, load)} requests…")
-            procs = _procs(plan, mode, load)
-            _note_crowded_cpus(procs, notes)
-            lv = await run_level(session, target, prompts, mode, load, _n(plan, mode, load),
-                                 _warmup(plan, mode, load), stop, seed=seed, burstiness=plan.burstiness,
-                                 max_concurrency=plan.max_concurrency, slo=plan.slo, procs=procs)
-            for k, v in mark.items():
-                setattr(lv, k, v)
-            levels.append(lv)
-            progress(_line(lv))
-            return lv
 
-        if plan.sweep and plan.mode == "rate":
-            # the capacity first (everything at once), then fractions of it
-            probe = await level(math.inf, plan.seed, probe=True)
-            cap = sweep.capacity(probe)
-            progress(f"capacity: {cap:.3g} req/s while the server was full")
-            loads = sweep.rate_loads(cap)
-        else:
-            loads = _loads(plan)
-        for load in loads:
-            if stop.is_set() or _faulted(levels):
+@dataclass
+class _Levels:
+    """Runs the levels of one load test, one after another, and keeps them."""
+
+    plan: Plan
+    session: aiohttp.ClientSession
+    target: Target
+    prompts: Iterator[Prompt]
+    notes: list[str]
+    progress: Callable[[str], None]
+    stop: asyncio.Event
+    levels: list[Level] = field(default_factory=list)
+
+    async def level(self, load: float, seed: int, **mark: bool) -> Level:
+        plan, mode, progress = self.plan, self.plan.mode, self.progress
+        label = f"{load:g} streams" if mode == "concurrency" else (
+            "all at once" if math.isinf(load) else f"{load:g} req/s")
+        what = " (capacity probe)" if mark.get("probe") else " (SLO search)" if mark.get("bisect") else ""
+        progress(f"level {len(self.levels) + 1}: {label}{what}, {_n(plan, mode, load)} requests…")
+        procs = _procs(plan, mode, load)
+        _note_crowded_cpus(procs, self.notes)
+        parts: list[Level] = []
+        for k in range(plan.repeat):
+            if parts and (self.stop.is_set() or parts[-1].stopped):
                 break
-            await level(load, plan.seed + len(levels))
-            if plan.sweep and plan.mode == "concurrency":
-                stopped = sweep.should_stop(levels, plan.slo)
-                if stopped:
-                    progress(f"sweep {stopped}")
-                    break
-        if plan.sweep and stopped != "interrupted":
-            integer = plan.mode == "concurrency"
-            step = 1.0 if integer else sweep.RATE_STEP * (cap or 0.0)
-            while not stop.is_set() and not _faulted(levels):
-                nxt = sweep.bisect_next(levels, plan.slo, step, integer)
-                if nxt is None:
-                    break
-                await level(nxt, plan.seed + len(levels), bisect=True)
-        return _record(plan, addr.shown, target, model, wl, levels, ident, notes, stop.is_set(), stopped, cap)
+            if plan.repeat > 1:
+                progress(f"  run {k + 1} of {plan.repeat}…")
+            parts.append(await run_level(self.session, self.target, self.prompts, mode, load, _n(plan, mode, load),
+                                         _warmup(plan, mode, load), self.stop, seed=seed + 7919 * k,
+                                         burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
+                                         slo=plan.slo, procs=procs))
+        lv = merged(parts, plan.slo)
+        for name, v in mark.items():
+            setattr(lv, name, v)
+        self.levels.append(lv)
+        progress(_line(lv))
+        return lv
+
+
+async def _sweep(plan: Plan, runner: _Levels) -> tuple[Optional[str], Optional[float]]:
+    """The plan's levels: given loads, a doubling sweep, or a rate sweep's probe and fractions; then, with
+    an SLO, the bisection of its boundary. Returns why a sweep stopped and the capacity a probe measured."""
+    levels, stop = runner.levels, runner.stop
+    stopped: Optional[str] = None
+    cap: Optional[float] = None
+    if plan.sweep and plan.mode == "rate":
+        # the capacity first (everything at once), then fractions of it
+        probe = await runner.level(math.inf, plan.seed, probe=True)
+        cap = sweep.capacity(probe)
+        runner.progress(f"capacity: {cap:.3g} req/s while the server was full")
+        loads = sweep.rate_loads(cap)
+    else:
+        loads = _loads(plan)
+    for load in loads:
+        if stop.is_set() or _faulted(levels):
+            break
+        await runner.level(load, plan.seed + len(levels))
+        if plan.sweep and plan.mode == "concurrency":
+            stopped = sweep.should_stop(levels, plan.slo)
+            if stopped:
+                runner.progress(f"sweep {stopped}")
+                break
+    if plan.sweep and stopped != "interrupted":
+        integer = plan.mode == "concurrency"
+        step = 1.0 if integer else sweep.RATE_STEP * (cap or 0.0)
+        while not stop.is_set() and not _faulted(levels):
+            nxt = sweep.bisect_next(levels, plan.slo, step, integer)
+            if nxt is None:
+                break
+            await runner.level(nxt, plan.seed + len(levels), bisect=True)
+    return stopped, cap
+
+
+def merged(parts: list[Level], slo: Optional[Slo]) -> Level:
+    """The runs of one level (``--repeat``) as one: every request kept with its run's number, each figure
+    the median over the runs, with its interval across them."""
+    if len(parts) == 1:
+        return parts[0]
+    for k, p in enumerate(parts):
+        for r in p.requests:
+            r.repeat = k
+    reqs = [r for p in parts for r in p.requests]
+    ci, cov = metrics.spread(reqs, slo)
+    clients = [p.client for p in parts if p.client is not None]
+    return Level(mode=parts[0].mode, load=parts[0].load, requests=reqs, summary=metrics.summarize(reqs, slo),
+                 server=[x for p in parts for x in p.server],
+                 client=max(clients, key=lambda c: c.loop_lag_p99_ms) if clients else None,
+                 interrupted=any(p.interrupted for p in parts), stopped=next((p.stopped for p in parts if p.stopped), ""),
+                 repeats=len(parts), ci=ci, ci_coverage=cov)
 
 
 def _faulted(levels: list[Level]) -> bool:
@@ -176,7 +225,8 @@ def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, le
                          "the unanswered ones are marked 'interrupted'")
     spec = dict(wl.spec, ignore_eos=target.ignore_eos, burstiness=plan.burstiness,
                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
-                max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s)
+                max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s,
+                **({"repeat": plan.repeat} if plan.repeat > 1 else {}))
     sw = sweep.summary(levels, plan.slo, stopped, cap) if plan.sweep or len(levels) > 1 else {}
     return LoadTest(url=shown, api=plan.api, model=model, workload=spec, levels=levels, slo=plan.slo,
                     server=ident, sweep=sw, notes=notes, interrupted=interrupted)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from perfstack.report import charts
 from perfstack.report.html_blocks import e, finding, page, table
-from perfstack.report.loadtest_view import X_LABEL, LoadtestView
+from perfstack.report.loadtest_view import REPEAT_HEADERS, X_LABEL, LoadtestView
 
 
 def _levels(v: LoadtestView) -> str:
     parts = [f"<h2>Load levels</h2><p>{e(v.workload)}</p>",
              table([e(h) for h in v.headers], ([e(c) for c in row] for row in v.rows), num_cols=range(1, 9))]
+    if v.repeats:
+        parts.append("<p>Median over the runs (interval across them; how often such an interval holds the true "
+                     "median):</p>" + table([e(h) for h in REPEAT_HEADERS], ([e(c) for c in row] for row in v.repeats),
+                                            num_cols=range(1, 8)))
     if v.sweep:
         parts.append(f'<p class="sweep"><b>{e(v.sweep)}</b></p>')
     if v.interrupted:

@@ -5,7 +5,7 @@ report's inert building blocks (``md_blocks.t`` for lines, ``md_blocks.table`` f
 from __future__ import annotations
 
 from perfstack.report.inert import Md, md_code
-from perfstack.report.loadtest_view import LoadtestView
+from perfstack.report.loadtest_view import REPEAT_HEADERS, LoadtestView
 from perfstack.report.md_blocks import t, table
 
 
@@ -15,6 +15,9 @@ def render_loadtest_md(v: LoadtestView) -> str:
     if v.interrupted:
         out.append("> [!WARNING]\n> Interrupted: this Run holds the levels measured so far.")
     levels = "## Load levels\n\n" + table(v.headers, v.rows, right=range(1, 9))
+    if v.repeats:
+        levels += ("\n\nMedian over the runs (interval across them; how often such an interval holds the true "
+                   "median):\n\n" + table(REPEAT_HEADERS, v.repeats, right=range(1, 8)))
     if v.sweep:
         levels += f"\n\n**{t(v.sweep)}**"
     out.append(levels)

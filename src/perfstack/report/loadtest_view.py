@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from perfstack.loadtest.metrics import figure
 from perfstack.loadtest.record import Dist, Level, LoadTest
 from perfstack.model import Finding, Run
 
@@ -53,6 +54,36 @@ def level_rows(lt: LoadTest) -> list[list[str]]:
 
 HEADERS = ["load", "done", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50/p99 ms",
            "E2E p50 ms", "met SLO"]
+
+
+REPEAT_HEADERS = ["load", "runs", "out tok/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "E2E p50 ms", "interval"]
+REPEAT_FIGURES = (("output_throughput", "{:,.0f}"), ("ttft.median", None), ("tpot.median", None),
+                  ("itl.median", None), ("e2e.median", None))
+
+
+def _num(v: float, spec: Optional[str]) -> str:
+    if spec:
+        return spec.format(v)
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def repeat_rows(lt: LoadTest) -> list[list[str]]:
+    """Levels run several times: each figure's median over the runs and its interval across them."""
+    rows = []
+    for lv in in_load_order(lt.levels):
+        if lv.repeats < 2 or not lv.ci:
+            continue
+        cells = [load_label(lv), str(lv.repeats)]
+        for key, spec in REPEAT_FIGURES:
+            mid = figure(lv.summary, key)
+            ci = lv.ci.get(key)
+            if mid is None:
+                cells.append("—")
+            else:
+                cells.append(_num(mid, spec) + (f" ({_num(ci[0], spec)}–{_num(ci[1], spec)})" if ci and len(ci) == 2 else ""))
+        cells.append(f"{lv.ci_coverage:.0%}" if lv.ci_coverage is not None else "—")
+        rows.append(cells)
+    return rows
 
 
 def headline(lt: LoadTest) -> str:
@@ -133,6 +164,7 @@ class LoadtestView:
     server: list[list[str]] = field(default_factory=list)  # per level: load, running, waiting, KV, preemptions
     errors: list[list[str]] = field(default_factory=list)  # per level with failures: load, kind, count, detail
     client: list[list[str]] = field(default_factory=list)  # per level: load, CPU, timer lag p99, CPU per chunk
+    repeats: list[list[str]] = field(default_factory=list)  # repeated levels: median (interval) per figure
     meta: list[tuple[str, str]] = field(default_factory=list)
     interrupted: bool = False
 
@@ -223,5 +255,6 @@ def view_of(lt: LoadTest, run: Run) -> LoadtestView:
         title="perfstack loadtest", headline=headline(lt), workload=workload_line(lt), headers=list(HEADERS),
         rows=level_rows(lt), sweep=sweep_line(lt), notes=list(lt.notes), findings=list(run.findings),
         curves=curves(lt), server=server_rows(lt), errors=error_rows(lt), client=client_rows(lt),
+        repeats=repeat_rows(lt),
         meta=run.meta.shown(META_KEYS),
         interrupted=lt.interrupted)
