@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -40,6 +41,9 @@ def _ray_args(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--address", default="auto", help="the Ray cluster (default: auto, the one this machine is in)")
     p.add_argument("--timeout", type=float, metavar="S",
                    help=f"seconds to wait for each node's result (default {DEFAULT_TIMEOUT[what]:g})")
+    p.add_argument("--no-ship", action="store_true",
+                   help="use the perfstack installed on each node (default, when perfstack runs from a checkout: "
+                        "ship a wheel of it to the nodes in Ray's runtime environment)")
     p.add_argument("--save-runs", metavar="DIR", help="save every node's Run in DIR ('perfstack fleet report DIR' "
                                                       "reads them back)")
 
@@ -161,16 +165,32 @@ def _null() -> AbstractContextManager[None]:
 
 
 def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int:
-    from perfstack.fleet import collect
+    from perfstack.fleet import collect, ship
     from perfstack.fleet.jobs import DoctorJob
-    from perfstack.fleet.ray_engine import NodeResult, connect
+    from perfstack.fleet.ray_engine import NAME_ANOTHER, NodeResult, connect
 
     _check(args)
     if args.save_runs and Path(args.save_runs).is_file():
         raise UsageError(f"--save-runs {args.save_runs} is a file", hint="give a directory")
     t0 = time.perf_counter()
     timeout = args.timeout or DEFAULT_TIMEOUT[what]
-    ray = connect(args.address)
+    shipped: list[str] = []
+
+    def env(build: Path) -> dict | None:
+        made = ship.runtime_env(not args.no_ship, build)
+        shipped.extend(Path(p).name for p in (made or {}).get("py_modules", []))
+        return made
+
+    with tempfile.TemporaryDirectory(prefix="perfstack-wheel-") as build:
+        # The wheel is uploaded by ray.init, within connect: it may go once the cluster is joined.
+        ray, cluster = connect(args.address, runtime_env=lambda: env(Path(build)))
+    if not args.quiet:
+        err.print(f"fleet {what}: Ray cluster at {cluster.address} ({cluster.found}); {NAME_ANOTHER}",
+                  markup=False, highlight=False, soft_wrap=True)
+        if shipped:
+            err.print(f"fleet {what}: this perfstack goes to the nodes as {shipped[0]} in Ray's runtime environment "
+                      "(--no-ship: use the perfstack installed on each node)", markup=False, highlight=False,
+                      soft_wrap=True)
 
     def progress(res: NodeResult) -> None:
         if args.quiet:
@@ -199,7 +219,7 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
                     per_task=[{"node": r.node, "gpu": r.gpu, "part": r.part, "machine": r.machine, "job_s": r.job_s,
                                "overhead_s": r.overhead_s}
                               for r in results])
-    result = fleet_run(analysis, what, f"Ray cluster at {args.address}", time.perf_counter() - t0,
+    result = fleet_run(analysis, what, f"Ray cluster at {cluster.address}", time.perf_counter() - t0,
                        {"fanout": fanout})
     if args.save_runs:  # with the node Runs, so 'fleet report DIR' shows the all-reduce as well
         outfile.write(Path(args.save_runs) / SAVED_FLEET_RUN, result.to_json() + "\n")

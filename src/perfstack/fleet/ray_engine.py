@@ -20,6 +20,7 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from perfstack import redact
@@ -106,37 +107,108 @@ def _ray() -> Any:
     return ray
 
 
-def connect(address: str | None) -> Any:
-    """Join the Ray cluster at ``address`` ("auto": the one this machine belongs to). A cluster this
-    process already joined (an embedding program, a test) is used as it is."""
+CONNECT_TIMEOUT_S = 60.0  # joining a cluster that answers takes seconds; Ray alone would retry for minutes
+NAME_ANOTHER = "--address HOST:PORT (or RAY_ADDRESS) names another cluster"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    address: str  # what is handed to ray.init: HOST:PORT, ray://HOST:PORT, or "auto"
+    found: str  # where the address came from, for the user
+
+
+def find_cluster(address: str | None, environ: Any = os.environ) -> Cluster:
+    """The cluster ``--address`` names, as Ray would resolve it, without joining it: a given address as
+    it is; for "auto", RAY_ADDRESS, then the address the last 'ray start' on this machine wrote in
+    Ray's temporary folder (RAY_TMPDIR, default /tmp, then ray/ray_current_cluster); else "auto", for
+    Ray to look for a cluster running on this machine."""
+    given = (address or "auto").strip()
+    if given != "auto":
+        return Cluster(given, "given with --address")
+    env = str(environ.get("RAY_ADDRESS", "")).strip()
+    if env and env != "auto":
+        return Cluster(env, "from RAY_ADDRESS")
+    current = Path(environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+    try:
+        recorded = current.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        recorded = []
+    if recorded and recorded[0].strip():
+        return Cluster(recorded[0].strip(), f"recorded by the last 'ray start' on this machine in {current}")
+    return Cluster("auto", "a Ray cluster running on this machine")
+
+
+def connect(address: str | None, timeout_s: float | None = None,
+            runtime_env: Callable[[], dict[str, Any] | None] = lambda: None) -> tuple[Any, Cluster]:
+    """Join the Ray cluster ``address`` names ("auto": see ``find_cluster``), each step bounded: a TCP
+    connection to its head within seconds, the join itself within ``timeout_s``; the job's runtime
+    environment (``ship.runtime_env``: how perfstack reaches the nodes) is made once the head answers. A
+    cluster this process already joined (an embedding program, a test) is used as it is."""
     ray = _ray()
     if ray.is_initialized():
-        return ray
-    _reachable(address)
-    try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True)
-    except (ConnectionError, RuntimeError, ValueError) as e:
+        try:
+            joined = str(ray.get_runtime_context().gcs_address)
+        except Exception:  # an older Ray without it: the address is only for the user
+            joined = "auto"
+        return ray, Cluster(joined, "the cluster this process already joined")
+    cluster = find_cluster(address)
+    _reachable(cluster)
+    _join(ray, cluster, CONNECT_TIMEOUT_S if timeout_s is None else timeout_s, runtime_env())
+    return ray, cluster
+
+
+def _join(ray: Any, cluster: Cluster, timeout_s: float, env: dict[str, Any] | None = None) -> None:
+    """ray.init, in a daemon thread given ``timeout_s``: a head that accepts connections but never
+    answers (a hung or half-started cluster) would hold Ray's own retries for minutes."""
+    import threading
+
+    done: dict[str, BaseException | None] = {}
+
+    def init() -> None:
+        # Ray lets RAY_ADDRESS override the address it is given; the one found here is the one meant.
+        if os.environ.get("RAY_ADDRESS", "") not in ("", cluster.address):
+            os.environ["RAY_ADDRESS"] = cluster.address
+        try:
+            ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True,
+                     **({"runtime_env": env} if env else {}))
+            done["error"] = None
+        except BaseException as e:  # handed to the caller's thread below
+            done["error"] = e
+
+    t = threading.Thread(target=init, name="perfstack-ray-connect", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    where = f"{cluster.address} ({cluster.found})"
+    if "error" not in done:
+        raise CannotRunHere(f"the Ray cluster at {where} did not answer within {timeout_s:g} s",
+                            hint=f"check it with 'ray status' on its head; {NAME_ANOTHER}")
+    e = done["error"]
+    if isinstance(e, (ConnectionError, RuntimeError, ValueError)):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CannotRunHere(f"no Ray cluster at {address or 'auto'}: {first}",
+        raise CannotRunHere(f"no Ray cluster at {where}: {first}",
                             hint="start one with 'ray start --head' (and 'ray start --address HEAD:6379' on the "
-                                 "other nodes), or give --address HOST:PORT") from None
-    return ray
+                                 f"other nodes); {NAME_ANOTHER}") from None
+    if e is not None:
+        raise e
 
 
-def _reachable(address: str | None, timeout_s: float = 3.0) -> None:
-    """Ray retries an unreachable head for minutes before it gives up; a plain TCP connection to a
-    HOST:PORT address says within seconds whether anything listens there."""
-    if not address or address == "auto" or "://" in address or ":" not in address:
+def _reachable(cluster: Cluster, timeout_s: float = 3.0) -> None:
+    """Ray retries an unreachable head for minutes before it gives up; a plain TCP connection to its
+    HOST:PORT says within seconds whether anything listens there."""
+    address = cluster.address.split("://", 1)[-1].rstrip("/")
+    if address == "auto" or ":" not in address:
         return
     host, _, port = address.rpartition(":")
+    where = f"{cluster.address} ({cluster.found})"
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except ValueError:
-        raise CannotRunHere(f"--address {address}: the port is not a number", hint="give HOST:PORT, e.g. head:6379") from None
+        raise CannotRunHere(f"Ray cluster address {where}: the port is not a number",
+                            hint="give HOST:PORT, e.g. head:6379") from None
     except OSError as e:
-        raise CannotRunHere(f"no Ray cluster at {address}: {e.strerror or e}",
+        raise CannotRunHere(f"no Ray cluster at {where}: {e.strerror or e}",
                             hint="start one with 'ray start --head' on that host, or give the address "
-                                 "'ray status' prints there") from None
+                                 f"'ray status' prints there; {NAME_ANOTHER}") from None
 
 
 def nodes(ray: Any) -> list[RayNode]:
