@@ -20,6 +20,7 @@ the same length collapsed: every layer's cache grows by the same token), a call 
 the next concatenates onto it: its largest input is exactly as long as the first one's output (a
 tensor fed back, as a KV cache is: cat([cache, new]) → cache), or its inputs are the first one's with
 more appended (a list grown and concatenated again). A series with at least ``MIN_LINKS`` such links,
+(counting each call a collapsed run holds: the caches of 24 layers grown by one token are 24 links),
 and no more falls (a new sequence starting) than links, grows, whether the profiled steps are tokens
 or whole generations. Each of its calls re-copies what the tensor already held (its largest input, or
 all but the median rise); preallocated and written in place, only the new part would be written.
@@ -258,10 +259,16 @@ def _growth(calls: list[_Call]) -> list[_Call]:
         series[(c.name, c.itemsize, len(c.shape), d, c.shape[:d] + c.shape[d + 1:])].append(c)
     out: list[_Call] = []
     for (_, _, _, d, _), members in series.items():
-        runs = [c for k, c in enumerate(members) if k == 0 or _len(c) != _len(members[k - 1])]
-        links = sum(1 for a, b in zip(runs, runs[1:]) if _feeds(a, b))
+        starts = [k for k in range(len(members)) if k == 0 or _len(members[k]) != _len(members[k - 1])]
+        runs = [members[k] for k in starts]
+        width = [b - a for a, b in zip(starts, starts[1:] + [len(members)])]  # calls collapsed into each run
+        feeding = [i for i, (a, b) in enumerate(zip(runs, runs[1:])) if _feeds(a, b)]
+        links = len(feeding)
+        # each of the calls a run collapses (one per layer's cache) is fed back: two profiled tokens of a
+        # 24-layer decoder are 48 links, not one
+        fed = sum(min(width[i], width[i + 1]) for i in feeding)
         falls = sum(1 for a, b in zip(runs, runs[1:]) if _len(b) < _len(a))
-        if links < MIN_LINKS or links < falls:
+        if fed < MIN_LINKS or links < falls:
             continue
         rises = [_len(b) - _len(a) for a, b in zip(runs, runs[1:]) if _len(b) > _len(a)]
         step = statistics.median(rises) if rises else 1

@@ -98,7 +98,8 @@ FIXES: dict[str, Fix] = {f.id: f for f in (
         predicted_by=("launch-bound", "unfused-elementwise", "attention-unfused", "large-vocab-loss"), opt_in=True),
     Fix("compile-cudagraphs", "torch.compile with CUDA graphs (mode 'reduce-overhead')",
         "model.compile(mode='reduce-overhead')  (static shapes; no CPU work inside the graphed region)",
-        predicted_by=("launch-bound",), opt_in=True),
+        # it compiles first: what fusion recovers is its gain too, with the launches the graph removes
+        predicted_by=("launch-bound", "unfused-elementwise", "attention-unfused", "large-vocab-loss"), opt_in=True),
     Fix("channels-last", "channels_last memory format for a convolutional model",
         "model = model.to(memory_format=torch.channels_last); x = x.to(memory_format=torch.channels_last)",
         predicted_by=("fp32-conv",)),
