@@ -518,3 +518,48 @@ def test_a_flipped_byte_in_a_gzip_stream(tmp_path):
         assert "flip.json.gz" in e.message
     else:
         assert any("gzip stream is corrupt" in w for w in t.warnings)
+
+
+# --- reading in batches -------------------------------------------------------------------------
+
+def _variants(raw: bytes) -> dict[str, bytes]:
+    """A real trace's text and damaged copies of it, each damage well past the first few KiB."""
+    i = raw.index(b'"ph"', len(raw) // 2)
+    k = raw.index(b'"dur": ', len(raw) // 3)
+    return {"whole": raw, "cut": raw[: len(raw) * 2 // 3], "garbage": raw[:i] + b"@@" + raw[i:],
+            "nan": raw[:k + 7] + b"NaN, \"x\": " + raw[k + 7:], "trailing": raw + b"\n{garbage",
+            "zeros": raw[: len(raw) * 3 // 4] + b"\0" * 4096, "compact": json.dumps(json.loads(raw)).encode()}
+
+
+@pytest.mark.parametrize("piece", [512, 4096, 65536])
+def test_small_batches_read_the_same_trace(tmp_path, monkeypatch, piece):
+    # Every fixture fits in one batch of the default size: cut it into many, at every kind of place.
+    expected = {}
+    for name, data in _variants(text(SHAPES)).items():
+        expected[name] = load(write(tmp_path, data, f"{name}.json"))
+    monkeypatch.setattr(tracefile, "PIECE", piece)
+    for name, data in _variants(text(SHAPES)).items():
+        p = write(tmp_path, data, f"{name}.json")
+        t = load(p)
+        assert t == expected[name], name
+        assert trace_mod._load(p, lenient=True) == t, name
+
+
+def test_an_event_longer_than_a_batch(tmp_path, monkeypatch):
+    d = doc()
+    k = dict(kernel(d), name="k" * 5000, ts=kernel(d)["ts"] + 0.25)
+    k["args"] = dict(k["args"], nested=[{"a": [1, {"b": "},{"}]}] * 200)  # "},{" that are no cut
+    d["traceEvents"].insert(100, k)
+    p = write(tmp_path, d)
+    whole = load(p)
+    monkeypatch.setattr(tracefile, "PIECE", 1024)  # the event spans about ten pieces
+    assert load(p) == whole and any(g.name == "k" * 5000 for g in whole.gpu)
+
+
+def test_a_list_that_never_ends_an_event_is_cut_short(tmp_path, monkeypatch):
+    # "},{" nowhere: after _MAX_RUN pieces the text is judged broken where it stops parsing.
+    monkeypatch.setattr(tracefile, "PIECE", 1024)
+    raw = text(SMALL)
+    p = write(tmp_path, raw[:raw.index(b'"traceEvents"')] + b'"traceEvents": [' + b'{"a": [' + b"1, " * 20000 + b"}]}")
+    with pytest.raises(InputError, match="not valid JSON"):
+        load(p)

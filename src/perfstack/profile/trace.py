@@ -20,14 +20,15 @@ Kineto field names used (verified against torch 2.11 traces in tests/fixtures/tr
                held by the caching allocator after the event): only their peaks per device are kept
 
 How it reads a file (a 1 GB trace is a few million events, a few hundred distinct names):
-  * the file (or the decompressed gzip stream) is read once into one mutable buffer, and msgspec
-    splits ``traceEvents`` into per-event raw slices of it, no copy (``tracefile``, which also
-    recovers damaged files); each slice is
-    decoded straight into a small typed struct that keeps only the fields used here (unknown keys
-    such as ``grid`` and ``Input Strides`` are skipped without being built);
-  * an event whose fields do not have the expected JSON types is decoded again leniently, one event
-    at a time: numbers given as strings are accepted, unusable values are skipped and counted in
-    ``Trace.skipped_events`` -- one odd event never costs the rest of the file;
+  * the text (the file, or the gzip stream as it decompresses) is read a few MiB at a time and the
+    event list cut after an event (``tracefile``, which also recovers damaged files): memory holds
+    one batch of text and the records built so far, never the whole document;
+  * each batch is decoded at once into small typed structs that keep only the fields used here
+    (unknown keys such as ``grid`` and ``Input Strides`` are skipped without being built);
+  * a batch with an event whose fields do not have the expected JSON types is decoded event by
+    event, and that event again leniently: numbers given as strings are accepted, unusable values
+    are skipped and counted in ``Trace.skipped_events`` -- one odd event never costs the rest of
+    the file;
   * names and thread ids are shared between events; ``Input Dims`` / ``Input type`` are decoded once
     per distinct value, and operators with the same shapes share the same lists (read-only);
   * events become ``GpuEvent`` / ``CpuEvent`` structs that the cyclic garbage collector does not
@@ -45,14 +46,13 @@ import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional, Union
+from typing import Annotated, Any, Callable, List, Optional, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
-from perfstack.profile.tracefile import (_BAD, _ERRORS, _NONWS, _NULL, HINT, _decode, _generic,  # noqa: F401
-                                         _read)
+from perfstack.profile.tracefile import _BAD, _ERRORS, _NULL, HINT, Events, _generic
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -151,11 +151,8 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _EVENT = msgspec.json.Decoder(_Event)
+_EVENTS = msgspec.json.Decoder(List[_Event])
 _MAX_CACHE = 1 << 18
-# Events are decoded in chunks of this many (see _Builder.typed): a chunk's decoded events wait for
-# their group's loop, and at this size they are still in the CPU's cache when it runs (64Ki events
-# per chunk made loading 25% slower, 1Ki as fast as one loop per event; 200 MB trace, 2-core EPYC).
-_CHUNK = 1 << 10
 _INF = float("inf")
 _TS = attrgetter("ts")
 
@@ -169,22 +166,22 @@ def load(path: str | Path) -> Trace:
 def _load(p: Path, lenient: bool = False) -> Trace:
     """``lenient=True`` sends every event through the forgiving per-event path (what an event with
     unexpected JSON types gets); for a well-formed trace the result is the same."""
-    buf, warnings = _read(p)
-    first = _NONWS.search(buf)
-    if first is None:
-        raise InputError(f"trace file {p} is empty", hint=HINT)
-    t = Trace(path=str(p), warnings=warnings)
+    events = Events(p, None if lenient else _EVENTS)
+    t = Trace(path=str(p), warnings=events.warnings)
     enabled = gc.isenabled()
     gc.disable()  # millions of new objects, none of them part of a cycle: nothing to collect
     try:
-        head, events = _decode(p, buf, first.start(), warnings)
-        del buf  # the raw event slices still hold it until they are consumed
-        _metadata(head, t)
-        _Builder(t, lenient).build(events)
-        del events
+        build = _Builder(t, lenient)
+        for kind, batch in events:
+            build.add(kind, batch)
+            del batch
+        build.finish()
     finally:
         if enabled:
             gc.enable()
+    head = events.head
+    t.n_events = events.n_events
+    _metadata(head, t)
     kineto = bool(head.get("schemaVersion") is not None or head.get("deviceProperties") or t.steps or t.gpu
                   or t.runtime or any(e.cat == "op" for e in t.ops))
     if not kineto:
@@ -197,6 +194,7 @@ def _load(p: Path, lenient: bool = False) -> Trace:
     if t.skipped_events:
         t.warnings.append(f"{p.name}: skipped {t.skipped_events} malformed events")
     return t
+
 
 def _metadata(head: dict, t: Trace) -> None:
     props = head.get("deviceProperties")
@@ -289,29 +287,21 @@ class _Builder:
         self.cats: dict[str, tuple[str, int]] = {}
         self.shapes: dict[bytes, Any] = {}
 
-    def build(self, events: Any) -> None:
-        """Consume ``events``: a list of raw slices (emptied as it goes, so each is freed once
-        decoded) or an iterator of decoded objects."""
-        t = self.t
-        if not isinstance(events, list):
-            n = 0
-            for e in events:
-                n += 1
+    def add(self, kind: str, batch: Any) -> None:
+        """One batch of events from tracefile.Events, in file order."""
+        if kind == "objects":
+            for e in batch:
                 self.loose(e)
-            events = []
+        elif self.lenient:
+            for e in batch:
+                self.loose(_generic(e))
+        elif kind == "typed":
+            self.typed(batch)
         else:
-            n = len(events)
-        t.n_events = n
-        events.reverse()
-        while events:
-            chunk = events[-_CHUNK:]
-            del events[-_CHUNK:]
-            chunk.reverse()
-            if self.lenient:
-                for e in chunk:
-                    self.loose(_generic(e))
-            else:
-                self.typed(chunk)
+            self.raw(batch)
+
+    def finish(self) -> None:
+        t = self.t
         t.skipped_events = self.skipped
         steps = sorted(t.steps, key=_TS)
         # one window per step number (a user annotation and a cpu_op copy may both exist)
@@ -324,41 +314,40 @@ class _Builder:
         for lst in (t.gpu, t.gpu_annotations, t.runtime, t.ops):
             lst.sort(key=_TS)
 
-    def typed(self, chunk: list) -> None:
-        """The fast path for a chunk of raw events: decode and sort them by group, then build each
-        group's events. Each step is a loop over many events rather than a call per event: this runs
-        for each of a large trace's millions of events, where a call apiece is most of the time.
-        An event the typed decoder rejects goes through the lenient path in its turn, after the
-        events before it are built, so every list keeps the file's order."""
-        events = iter(chunk)
-        t = self.t
-        while True:
-            gpu, annotations, runtime, ops, rejected = self._decoded(events)
-            self._gpu_events(gpu, t.gpu.append)
-            self._gpu_events(annotations, t.gpu_annotations.append)
-            self._runtime_events(runtime)
-            self._op_events(ops)
-            if rejected is None:
-                return
-            self.loose(_generic(rejected))
+    def raw(self, batch: list) -> None:
+        """Raw events, each decoded on its own: one the typed decoder rejects goes through the
+        lenient path in its turn, after the events before it are built, so every list keeps the
+        file's order."""
+        dec = _EVENT.decode
+        done: list = []
+        for r in batch:
+            try:
+                done.append(dec(r))
+            except _ERRORS:
+                self.typed(done)
+                done = []
+                self.loose(_generic(r))
+        self.typed(done)
 
-    def _decoded(self, events: Iterator[Any]) -> tuple[list, list, list, list, Any]:
-        """The usable events read from ``events`` as (kind, name, event), sorted into GPU work, GPU
-        spans, runtime calls and operators, up to the first one the typed decoder rejects (returned
-        last, raw; None when ``events`` ran out). An event without the fields every event needs is
-        counted as skipped."""
+    def typed(self, events: list) -> None:
+        """Decoded events: sorted by group, then each group's built. Each step is a loop over many
+        events rather than a call per event: this runs for each of a large trace's millions of
+        events, where a call apiece is most of the time."""
+        gpu, annotations, runtime, ops = self._grouped(events)
+        t = self.t
+        self._gpu_events(gpu, t.gpu.append)
+        self._gpu_events(annotations, t.gpu_annotations.append)
+        self._runtime_events(runtime)
+        self._op_events(ops)
+
+    def _grouped(self, events: list) -> tuple[list, list, list, list]:
+        """The usable events as (kind, name, event), sorted into GPU work, GPU spans, runtime calls
+        and operators. An event without the fields every event needs is counted as skipped."""
         groups: tuple[list, list, list, list, list] = ([], [], [], [], [])  # by _category's group (0 unused)
         add = [g.append for g in groups]
         names, cats = self.names, self.cats
-        dec = _EVENT.decode
         skipped = 0
-        rejected = None
-        for r in events:
-            try:
-                e = dec(r)
-            except _ERRORS:
-                rejected = r
-                break
+        for e in events:
             if e.ph != "X":
                 if e.ph == "i" and e.name == "[memory]" and e.args is not None:
                     a = e.args
@@ -382,7 +371,7 @@ class _Builder:
                 n = names[name] = name
             add[group]((kind, n, e))
         self.skipped += skipped
-        return groups[1], groups[2], groups[3], groups[4], rejected
+        return groups[1], groups[2], groups[3], groups[4]
 
     @staticmethod
     def _gpu_events(rows: list, append: Callable[[GpuEvent], None]) -> None:

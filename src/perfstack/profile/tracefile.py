@@ -1,20 +1,25 @@
-"""Getting the events of a Chrome trace out of a file, however damaged: one buffer for the file
-(an anonymous mmap, or a growing bytearray for gzip), msgspec splitting ``traceEvents`` into raw
-per-event slices, and the recoveries: NaN / Infinity tokens patched in place, a truncated file or
-gzip stream cut back to its last whole event, and the standard-library decoder event by event as
-a last resort. ``trace.py`` turns the slices into typed records."""
+"""Getting the events of a Chrome trace out of a file, however damaged, a batch at a time.
+
+The text is read in pieces (a plain file, or a gzip stream as it decompresses), and the event list
+is cut after an event every few MiB: each batch is decoded at once, typed, by the decoder the caller
+gives (``trace.py``'s), so memory holds one batch of text and what is built from it, never the whole
+document. A cut is only kept where the batch decodes as a whole list (a ``},{`` inside a string or a
+nested object fails and the cut before it is tried). The recoveries work per batch: NaN / Infinity
+tokens patched in place, a batch the typed decoder refuses decoded again as raw per-event slices, a
+file or gzip stream cut short kept up to its last whole event, invalid UTF-8 replaced, and the
+standard-library decoder event by event as a last resort. The keys around the event list (before or
+after it) are the document's metadata."""
 
 from __future__ import annotations
 
 import io
 import json
-import mmap
 import os
 import re
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Generator, Iterator, List, Optional, Union
 
 import msgspec
 from msgspec import Raw
@@ -27,6 +32,7 @@ HINT = "perfstack reads torch.profiler (Kineto) Chrome traces: prof.export_chrom
 _NULL = Raw(b"null")  # the default of an absent raw field (one shared object)
 _ERRORS = (ValueError, msgspec.MsgspecError, RecursionError, OverflowError)
 _NONWS = re.compile(rb"[^ \t\r\n]")
+_NL = b"\n"
 _BAD = object()  # an event that is not JSON at all
 
 _HEAD_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds",
@@ -48,24 +54,27 @@ class _Doc(msgspec.Struct):
 
 
 _TOP = msgspec.json.Decoder(Union[_Doc, List[Raw]])
+_RAWS = msgspec.json.Decoder(List[Raw])
 _ANY = msgspec.json.Decoder()
 _KEYS = msgspec.json.Decoder(Dict[str, Raw])
 _BYTE = re.compile(r"\(byte (\d+)\)")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # where one event ends and the next begins, likely
 _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
 _NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
-_MAX_CUTS = 64  # candidate cut points tried on a truncated file
-Buffer = Union[mmap.mmap, bytearray]  # a trace's text, writable (a cut document is closed in place)
-_SPARE = 16  # whitespace after the text: room to close a cut document in place
+_MAX_CUTS = 64  # candidate cut points tried in one batch
+_MAX_HEADS = 16  # "traceEvents" keys tried before the document is read whole
+PIECE = 4 << 20  # bytes of text read at a time, and the least a batch holds (but the last)
+_EMPTY_TAIL = b'{"traceEvents": []'  # what the text after the event list is read behind
 MAX_TRACE_GIB = 2.0  # the largest trace text read, after decompression (see max_trace_bytes)
 LIMIT_ENV = "PERFSTACK_MAX_TRACE_GIB"
 
 
 def max_trace_bytes() -> int:
     """The largest trace text read, after decompression: MAX_TRACE_GIB GiB unless the environment
-    sets PERFSTACK_MAX_TRACE_GIB. It bounds the memory a file from elsewhere can take (a 4 MB gzip
-    bomb expands to 4 GiB) while leaving room for real traces: 1 GB reads in about 1.5 GiB."""
+    sets PERFSTACK_MAX_TRACE_GIB. It bounds the time a file from elsewhere can take (a 4 MB gzip
+    bomb expands to 4 GiB); memory does not grow with the text, only with the events kept."""
     value = os.environ.get(LIMIT_ENV, "")
     try:
         gib = float(value) if value else MAX_TRACE_GIB
@@ -77,7 +86,7 @@ def max_trace_bytes() -> int:
 def _too_large(p: Path, what: str, limit: int) -> InputError:
     return InputError(f"trace file {p} {what} more than {limit / (1 << 30):.3g} GiB, the limit for one trace",
                       hint=f"profile fewer steps per trace (schedule active=...), or raise the limit with "
-                           f"{LIMIT_ENV}=GIB if this machine has the memory (about 1.5x the size)")
+                           f"{LIMIT_ENV}=GIB")
 
 
 def _open_regular(p: Path) -> tuple[io.FileIO, os.stat_result]:
@@ -99,10 +108,13 @@ def _open_regular(p: Path) -> tuple[io.FileIO, os.stat_result]:
         raise
 
 
-def _read(p: Path) -> tuple[Any, list[str]]:
-    """The file's bytes in one writable buffer (an anonymous mmap of the text's size, filled by
-    the kernel or by decompression), and warnings. Only regular files, at most max_trace_bytes()."""
-    warnings: list[str] = []
+def _nothing() -> Generator[bytes, None, None]:
+    yield from ()
+
+
+def _pieces(p: Path, warnings: list[str]) -> Generator[bytes, None, None]:
+    """The file's text a piece at a time, decompressed if it is gzip; only regular files, at most
+    max_trace_bytes() of text."""
     limit = max_trace_bytes()
     try:
         f, st = _open_regular(p)
@@ -110,28 +122,24 @@ def _read(p: Path) -> tuple[Any, list[str]]:
             magic = f.read(2)
             f.seek(0)
             if magic == b"\x1f\x8b":
-                return _gunzip(p, f, warnings, limit), warnings
+                yield from _gunzip(p, f, warnings, limit)
+                return
             if p.name.endswith(".gz"):
                 raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
                                  hint="rename it to .json if it is plain JSON, or re-export the trace")
             size = st.st_size
             if size > limit:
                 raise _too_large(p, "holds", limit)
-            # pages are zero-filled by the kernel on first touch; the spare tail is whitespace, room to
-            # close a cut document in place
-            buf = _alloc(size + _SPARE)
-            got = 0
-            with memoryview(buf) as mv:
-                while got < size:
-                    n = f.readinto(mv[got:size])
-                    if not n:
-                        break
-                    got += n
-            buf[got:] = b" " * (len(buf) - got)
+            left = size
+            while left > 0:
+                piece = f.read(min(PIECE, left))
+                if not piece:
+                    break
+                left -= len(piece)
+                yield piece
             # Bytes appended while it was read are not part of what was measured: left out.
-            if f.read(1):
+            if not left and f.read(1):
                 warnings.append(f"{p.name} grew while it was read; analysed its first {size} bytes")
-            return buf, warnings
     except FileNotFoundError:
         raise InputError(f"trace file {p} does not exist") from None
     except IsADirectoryError:
@@ -141,16 +149,6 @@ def _read(p: Path) -> tuple[Any, list[str]]:
         raise InputError(f"trace file {p} does not fit in memory") from None
     except OSError as e:
         raise InputError(f"cannot read trace file {p}: {e.strerror or e}") from None
-
-
-def _alloc(n: int) -> Buffer:
-    """n writable bytes: private anonymous memory, faulted in at once where the OS offers that."""
-    try:
-        if hasattr(mmap, "MAP_PRIVATE"):
-            return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0))
-        return mmap.mmap(-1, n)
-    except (OSError, ValueError, TypeError):
-        return bytearray(n)
 
 
 def _inflate(f: io.FileIO, state: dict[str, Any]) -> Iterator[bytes]:
@@ -186,17 +184,16 @@ def _inflate(f: io.FileIO, state: dict[str, Any]) -> Iterator[bytes]:
         state["problem"] = "truncated"
 
 
-def _gunzip(p: Path, f: io.FileIO, warnings: list[str], limit: int) -> Buffer:
-    """Decompress in two passes: the first only counts, so a decompression bomb is refused with
-    almost no memory; the second fills a buffer of exactly the counted size (never the compressed
-    file and the whole text at once, never a growing copy). A cut or corrupt stream keeps what
-    came before."""
+def _gunzip(p: Path, f: io.FileIO, warnings: list[str], limit: int) -> Iterator[bytes]:
+    """The decompressed text as it comes; refused as soon as it passes the limit, so a
+    decompression bomb costs one chunk of memory. A cut or corrupt stream keeps what came before."""
     state: dict[str, Any] = {}
     size = 0
     for chunk in _inflate(f, state):
         size += len(chunk)
         if size > limit:
             raise _too_large(p, "decompresses to", limit)
+        yield chunk
     problem = state["problem"]
     if problem is not None:
         if not size:
@@ -204,20 +201,9 @@ def _gunzip(p: Path, f: io.FileIO, warnings: list[str], limit: int) -> Buffer:
                 else f"corrupt gzip file ({problem[9:-1]})"
             raise InputError(f"trace file {p} is a {what}") from None
         warnings.append(f"{p.name}: gzip stream is {problem}; analysed the part that was readable")
-    f.seek(0)
-    buf = _alloc(size + _SPARE)
-    got = 0
-    for chunk in _inflate(f, {}):
-        n = min(len(chunk), size - got)  # the file changed between the passes: keep what was counted
-        buf[got:got + n] = chunk[:n]
-        got += n
-        if got >= size:
-            break
-    buf[got:] = b" " * (len(buf) - got)
-    return buf
 
 
-# --- the document -------------------------------------------------------------------------------
+# --- values -------------------------------------------------------------------------------------
 
 def _generic(raw: Any) -> Any:
     """A JSON value decoded to Python objects; what msgspec refuses (a number beyond a double, invalid
@@ -232,59 +218,7 @@ def _generic(raw: Any) -> Any:
         return _BAD
 
 
-def _decode(p: Path, buf: Buffer, first: int, warnings: list[str]) -> tuple[dict, Any]:
-    """(the metadata that is used, the events: a list of raw slices of buf or, on the stdlib path,
-    an iterator of objects)."""
-    top = _decode_top(p, buf, first, warnings)
-    if top is None:
-        return _stdlib(p, buf, warnings)
-    if isinstance(top, list):
-        return {}, top
-    if top.traceEvents is None:
-        _not_a_trace(p, buf)
-    head = {}
-    for k in _HEAD_KEYS:
-        raw = getattr(top, k)
-        if raw is not _NULL:
-            v = _generic(raw)
-            if v is not _BAD:
-                head[k] = v
-    return head, top.traceEvents
-
-
-def _decode_top(p: Path, buf: Buffer, first: int, warnings: list[str]) -> Any:
-    """The document as msgspec decodes it, NaN and Infinity tokens patched in place and a document
-    cut short salvaged; None where only the standard library can read it."""
-    patches = 0
-    bulk = False
-    while True:
-        try:
-            return _TOP.decode(buf)
-        except msgspec.ValidationError:
-            _not_a_trace(p, buf)
-        except RecursionError:
-            raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-        except UnicodeDecodeError:
-            return None
-        except msgspec.DecodeError as e:
-            msg = str(e)
-            m = _BYTE.search(msg)
-            pos = int(m.group(1)) if m else None
-            if pos is None or "invalid character" not in msg or not _nonfinite(buf, pos, patch=False):
-                return _salvage(p, buf, first, msg, pos, warnings)
-            if patches >= _MAX_PATCHES:
-                if bulk:
-                    return None
-                # many of them (a writer that emits NaN for some field of every event): patch every
-                # such token that stands where a value does, then go on one at a time
-                for t in _NONFINITE_VALUE.finditer(buf, pos):
-                    buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
-                bulk, patches = True, 0
-            _nonfinite(buf, pos, patch=True)
-            patches += 1
-
-
-def _nonfinite(buf: Buffer, pos: int, patch: bool) -> bool:
+def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
     """Is a NaN / Infinity / -Infinity token at pos (where msgspec stopped)? With patch, overwrite it
     in place with ``[]`` and spaces: a value that is neither a number nor a string, so the event
     (or argument) holding it is judged unusable the way a NaN is."""
@@ -301,7 +235,441 @@ def _nonfinite(buf: Buffer, pos: int, patch: bool) -> bool:
     return True
 
 
-def _not_a_trace(p: Path, buf: Buffer) -> None:
+class _Patches:
+    """How many NaN / Infinity tokens one piece of text has had patched."""
+
+    def __init__(self) -> None:
+        self.n, self.bulk = 0, False
+
+    def patch(self, buf: bytearray, pos: int, stop: int) -> bool:
+        """Patch the token at pos; False when this piece has had its share (the stdlib decoder
+        reads it instead). Past the first few (a writer that emits NaN for some field of every
+        event), every such token that stands where a value does is patched at once."""
+        if self.n >= _MAX_PATCHES:
+            if self.bulk:
+                return False
+            for t in _NONFINITE_VALUE.finditer(buf, pos, stop):
+                buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
+            self.bulk, self.n = True, 0
+        _nonfinite(buf, pos, patch=True)
+        self.n += 1
+        return True
+
+
+def _utf8(buf: bytearray, stop: int) -> tuple[bytearray, int]:
+    """(buf with invalid UTF-8 before stop replaced by U+FFFD, as the standard library reads it;
+    where stop is in it). The bytes from stop on are kept as they are."""
+    fixed = bytearray(bytes(buf[:stop]).decode("utf-8", "replace").encode("utf-8"))
+    at = len(fixed)
+    fixed += buf[stop:]
+    return fixed, at
+
+
+def _decoded_doc(doc: bytearray) -> tuple[Any, bytearray]:
+    """(a small document -- the metadata around the event list, or one that is not a trace --
+    decoded, the text decoded): NaN / Infinity tokens patched in place and invalid UTF-8 replaced.
+    Raises what msgspec raises for anything else."""
+    patches = _Patches()
+    while True:
+        try:
+            return _TOP.decode(doc), doc
+        except UnicodeDecodeError:
+            doc = _utf8(doc, len(doc))[0]
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as e:
+            pos = _position(str(e))
+            if pos is None or "invalid character" not in str(e) or not _nonfinite(doc, pos, patch=False) \
+                    or not patches.patch(doc, pos, len(doc)):
+                raise
+
+
+def _position(msg: str) -> Optional[int]:
+    m = _BYTE.search(msg)
+    return int(m.group(1)) if m else None
+
+
+def _line(p: Path, at: int) -> int:
+    """The line of the text's byte at: counted by reading the file again, as only a message needs it."""
+    n = seen = 0
+    pieces = _pieces(p, [])
+    try:
+        for piece in pieces:
+            if seen + len(piece) >= at:
+                return 1 + n + piece.count(_NL, 0, max(0, at - seen))
+            n += piece.count(_NL)
+            seen += len(piece)
+    except InputError:
+        pass
+    finally:
+        pieces.close()
+    return 1 + n
+
+
+# --- the document -------------------------------------------------------------------------------
+
+_FALSE_CUT = object()  # a cut that does not end an event
+_Batches = Generator[tuple[str, Any], None, Any]  # batches yielded, and what the reading came to
+_MAX_RUN = 16  # pieces read on without finding an event's end before the text is judged broken
+
+
+class Events:
+    """The events of one trace file: iterate for batches ``(kind, events)`` in file order, where
+    kind is "typed" (a list the given decoder built), "raw" (a list of per-event JSON slices, for a
+    batch the typed decoder refused, or every batch where no typed decoder is given) or "objects"
+    (a list of Python objects, from the standard library). Then ``head`` holds the document's
+    metadata, ``n_events`` the length of its event list, ``warnings`` what was recovered from.
+    Unreadable input raises InputError naming the file."""
+
+    def __init__(self, p: Path, typed: Optional[msgspec.json.Decoder]) -> None:
+        self.p = p
+        self.typed = typed
+        self.head: dict[str, Any] = {}
+        self.n_events = 0
+        self.warnings: list[str] = []
+        self.offset = 0  # where the current buffer's first byte is in the text
+        self._pieces: Generator[bytes, None, None] = _nothing()
+        self._array = False  # the document is the event list itself
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        self._pieces = _pieces(self.p, self.warnings)
+        try:
+            start = self._start()
+            if isinstance(start, list):
+                self.n_events = len(start)
+                yield "raw", start
+            else:
+                yield from self._events(start)
+        except RecursionError:
+            raise InputError(f"trace file {self.p} is nested too deeply to be a trace") from None
+        finally:
+            self._pieces.close()
+
+    def _next(self) -> Optional[bytes]:
+        return next(self._pieces, None)
+
+    def _where(self, msg: str, pos: Optional[int]) -> str:
+        """Where a decode error at the current buffer's byte pos is, for a message."""
+        what = _BYTE.sub("", msg.split(": ", 1)[-1]).strip()
+        if pos is None:
+            return "it ends in the middle of the document" if "truncated" in msg else what
+        return f"line {_line(self.p, self.offset + pos)}: {what}"
+
+    def _start(self) -> Union[bytearray, List[Raw]]:
+        """The text from the event list's '[' on, the metadata before it kept; or, for a document
+        whose event list is not where a trace has it, its events, read whole (_whole)."""
+        while True:
+            piece = self._next()
+            if piece is None:
+                raise InputError(f"trace file {self.p} is empty", hint=HINT)
+            m = _NONWS.search(piece)
+            if m:
+                break
+            self.offset += len(piece)
+        self.offset += m.start()
+        buf = bytearray(piece[m.start():])
+        if buf[0] == 0x5B:  # '[': the document is the event list
+            self._array = True
+            return buf
+        tried, frm = 0, 0
+        while True:
+            if buf[0] == 0x7B:  # '{'
+                for m in _EVENTS_KEY.finditer(buf, frm):
+                    frm = m.end()
+                    tried += 1
+                    if tried > _MAX_HEADS:
+                        break
+                    if self._head(buf, m.start()):
+                        self.offset += m.end() - 1
+                        return buf[m.end() - 1:]
+                frm = max(frm, len(buf) - 64)
+            piece = None if tried > _MAX_HEADS else self._next()
+            if piece is None:
+                return self._whole(buf)
+            buf += piece
+
+    def _head(self, buf: bytearray, key: int) -> bool:
+        """Is the "traceEvents" key at ``key`` one of the document's own (what comes before it and an
+        empty event list make a whole document)? If so, keep that document's metadata."""
+        doc = bytearray(buf[:key])
+        doc += b'"traceEvents": []}'
+        try:
+            top = _decoded_doc(doc)[0]
+        except _ERRORS:
+            return False
+        if not isinstance(top, _Doc):
+            return False
+        self._keep_head(top)
+        return True
+
+    def _keep_head(self, top: Any) -> None:
+        for k in _HEAD_KEYS:
+            raw = getattr(top, k)
+            if raw is not _NULL:
+                v = _generic(raw)
+                if v is not _BAD:
+                    self.head[k] = v
+
+    def _whole(self, buf: bytearray) -> List[Raw]:
+        """A document whose event list was not found where a trace has it: read whole (it is not a
+        trace, or an odd one) to say what it is, or to take its events."""
+        for piece in self._pieces:
+            buf += piece
+        try:
+            top, buf = _decoded_doc(buf)
+        except msgspec.ValidationError:
+            _not_a_trace(self.p, buf)
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            pos = _position(msg)
+            where = self._where(msg, pos)
+            if pos is None or "trailing characters" not in msg:
+                raise InputError(f"trace file {self.p} is not valid JSON ({where})", hint=HINT) from None
+            self.warnings.append(f"{self.p.name}: ignored what follows the end of the JSON document ({where})")
+            return self._whole(buf[:pos - 1])
+        if not isinstance(top, _Doc) or top.traceEvents is None:
+            _not_a_trace(self.p, buf)
+        self._keep_head(top)
+        return top.traceEvents
+
+    # --- the event list -------------------------------------------------------------------------
+
+    def _events(self, buf: bytearray) -> _Batches:
+        """Batches of events from buf (which starts with the list's '[') and the pieces after it."""
+        eof = False
+        while True:
+            while not eof and len(buf) < PIECE:
+                piece = self._next()
+                if piece is None:
+                    eof = True
+                else:
+                    buf += piece
+            if eof:
+                buf += b" " * 16  # room to close a cut list in place
+                result = yield from self._batch(buf, len(buf), close=False)
+                if result is None:  # the list and the text end together
+                    self._tail(buf, len(buf))
+                elif result is _FALSE_CUT:  # the list does not end: cut short
+                    yield from self._broken(buf, len(buf), "Input data was truncated", None)
+                return
+            rest = yield from self._cut(buf)
+            if rest is True:
+                return
+            if rest is not None:
+                buf = rest
+                continue
+            if len(buf) > _MAX_RUN * PIECE:  # no event ends where the next begins: not a trace's list
+                result = yield from self._batch(buf, len(buf), close=False)
+                if result is None:  # it did end, and the list with it
+                    self._tail(buf, len(buf))
+                elif result is _FALSE_CUT:
+                    yield from self._broken(buf, len(buf), f"no event ends within {_MAX_RUN * PIECE / (1 << 20):g} MiB",
+                                            None)
+                return
+            piece = self._next()  # an event longer than what is read: read on
+            if piece is None:
+                eof = True
+            else:
+                buf += piece
+
+    def _cut(self, buf: bytearray) -> _Batches:
+        """One batch: buf up to its last cut that decodes as a whole list. Returns the text left
+        (with a '[' before it), True when the event list (or what is readable of it) ended, None
+        when no cut worked."""
+        hi, tries = len(buf), 0
+        while tries < _MAX_CUTS:
+            j = buf.rfind(b"}", 1, hi)
+            if j < 0:
+                return None
+            hi = j
+            m = _CUT.match(buf, j)
+            if not m:
+                continue
+            tries += 1
+            comma = buf.index(b",", j, m.end())
+            result = yield from self._batch(buf, comma + 1, close=True)
+            if result is _FALSE_CUT:
+                continue
+            if result is not None:
+                return True
+            self.offset += comma  # the '[' written before the rest stands where the ',' was
+            rest = bytearray(b"[")
+            rest += memoryview(buf)[comma + 1:]
+            return rest
+        return None
+
+    def _batch(self, buf: bytearray, stop: int, close: bool) -> _Batches:
+        """Decode buf[:stop] as a list of events (with close, buf[stop - 1] is the ',' after an event,
+        made the list's ']' for the attempt). Yields the batch; returns None when the list goes on
+        after it, _FALSE_CUT when it is not a whole list (nothing yielded; with close, the ','
+        restored), True when the list ended (its end, and what follows it, dealt with)."""
+        if close:
+            buf[stop - 1] = 0x5D  # ']'
+        patches = _Patches()
+        typed = self.typed is not None
+        while True:
+            part = memoryview(buf)[:stop]
+            try:
+                events = self.typed.decode(part) if typed else _RAWS.decode(part)  # type: ignore[union-attr]
+            except (msgspec.ValidationError, UnicodeDecodeError):
+                part.release()
+                typed = False  # some event's fields have other types, or are not UTF-8: each on its own
+                continue
+            except msgspec.DecodeError as e:
+                part.release()
+                if typed:  # what is wrong, as the raw decoder (the one that reads every event) says it
+                    typed = False
+                    continue
+                msg = str(e)
+                pos = _position(msg)
+                if pos is None or (close and pos == stop - 1):
+                    if close:
+                        buf[stop - 1] = 0x2C  # ','
+                    return _FALSE_CUT
+                if "trailing characters" in msg:
+                    if close:
+                        buf[stop - 1] = 0x2C
+                    return (yield from self._end(buf, pos - 1))
+                if "invalid character" in msg and _nonfinite(buf, pos, patch=False):
+                    if patches.patch(buf, pos, stop):
+                        continue
+                    return (yield from self._stdlib(buf, stop, close))
+                return (yield from self._broken(buf, stop, msg, pos))
+            self.n_events += len(events)
+            yield ("typed" if typed else "raw"), events
+            return None
+
+    def _end(self, buf: bytearray, at: int) -> _Batches:
+        """The event list ends before buf[at], the first thing after it: its last events, then the
+        document's keys after it."""
+        result = yield from self._batch(buf, at, close=False)
+        if result is None:
+            self._tail(buf, at)
+        elif result is _FALSE_CUT:
+            yield from self._broken(buf, at, "Input data was truncated", None)
+        return True
+
+    def _tail(self, buf: bytearray, at: int) -> None:
+        """What follows the event list, from buf[at] on: nothing but whitespace after a bare list;
+        the rest of the document's keys after a "traceEvents" list."""
+        if self._array:
+            m = _NONWS.search(buf, at)
+            if m:
+                self.warnings.append(f"{self.p.name}: ignored what follows the end of the JSON document "
+                                     f"({self._where('trailing characters (byte 0)', m.start())})")
+            return
+        doc = bytearray(_EMPTY_TAIL)
+        doc += memoryview(buf)[at:]
+        for piece in self._pieces:
+            doc += piece
+        base = len(_EMPTY_TAIL)
+        try:
+            top, doc = _decoded_doc(doc)
+        except msgspec.ValidationError:
+            _not_a_trace(self.p, doc)
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            pos = _position(msg)
+            where = self._where(msg, None if pos is None else at + pos - base)
+            if pos is None or "trailing characters" not in msg:
+                self.warnings.append(f"{self.p.name} is not valid JSON ({where}): the file looks truncated; "
+                                     f"analysed the {self.n_events} events before the cut")
+                return
+            self.warnings.append(f"{self.p.name}: ignored what follows the end of the JSON document ({where})")
+            try:
+                top = _decoded_doc(doc[:pos - 1])[0]
+            except _ERRORS:
+                return
+        if isinstance(top, _Doc):
+            self._keep_head(top)
+
+    def _broken(self, buf: bytearray, stop: int, msg: str, pos: Optional[int]) -> _Batches:
+        """The text cannot be read at pos (None: it ends at stop, in the middle of an event): keep
+        the events that end before, and stop there."""
+        where = self._where(msg, pos)
+        limit = stop if pos is None else min(pos, stop)
+        events = _salvage(buf, limit)
+        if events is None:
+            return (yield from self._stdlib(buf, limit, close=False, where=where))
+        self._cut_short(where, len(events))
+        if events:
+            yield "raw", events
+        return True
+
+    def _cut_short(self, where: str, n: int) -> None:
+        self.n_events += n
+        if not self.n_events:
+            raise InputError(f"trace file {self.p} is not valid JSON ({where})", hint=HINT)
+        self.warnings.append(f"{self.p.name} is not valid JSON ({where}): the file looks truncated; "
+                             f"analysed the {self.n_events} events before the cut")
+
+    def _stdlib(self, buf: bytearray, stop: int, close: bool, where: Optional[str] = None
+                ) -> _Batches:
+        """The slow way, for what msgspec will not read (NaN tokens everywhere, a broken batch none
+        of whose cuts decodes): the standard library's decoder, one event at a time, up to the end
+        of the list or the first event that does not parse. Returns as _batch does."""
+        fixed, stop = _utf8(buf, stop)
+        text = str(memoryview(fixed)[:stop], "utf-8")
+        events: list = []
+        i, why = 1, None
+        while True:
+            i = _skip(text, i)
+            if i >= len(text):
+                why = where or "it ends in the middle of the document"
+                break
+            if text[i] == "]":
+                break
+            try:
+                obj, i = _DECODER.raw_decode(text, i)
+            except RecursionError:
+                why = where or "an event is nested too deeply"
+                break
+            except ValueError as e:
+                why = where or f"line {_line(self.p, self.offset + len(text[:i].encode()))}: {getattr(e, 'msg', e)}"
+                break
+            events.append(obj)
+        if why is not None:
+            self._cut_short(why, len(events))
+            if events:
+                yield "objects", events
+            return True
+        self.n_events += len(events)
+        if events:
+            yield "objects", events
+        at = len(text[:i + 1].encode("utf-8"))
+        if close and at == stop:  # the ']' written at the cut
+            return None
+        if close:
+            fixed[stop - 1] = 0x2C  # the list ended before the cut: what follows it, as it was
+        self._tail(fixed, at)
+        return True
+
+
+def _salvage(buf: bytearray, limit: int) -> Optional[list]:
+    """The events of buf (a list from buf[0]) that end before limit, the list closed in place
+    after the last of them. Empty when none does; None when none of the cuts tried decodes."""
+    hi, tries = limit, 0
+    while tries < _MAX_CUTS:
+        j = buf.rfind(b"}", 1, hi)
+        if j < 0:
+            return []
+        hi = j
+        c = j + 1
+        if not _AFTER_EVENT.match(buf, c, limit):
+            continue  # a '}' that does not end an element of the event list
+        tries += 1
+        saved = buf[c]
+        buf[c] = 0x5D  # ']'
+        part = memoryview(buf)[:c + 1]
+        try:
+            return _RAWS.decode(part)
+        except _ERRORS:
+            part.release()
+            buf[c] = saved
+    return None
+
+
+def _not_a_trace(p: Path, buf: Any) -> None:
     try:
         keys = list(_KEYS.decode(buf))
     except _ERRORS:
@@ -310,148 +678,12 @@ def _not_a_trace(p: Path, buf: Buffer) -> None:
     raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT) from None
 
 
-def _where(buf: Buffer, msg: str, pos: int | None) -> str:
-    what = msg.split(": ", 1)[-1]
-    what = _BYTE.sub("", what).strip()
-    if pos is None:
-        return "it ends in the middle of the document" if "truncated" in msg else what
-    line = 1
-    with memoryview(buf) as mv:
-        for i in range(0, pos, 1 << 24):
-            line += bytes(mv[i:min(pos, i + (1 << 24))]).count(b"\n")
-    return f"line {line}: {what}"
-
-
-def _salvage(p: Path, buf: Buffer, first: int, msg: str, pos: int | None,
-             warnings: list[str]) -> Any:
-    """A document cut short or broken at pos: decode it up to the last whole event before the
-    problem, closing the event list there (in place). None when that does not work out."""
-    where = _where(buf, msg, pos)
-    if pos is not None and "trailing characters" in msg:
-        end = pos - 1
-        mv = memoryview(buf)
-        part = mv[:end]
-        try:
-            top = _TOP.decode(part)
-        except _ERRORS:
-            part.release()
-            mv.release()
-        else:
-            warnings.append(f"{p.name}: ignored what follows the end of the JSON document ({where})")
-            return top
-    if buf[first] == 0x5B:  # '['
-        start, close = first + 1, b"]"
-    else:
-        m = _EVENTS_KEY.search(buf)
-        if not m:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        start, close = m.end(), b"]}"
-    limit = len(buf) if pos is None else min(pos, len(buf))
-    hi, tries = limit, 0
-    while tries < _MAX_CUTS:
-        j = buf.rfind(b"}", start, hi)
-        if j < 0:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        hi = j
-        c = j + 1
-        if not _AFTER_EVENT.match(buf, c, limit):
-            continue  # a '}' that does not end an element of the event list
-        tries += 1
-        saved = bytes(buf[c:c + len(close)])
-        buf[c:c + len(close)] = close
-        mv = memoryview(buf)
-        part = mv[:c + len(close)]
-        try:
-            top = _TOP.decode(part)
-        except _ERRORS:
-            part.release()
-            mv.release()
-            buf[c:c + len(close)] = saved
-            continue
-        n = len(top) if isinstance(top, list) else len(top.traceEvents or ())
-        if not n:
-            raise InputError(f"trace file {p} is not valid JSON ({where})", hint=HINT)
-        warnings.append(f"{p.name} is not valid JSON ({where}): the file looks truncated; "
-                        f"analysed the {n} events before the cut")
-        return top
-    return None
-
-
-def _stdlib(p: Path, buf: Buffer, warnings: list[str]) -> tuple[dict, Any]:
-    """The slow way, for what msgspec will not read (NaN tokens everywhere, invalid UTF-8 outside
-    the events): the standard library's decoder, one event at a time, up to the first event that
-    does not parse. The events come as an iterator, built into records as they are read."""
-    text = str(memoryview(buf), "utf-8", "replace")
-    i = _skip_ws(text, 0)
-    head: dict = {}
-    if text.startswith("[", i):
-        start = i + 1
-    else:
-        m = re.search(r'"traceEvents"\s*:\s*\[', text)
-        if not m or not text.startswith("{", i):
-            try:
-                doc = json.loads(text)
-            except RecursionError:
-                raise InputError(f"trace file {p} is nested too deeply to be a trace") from None
-            except ValueError as e:
-                line = getattr(e, "lineno", None)
-                raise InputError(f"trace file {p} is not valid JSON" + (f" (line {line}: {getattr(e, 'msg', e)})" if line else ""),
-                                 hint=HINT) from None
-            nsys = isinstance(doc, dict) and any(str(k).lower().startswith(("nsys", "cupti", "target")) for k in doc)
-            raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT)
-        start = m.end()
-        pre = text[:m.start()].rstrip().rstrip(",") + "}"
-        try:
-            h = json.loads(pre)
-        except (ValueError, RecursionError):
-            h = {}
-        if isinstance(h, dict):
-            head = {k: h[k] for k in _HEAD_KEYS if k in h}
-    first = _next_event(text, start)
-    if isinstance(first[0], str):
-        raise InputError(f"trace file {p} is not valid JSON ({first[0]})", hint=HINT)
-    return head, _stdlib_events(p, text, first, warnings)
-
-
 _DECODER = json.JSONDecoder()  # one for every event: building it per call costs more than the parse
 
 
-def _next_event(text: str, i: int, dec: json.JSONDecoder = _DECODER) -> tuple[Any, int]:
-    """(the event at i, where the next one starts); (None, -1) at the end of the list; (why, -1)
-    where it stops parsing."""
+def _skip(text: str, i: int) -> int:
+    """Past whitespace and commas (between events)."""
     n = len(text)
-    while True:
-        i = _skip_ws(text, i)
-        if i < n and text[i] == ",":
-            i += 1
-            continue
-        break
-    if i >= n:
-        return "it ends in the middle of the document", -1
-    if text[i] == "]":
-        return None, -1
-    try:
-        return dec.raw_decode(text, i)
-    except RecursionError:
-        return "an event is nested too deeply", -1
-    except ValueError as e:
-        return f"line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}", -1
-
-
-def _stdlib_events(p: Path, text: str, first: tuple, warnings: list[str]) -> Iterator[Any]:
-    obj, i = first
-    n = 0
-    while i >= 0:
-        n += 1
-        yield obj
-        obj, i = _next_event(text, i)
-    if obj is not None:
-        warnings.append(f"{p.name} is not valid JSON ({obj}): the file looks truncated; "
-                        f"analysed the {n} events before the cut")
-
-
-def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in " \t\r\n":
+    while i < n and text[i] in " \t\r\n,":
         i += 1
     return i
