@@ -1,9 +1,10 @@
-"""Traces from elsewhere: a decompression bomb, an oversized file, a FIFO or a device are refused
-with exit 2 and bounded memory."""
+"""Traces from elsewhere: a decompression bomb, an oversized file, a FIFO or a device, and times no
+clock gives are refused with exit 2 and bounded memory."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,19 @@ def test_device_is_refused():
     done = subprocess.run([sys.executable, "-m", "perfstack", "profile", "--trace", "/dev/zero"],
                           capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
     assert done.returncode == 2 and "not a regular file" in done.stderr
+
+
+def test_absurd_event_times_are_refused_naming_the_event(tmp_path, capsys):
+    # Kernels at ts = dur = 1e308 µs: finite JSON numbers, but ts + dur is inf and the analysis
+    # turned it into NaN (exit 4, or a Run holding NaN that `report` refuses).
+    d = json.loads(gzip.decompress((REAL / "h100" / "pageable-memcpy.pt.trace.json.gz").read_bytes()))
+    kernels = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+    for e in kernels:
+        e["ts"] = e["dur"] = 1e308
+    bad = tmp_path / "absurd.pt.trace.json"
+    bad.write_text(json.dumps(d))
+    out = tmp_path / "run.json"
+    assert main(["profile", "--trace", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and repr(kernels[0]["name"][:200]) in err and "1e+308" in err
+    assert "Traceback" not in err and not out.exists()

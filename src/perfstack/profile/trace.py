@@ -36,7 +36,8 @@ How it reads a file (a 1 GB trace is a few million events, a few hundred distinc
 
 A trace cut short (a truncated file or gzip stream, a crashed job) keeps the events before the cut,
 and ``Trace.warnings`` says so. ``NaN`` / ``Infinity`` (not JSON, but Python's json writes them)
-make the event that holds them unusable, not the file.
+make the event that holds them unusable, not the file. A time no clock gives (beyond 2^53 µs) in an
+event the analysis reads refuses the trace, naming the event: it would turn into inf and NaN.
 """
 
 from __future__ import annotations
@@ -139,12 +140,18 @@ class _Args(msgspec.Struct, gc=False):
     reserved: Optional[_I64] = msgspec.field(default=None, name="Total Reserved")
 
 
+# No clock gives a time beyond 2**53 µs (285 years; past it a float has no µs left): a trace that
+# claims one is refused when read, not left to turn into inf and NaN in the analysis.
+MAX_TIME_US = float(2**53)
+_TIME = Annotated[float, Meta(ge=-MAX_TIME_US, le=MAX_TIME_US)]
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: Optional[str] = None
     name: Optional[str] = None
-    ts: Optional[float] = None
-    dur: Optional[float] = None
+    ts: Optional[_TIME] = None
+    dur: Optional[_TIME] = None
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     args: Optional[_Args] = None
@@ -467,6 +474,10 @@ class _Builder:
         if not isinstance(name, str) or ts is None or dur is None or dur < 0:
             self.skipped += 1
             return
+        if abs(ts) > MAX_TIME_US or dur > MAX_TIME_US:
+            raise InputError(f"trace file {self.t.path}: {cat} event {name[:200]!r} has ts {ts:g} µs, dur {dur:g} µs: "
+                             f"not a time any clock gives (at most 2^53 µs, 285 years)",
+                             hint="the trace is corrupt, or not torch.profiler's (its times are µs); re-export it")
         n = self.names.setdefault(name, name)
         args = e.get("args")
         if not isinstance(args, dict):
