@@ -137,7 +137,7 @@ t0 = time.perf_counter()
 from perfstack.profile.summary import profile_run
 run = profile_run([sys.argv[1]])
 dt = time.perf_counter() - t0
-print(f"{dt:.3f} {run.profile.get('n_steps')} {len(run.findings)}")
+print(f"{dt:.3f} {run.profile.n_steps} {len(run.findings)}")
 """
 
 
