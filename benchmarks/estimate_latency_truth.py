@@ -4,7 +4,8 @@ For Llama-style configs (random bf16 weights, the shapes of Llama 3.2 1B, 3.2 3B
 batch 1 and 16 this measures, on one GPU:
 
   * prefill (TTFT without the sampler): one forward over B × prompt tokens, K/V written into the
-    cache, logits for the last position only; the median of several CUDA-event timings;
+    cache, logits for the last position only; the median of several CUDA-event timings, launched
+    from Python and replayed as one CUDA graph (an engine's host overhead lies between the two);
   * decode (ITL): one token per sequence per step, written like a serving engine does it:
       - grouped-query attention without repeating K/V (the query heads of each KV head are
         folded into the query length, so every cached K/V element is read once),
@@ -168,6 +169,20 @@ def kernels_per_call(fn, device):
                and not e.name.startswith(("Memcpy", "Memset")))
 
 
+def capture(fn, device):
+    """``fn`` recorded as one CUDA graph (after warm-up on a side stream, as graph capture needs)."""
+    s = torch.cuda.Stream(device)
+    s.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()  # the graph keeps its output buffers alive
+    return g
+
+
 def measure(name, batch, prompt, gen, device, compiled, graphs, reps):
     cfg = CONFIGS[name]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -182,6 +197,11 @@ def measure(name, batch, prompt, gen, device, compiled, graphs, reps):
         sync(device)
         pre = timed(lambda: m.forward(tokens, ppos), device, reps)
         pre_k = kernels_per_call(lambda: m.forward(tokens, ppos), device)
+        pre_graph = None
+        if graphs and device.type == "cuda":  # the same prefill replayed as one graph: no host in the way
+            gp = capture(lambda: m.forward(tokens, ppos), device)
+            pre_graph = timed(gp.replay, device, reps)
+            del gp
         tok = torch.zeros(batch, 1, dtype=torch.long, device=device)
         pos = torch.full((1,), prompt, dtype=torch.long, device=device)
         for _ in range(3):
@@ -189,15 +209,7 @@ def measure(name, batch, prompt, gen, device, compiled, graphs, reps):
         sync(device)
         dec_k = kernels_per_call(lambda: m.forward(tok, pos), device)
         if graphs and device.type == "cuda":
-            s = torch.cuda.Stream(device)
-            s.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    m.forward(tok, pos)
-            torch.cuda.current_stream(device).wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                m.forward(tok, pos)  # the graph keeps its output buffers alive
+            g = capture(lambda: m.forward(tok, pos), device)
             step = g.replay
         else:
             def step():
@@ -210,6 +222,7 @@ def measure(name, batch, prompt, gen, device, compiled, graphs, reps):
         loops = timed(token_loop, device, max(2, reps // 3))
     row = {"config": name, "batch": batch, "prompt": prompt, "gen": gen, **cfg,
            "prefill_ms": statistics.median(pre), "prefill_ms_all": pre,
+           "prefill_graph_ms": statistics.median(pre_graph) if pre_graph else None,
            "itl_ms": min(loops) / gen, "itl_ms_rounds": [x / gen for x in loops],
            "kernels_prefill": pre_k, "kernels_decode_step": dec_k,
            "compiled": compiled, "graph": bool(graphs and device.type == "cuda"),
@@ -245,7 +258,8 @@ def main(argv=None):
         for b in batches:
             r = measure(c, b, a.prompt, a.gen, device, not a.eager, not a.no_graph, a.reps)
             rows.append(r)
-            print(f"{env['gpu']} {c} b={b}: prefill {r['prefill_ms']:.2f} ms ({r['kernels_prefill']} kernels), "
+            pg = f", {r['prefill_graph_ms']:.2f} ms as a graph" if r["prefill_graph_ms"] else ""
+            print(f"{env['gpu']} {c} b={b}: prefill {r['prefill_ms']:.2f} ms{pg} ({r['kernels_prefill']} kernels), "
                   f"ITL {r['itl_ms']:.3f} ms ({r['kernels_decode_step']} kernels/step), setup {r['setup_s']:.0f} s",
                   flush=True)
     doc = {"env": env, "rows": rows}

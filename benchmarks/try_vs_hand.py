@@ -1,5 +1,6 @@
 """Check `perfstack try` against a timing done by hand: the same change (channels_last on the ResNet-18
-workload), written into the code by hand, timed in alternating fresh processes with the minimum kept.
+workload: the model and each step's batch converted), written into the code by hand, timed in alternating
+fresh processes with the minimum kept.
 
     python benchmarks/try_vs_hand.py [--rounds 3] [--out DIR]
 
@@ -28,11 +29,11 @@ if cl:
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 crit = torch.nn.CrossEntropyLoss()
 batches = [(torch.randn(128, 3, 224, 224, device="cuda"), torch.randint(0, 1000, (128,), device="cuda")) for _ in range(4)]
-if cl:
-    batches = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in batches]
 marks = []
 for it in range(warmup + steps):
     x, y = batches[it % 4]
+    if cl:  # converted where the step takes its batch, as try's fix converts the model's 4-D inputs
+        x = x.contiguous(memory_format=torch.channels_last)
     loss = crit(model(x), y)
     opt.zero_grad(); loss.backward(); opt.step()
     if it >= warmup - 1:
