@@ -227,7 +227,7 @@ def measure(name, batch, prompt, gen, device, compiled, graphs, reps):
            "kernels_prefill": pre_k, "kernels_decode_step": dec_k,
            "compiled": compiled, "graph": bool(graphs and device.type == "cuda"),
            "setup_s": time.perf_counter() - t0}
-    del m
+    m = None  # the weights go before the next config is built
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return row
