@@ -1,11 +1,27 @@
-"""perfstack loadtest beside NVIDIA AIPerf: the same server, prompts, lengths and concurrency, alternating.
+"""perfstack loadtest beside NVIDIA AIPerf and a minimal referee client: the same server, requests and load.
 
     python benchmarks/loadtest_vs_aiperf.py URL --model NAME --tokenizer DIR [--aiperf PATH] [--concurrency 4]
-        [--requests 40] [--isl 64] [--osl 32] [--rounds 3]
+        [--requests 40] [--isl 64] [--osl 32] [--rounds 3] [--workload single|multi-turn|trace]
+        [--turns 3] [--trace FILE] [--no-referee] [--no-aiperf] [--out DIR]
 
-Both read the same prompt file (numbered texts of --isl tokens made with the tokenizer) and ask for --osl
-tokens. Rounds alternate (AIPerf, perfstack, AIPerf, ...) so that drift in the server hits both; the
-table shows the median over rounds of each tool's figure and the ratio perfstack / AIPerf.
+Workloads:
+
+- ``single``: numbered prompts of --isl tokens (made with the tokenizer), --osl tokens asked, at --concurrency.
+- ``multi-turn``: conversations of --turns turns at --concurrency; each turn resends the history. perfstack
+  makes them (``--turns``); AIPerf gets the same user turns as a ``multi_turn`` file (it puts the model's
+  live answers in the history, perfstack stand-ins of the asked length: the prompts grow alike).
+- ``trace``: a mooncake-style JSONL trace replayed at its recorded times (``--trace`` FILE, or a synthetic one
+  of --requests requests with Poisson gaps at --rate and shared blocks); AIPerf replays it with
+  ``--custom-dataset-type mooncake_trace --fixed-schedule``.
+
+The referee is a minimal client, one aiohttp event loop that stamps each chunk as it reads it and does
+nothing else, fed the very requests perfstack sends (it imports perfstack's workload only to build them).
+Each tool is judged by its distance from the referee, not from the other tool: a client starved of CPU
+reads late, and the referee shares the host with the same starvation, so run it where the clients have
+free cores (taskset), and read the ``waited for a CPU`` column perfstack reports.
+
+Rounds alternate (AIPerf, perfstack, referee, AIPerf, ...) so that drift in the server hits all; the table
+shows the median over rounds of each tool's figure and its ratio to the referee's.
 
 Names differ: AIPerf's "inter_token_latency" is per request (e2e - TTFT) / (tokens - 1), which vLLM and
 perfstack call TPOT; AIPerf's "inter_chunk_latency" is the pooled gap between chunks, perfstack's ITL.
@@ -14,31 +30,73 @@ perfstack call TPOT; AIPerf's "inter_chunk_latency" is the pooled gap between ch
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+FIGURES = {"ttft_p50": "median TTFT (ms)", "tpot_p50": "median TPOT (ms; AIPerf: ITL)",
+           "itl_p50": "median ITL (ms; AIPerf: inter-chunk)", "e2e_p50": "median E2E (ms)",
+           "out_tok_s": "output tokens/s", "req_s": "requests/s"}
 
 
-def prompts(path: Path, tokenizer: str, n: int, isl: int, seed: int = 0) -> None:
+# -- the requests, built once for every tool ---------------------------------------------------
+def single_prompts(path: Path, tokenizer: str, n: int, isl: int, seed: int = 0) -> None:
     from perfstack.loadtest import workload
 
     tok = workload.load_tokenizer(tokenizer)
-    wl = workload.synthetic(isl, 1, seed=seed, tokenizer=tok)
-    it = wl.cycle()
+    it = workload.synthetic(isl, 1, seed=seed, tokenizer=tok).cycle()
     with path.open("w") as f:
         for _ in range(n):
             f.write(json.dumps({"text": next(it).text}) + "\n")
 
 
+def synthetic_trace(path: Path, n: int, rate: float, isl: int, osl: int, block: int = 512, seed: int = 0) -> None:
+    """A mooncake-style trace: Poisson arrivals, prompts of about --isl tokens over shared leading blocks."""
+    rng = random.Random(seed)
+    t, next_id = 0.0, 1000
+    with path.open("w") as f:
+        for _ in range(n):
+            blocks = max(1, -(-isl // block))
+            shared = [rng.randrange(4)] if blocks > 1 else []  # one of four common first blocks
+            ids = shared + list(range(next_id, next_id + blocks - len(shared)))
+            next_id += blocks
+            f.write(json.dumps({"timestamp": round(t * 1e3), "input_length": isl, "output_length": osl,
+                                "hash_ids": ids}) + "\n")
+            t += rng.expovariate(rate)
+
+
+def conversations(a: argparse.Namespace) -> list[list[Any]]:
+    """perfstack's own conversations (the Prompt of every turn), as its --turns makes them."""
+    from perfstack.loadtest import workload
+
+    tok = workload.load_tokenizer(a.tokenizer)
+    n_conv = max(1, a.requests // a.turns)
+    wl = workload.synthetic(a.isl, a.osl, seed=0, tokenizer=tok, turns=a.turns, conversations=n_conv)
+    prompts = [wl.more(i) for i in range(n_conv * a.turns)]
+    return [[prompts[t * n_conv + c] for t in range(a.turns)] for c in range(n_conv)]
+
+
+# -- AIPerf -----------------------------------------------------------------------------------
 def aiperf(exe: str, a: argparse.Namespace, data: Path, out: Path) -> dict:
     cmd = [exe, "profile", "--model", a.model, "--url", a.url, "--endpoint-type", "chat", "--streaming",
-           "--concurrency", str(a.concurrency), "--request-count", str(a.requests),
-           "--warmup-request-count", str(a.concurrency), "--input-file", str(data), "--custom-dataset-type",
-           "single_turn", "--osl", str(a.osl), "--osl-stddev", "0", "--tokenizer", a.tokenizer,
-           "--artifact-dir", str(out), "--ui", "none", "--random-seed", "0"]
+           "--tokenizer", a.tokenizer, "--artifact-dir", str(out), "--ui", "none", "--random-seed", "0",
+           "--input-file", str(data)]
+    if a.workload == "trace":
+        cmd += ["--custom-dataset-type", "mooncake_trace", "--fixed-schedule"]
+    elif a.workload == "multi-turn":
+        cmd += ["--custom-dataset-type", "multi_turn", "--concurrency", str(a.concurrency), "--conversation-num",
+                str(max(1, a.requests // a.turns)), "--osl", str(a.osl), "--osl-stddev", "0"]
+    else:
+        cmd += ["--custom-dataset-type", "single_turn", "--concurrency", str(a.concurrency), "--request-count",
+                str(a.requests), "--warmup-request-count", str(a.concurrency), "--osl", str(a.osl),
+                "--osl-stddev", "0"]
     p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if p.returncode:
         sys.exit(f"aiperf failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -48,14 +106,118 @@ def aiperf(exe: str, a: argparse.Namespace, data: Path, out: Path) -> dict:
             "out_tok_s": d["output_token_throughput"]["avg"], "req_s": d["request_throughput"]["avg"]}
 
 
+# -- perfstack --------------------------------------------------------------------------------
 def perfstack(a: argparse.Namespace, data: Path, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "perfstack", "-q", "loadtest", a.url, "--model", a.model, "--prompts", str(data),
-           "--output-len", str(a.osl), "--concurrency", str(a.concurrency), "--requests", str(a.requests),
-           "--warmup", str(a.concurrency), "--tokenizer", a.tokenizer, "-o", str(out), "--json"]
+    cmd = [sys.executable, "-m", "perfstack", "-q", "loadtest", a.url, "--model", a.model, "--tokenizer",
+           a.tokenizer, "-o", str(out), "--json"]
+    if a.workload == "trace":
+        cmd += ["--trace", str(data)]
+    elif a.workload == "multi-turn":
+        cmd += ["--turns", str(a.turns), "--input-len", str(a.isl), "--output-len", str(a.osl), "--concurrency",
+                str(a.concurrency), "--requests", str(max(1, a.requests // a.turns) * a.turns), "--warmup", "0"]
+    else:
+        cmd += ["--prompts", str(data), "--output-len", str(a.osl), "--concurrency", str(a.concurrency),
+                "--requests", str(a.requests), "--warmup", str(a.concurrency)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    s = json.loads(out.read_text())["loadtest"]["levels"][0]["summary"]
+    lv = json.loads(out.read_text())["loadtest"]["levels"][0]
+    s = lv["summary"]
     return {"ttft_p50": s["ttft"]["median"], "tpot_p50": s["tpot"]["median"], "itl_p50": s["itl"]["median"],
-            "e2e_p50": s["e2e"]["median"], "out_tok_s": s["output_throughput"], "req_s": s["request_throughput"]}
+            "e2e_p50": s["e2e"]["median"], "out_tok_s": s["output_throughput"], "req_s": s["request_throughput"],
+            "cpu_wait": (lv.get("client") or {}).get("cpu_wait_fraction")}
+
+
+# -- the referee: one loop, a stamp per chunk read, nothing else ---------------------------------
+async def _one(session: Any, url: str, body: dict, out: list[dict]) -> None:
+    t0 = time.perf_counter()
+    stamps: list[float] = []
+    tokens = None
+    async with session.post(url, json=body) as resp:
+        async for line in resp.content:
+            now = time.perf_counter()
+            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                continue
+            c = json.loads(line[5:])
+            if c.get("usage"):
+                tokens = c["usage"].get("completion_tokens")
+            if any((ch.get("delta") or {}).get("content") for ch in c.get("choices") or []):
+                stamps.append(now)
+    end = time.perf_counter()
+    if stamps:
+        out.append({"start": t0, "end": end, "ttft": (stamps[0] - t0) * 1e3, "e2e": (end - t0) * 1e3,
+                    "gaps": [(b - x) * 1e3 for x, b in zip(stamps, stamps[1:])], "tokens": tokens or len(stamps)})
+
+
+def _body(model: str, messages: list[dict], osl: int) -> dict:
+    return {"model": model, "messages": messages, "stream": True, "max_tokens": osl, "min_tokens": osl,
+            "ignore_eos": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
+
+
+async def _referee(a: argparse.Namespace, data: Path) -> list[dict]:
+    import aiohttp
+
+    from perfstack.loadtest import trace
+
+    url = a.url.rstrip("/") + "/v1/chat/completions"
+    out: list[dict] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as s:
+        if a.workload == "trace":
+            wl, _ = trace.load(str(data))
+            t0, tasks = time.perf_counter(), []
+            for at, p in zip(wl.arrivals or [], wl.prompts):
+                await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+                tasks.append(asyncio.ensure_future(_one(s, url, _body(a.model, [
+                    {"role": "user", "content": p.text}], p.max_tokens), out)))
+            await asyncio.gather(*tasks)
+            return out
+        if a.workload == "multi-turn":
+            queue = conversations(a)
+
+            async def talk() -> None:
+                while queue:
+                    conv = queue.pop(0)
+                    for p in conv:
+                        msgs = [{"role": r, "content": c} for r, c in p.history] + [{"role": "user", "content": p.text}]
+                        await _one(s, url, _body(a.model, msgs, p.max_tokens), out)
+            await asyncio.gather(*(talk() for _ in range(a.concurrency)))
+            return out
+        texts = [json.loads(line)["text"] for line in data.read_text().splitlines()]
+        warm, texts = texts[:a.concurrency], texts[a.concurrency:]
+        await asyncio.gather(*(_one(s, url, _body(a.model, [{"role": "user", "content": t}], a.osl), [])
+                               for t in warm))
+
+        async def loop() -> None:
+            while texts:
+                await _one(s, url, _body(a.model, [{"role": "user", "content": texts.pop(0)}], a.osl), out)
+        await asyncio.gather(*(loop() for _ in range(a.concurrency)))
+    return out
+
+
+def referee(a: argparse.Namespace, data: Path) -> dict:
+    recs = asyncio.run(_referee(a, data))
+    span = max(r["end"] for r in recs) - min(r["start"] for r in recs)
+    tpot = [(r["e2e"] - r["ttft"]) / (r["tokens"] - 1) for r in recs if r["tokens"] > 1]
+    return {"ttft_p50": statistics.median(r["ttft"] for r in recs), "tpot_p50": statistics.median(tpot),
+            "itl_p50": statistics.median(g for r in recs for g in r["gaps"]),
+            "e2e_p50": statistics.median(r["e2e"] for r in recs),
+            "out_tok_s": sum(r["tokens"] for r in recs) / span, "req_s": len(recs) / span}
+
+
+def _data(a: argparse.Namespace, work: Path) -> Path:
+    if a.workload == "trace":
+        if a.trace:
+            return Path(a.trace)
+        path = work / "trace.jsonl"
+        synthetic_trace(path, a.requests, a.rate, a.isl, a.osl)
+        return path
+    if a.workload == "multi-turn":
+        path = work / "multi_turn.jsonl"  # AIPerf's multi_turn file: the user turns of the same conversations
+        with path.open("w") as f:
+            for c, conv in enumerate(conversations(a)):
+                f.write(json.dumps({"session_id": f"conv-{c}", "turns": [{"text": p.text} for p in conv]}) + "\n")
+        return path
+    path = work / "prompts.jsonl"
+    single_prompts(path, a.tokenizer, a.requests + a.concurrency, a.isl)
+    return path
 
 
 def main() -> None:
@@ -69,25 +231,39 @@ def main() -> None:
     ap.add_argument("--isl", type=int, default=64)
     ap.add_argument("--osl", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workload", choices=("single", "multi-turn", "trace"), default="single")
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--trace", help="a mooncake-style JSONL trace (default: a synthetic one)")
+    ap.add_argument("--rate", type=float, default=4.0, help="the synthetic trace's mean requests/s")
+    ap.add_argument("--no-referee", dest="referee", action="store_false")
+    ap.add_argument("--no-aiperf", dest="aiperf_on", action="store_false", help="perfstack and the referee only")
+    ap.add_argument("--out", help="keep every tool's output here (default: a temporary folder)")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp())
-    data = work / "prompts.jsonl"
-    prompts(data, a.tokenizer, a.requests + a.concurrency, a.isl)
-    runs: dict[str, list[dict]] = {"aiperf": [], "perfstack": []}
+    work = Path(a.out) if a.out else Path(tempfile.mkdtemp())
+    work.mkdir(parents=True, exist_ok=True)
+    data = _data(a, work)
+    tools = (["aiperf"] if a.aiperf_on else []) + ["perfstack"] + (["referee"] if a.referee else [])
+    runs: dict[str, list[dict]] = {t: [] for t in tools}
     for r in range(a.rounds):
-        runs["aiperf"].append(aiperf(a.aiperf, a, data, work / f"aiperf{r}"))
+        if a.aiperf_on:
+            runs["aiperf"].append(aiperf(a.aiperf, a, data, work / f"aiperf{r}"))
         runs["perfstack"].append(perfstack(a, data, work / f"perfstack{r}.json"))
-        print(f"round {r + 1}: aiperf {runs['aiperf'][-1]}\n         perfstack {runs['perfstack'][-1]}", flush=True)
-    names = {"ttft_p50": "median TTFT (ms)", "tpot_p50": "median TPOT (ms; AIPerf: ITL)",
-             "itl_p50": "median ITL (ms; AIPerf: inter-chunk)", "e2e_p50": "median E2E (ms)",
-             "out_tok_s": "output tokens/s", "req_s": "requests/s"}
-    print(f"\n{a.concurrency} streams, {a.requests} requests of {a.isl} -> {a.osl} tokens, median of {a.rounds} "
-          "alternating rounds")
-    print(f"| figure | AIPerf | perfstack | perfstack / AIPerf |\n|---|---|---|---|")
-    for k, label in names.items():
-        x = statistics.median(r[k] for r in runs["aiperf"])
-        y = statistics.median(r[k] for r in runs["perfstack"])
-        print(f"| {label} | {x:.2f} | {y:.2f} | {y / x:.3f} |")
+        if a.referee:
+            runs["referee"].append(referee(a, data))
+        print(f"round {r + 1}: " + "; ".join(f"{t} {runs[t][-1]}" for t in tools), flush=True)
+    ref = "referee" if a.referee else tools[0]
+    print(f"\n{a.workload}: {a.concurrency} streams, {a.requests} requests of {a.isl} -> {a.osl} tokens, median of "
+          f"{a.rounds} alternating rounds; ratios to the {ref}")
+    print("| figure | " + " | ".join(tools) + " | " + " | ".join(f"{t} / {ref}" for t in tools if t != ref)
+          + " |\n|" + "---|" * (1 + len(tools) + len(tools) - 1))
+    for k, label in FIGURES.items():
+        med = {t: statistics.median(x[k] for x in runs[t]) for t in tools}
+        print(f"| {label} | " + " | ".join(f"{med[t]:.2f}" for t in tools) + " | "
+              + " | ".join(f"{med[t] / med[ref]:.3f}" for t in tools if t != ref) + " |")
+    waits = [x.get("cpu_wait") for x in runs["perfstack"] if x.get("cpu_wait") is not None]
+    if waits:
+        print(f"\nperfstack's client waited for a CPU {max(waits):.1%} of a level at most (above a few percent the "
+              "host's contention is in every tool's figures)")
 
 
 if __name__ == "__main__":

@@ -101,3 +101,34 @@ def test_completions_endpoint_and_an_unknown_model(server, tmp_path, capsys):
     rc = main(["loadtest", url, "--model", "no-such-model", "--requests", "2", "--no-color"])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
+
+
+def test_multi_turn_conversations_grow_their_prompts(server, tmp_path):
+    """Three turns resend the history: the server's own prompt counts grow turn by turn."""
+    url, model = server
+    out = tmp_path / "mt.json"
+    rc = main(["loadtest", url, "--model", str(model), "--tokenizer", str(model), "--turns", "3", "--concurrency", "2",
+               "--requests", "12", "--warmup", "0", "--input-len", "16", "--output-len", "6", "-o", str(out),
+               "--no-color"])
+    assert rc == 0
+    lv = Run.load(out).loadtest.levels[0]
+    assert lv.summary.completed == 12 and lv.summary.failed == 0
+    counts = sorted(r.input_tokens for r in lv.requests if r.input_tokens)
+    # turn 1 about 18 tokens, turn 2 adds an answer and a turn (about 40), turn 3 about 62
+    assert counts[0] < 30 and counts[-1] > 50
+
+
+def test_a_trace_is_replayed_at_its_times(server, tmp_path):
+    url, model = server
+    trace = tmp_path / "t.jsonl"
+    times = (0, 300, 350, 900, 1500, 1600)
+    trace.write_text("".join(f'{{"timestamp": {t}, "input_length": 20, "output_length": 5, "hash_ids": [0, {i + 1}]}}\n'
+                             for i, t in enumerate(times)))
+    out = tmp_path / "tr.json"
+    rc = main(["loadtest", url, "--model", str(model), "--tokenizer", str(model), "--trace", str(trace),
+               "--trace-block", "10", "-o", str(out), "--no-color"])
+    assert rc == 0
+    lv = Run.load(out).loadtest.levels[0]
+    assert lv.mode == "trace" and lv.summary.completed == len(times)
+    starts = sorted(r.start_s for r in lv.requests)
+    assert all(abs(s - t / 1e3) < 0.1 for s, t in zip(starts, times))

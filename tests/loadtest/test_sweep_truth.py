@@ -31,11 +31,11 @@ def _claims_saturation(f) -> bool:
 
 
 def test_a_sweep_stopped_by_the_slo_while_throughput_grows_reaches_no_knee(tmp_path):
-    """TTFT = 10 ms per stream running; 24 tokens every 10 ms: throughput still grows by half from 8 to 16
-    streams when the TTFT objective (115 ms: 11 streams meet it, 12 do not) stops the sweep."""
-    srv = Server(interval=0.01, ttft=0.01, ttft_per_running=0.01)
+    """TTFT = 20 ms per stream running; 24 tokens every 10 ms: throughput still grows by 40% from 8 to 16
+    streams when the TTFT objective (230 ms: 11 streams meet it at 220 ms, 12 do not at 240) stops the sweep."""
+    srv = Server(interval=0.01, ttft=0.02, ttft_per_running=0.02)
     with InThread(srv) as fs:
-        run = _run(fs.url, tmp_path, "--sweep", "--requests", "12", "--output-len", "24", "--slo", "ttft=115ms")
+        run = _run(fs.url, tmp_path, "--sweep", "--requests", "12", "--output-len", "24", "--slo", "ttft=230ms")
     lt = run.loadtest
     sw = lt.sweep
     by_load = {lv.load: lv for lv in lt.levels}

@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     load.add_argument("--client-procs", type=int, default=None, metavar="N",
                       help="client processes sharing each level (default: one per 100 streams, up to the usable "
                            "CPUs but one); one event loop reads a burst of chunks one after another")
+    load.add_argument("--ramp-up", type=float, default=0.0, metavar="S",
+                      help="each level's load climbs over S seconds: the rate from 0 (open loop), or the streams "
+                           "start one after another (closed loop)")
     load.add_argument("--repeat", type=int, default=1, metavar="N",
                       help="run every level N times: each figure is the median over the runs, with its interval "
                            "(order statistics: 94%% for 5 runs, 98%% for 10); diff judges on them")
@@ -73,6 +76,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     wl.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS",
                     help="a prefix common to every prompt (prefix caching)")
     wl.add_argument("--prompts", metavar="FILE", help="JSONL ({\"prompt\": ..., \"max_tokens\": ...}) or ShareGPT JSON")
+    wl.add_argument("--prefixes", type=int, default=1, metavar="K",
+                    help="with --shared-prefix: K different shared prefixes, prompt i behind prefix i mod K")
+    wl.add_argument("--turns", type=int, default=1, metavar="N",
+                    help="multi-turn conversations of N turns: each turn sends the whole history so far")
+    wl.add_argument("--trace", metavar="FILE",
+                    help="replay a timed trace: mooncake-style JSONL (timestamp ms, input_length, output_length, "
+                         "hash_ids) or BurstGPT-style columns (CSV or JSONL: Timestamp s, Request tokens, Response "
+                         "tokens)")
+    wl.add_argument("--trace-speed", metavar="F[,F...]", default=None,
+                    help="replay the trace F times faster (default 1); several speeds make several levels")
+    wl.add_argument("--trace-block", type=int, default=512, metavar="TOKENS",
+                    help="tokens per hash id of a mooncake-style trace (default 512)")
     wl.add_argument("--tokenizer", metavar="NAME|PATH", help="count tokens with this tokenizer (needs transformers)")
     wl.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                     help="let the model stop early (default: ask for exactly max_tokens where the server allows)")
@@ -125,6 +140,17 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--max-concurrency must be at least 1")
     if not 0 < args.slo_attainment <= 1:
         raise UsageError("--slo-attainment must be in (0, 1]")
+    if not (math.isfinite(args.ramp_up) and args.ramp_up >= 0):
+        raise UsageError("--ramp-up must be 0 or more seconds")
+    if args.prefixes < 1 or args.turns < 1:
+        raise UsageError("--prefixes and --turns must be at least 1")
+    if args.trace and (args.prompts or args.sweep or args.rate or args.concurrency or args.turns > 1):
+        raise UsageError("--trace sets the arrivals and lengths itself: leave out --prompts, --sweep, --rate, "
+                         "--concurrency and --turns", hint="replay faster with --trace-speed 2")
+    if args.trace_speed and not args.trace:
+        raise UsageError("--trace-speed goes with --trace")
+    if args.turns > 1 and args.prompts:
+        raise UsageError("--turns makes synthetic conversations; a prompt file's turns are not replayed")
     if bool(args.model_config) != bool(args.gpu):
         raise UsageError("--model-config and --gpu go together (the decode bound needs both)")
 
@@ -160,14 +186,15 @@ def build_plan(args: argparse.Namespace) -> Plan:
     from perfstack.loadtest.metrics import parse_slo
     from perfstack.loadtest.run import Plan
 
-    mode = "rate" if args.rate else "concurrency"
-    loads = _loads(args.rate, "rate") if args.rate else _loads(args.concurrency or "1", "concurrency")
+    mode = "trace" if args.trace else "rate" if args.rate else "concurrency"
+    loads = (_loads(args.trace_speed or "1", "trace-speed") if args.trace else
+             _loads(args.rate, "rate") if args.rate else _loads(args.concurrency or "1", "concurrency"))
     return Plan(url=args.url, api=args.api, model=args.model, mode=mode, loads=loads, sweep=args.sweep,
                 sweep_max=args.sweep_max, requests=args.requests, warmup=args.warmup, burstiness=args.burstiness,
                 max_concurrency=args.max_concurrency, seed=args.seed,
                 slo=parse_slo(args.slo, args.slo_attainment) if args.slo else None, ignore_eos=args.ignore_eos,
                 timeout_s=args.timeout, stall_s=args.stall_timeout, api_key_env=args.api_key_env,
-                client_procs=args.client_procs, repeat=args.repeat)
+                client_procs=args.client_procs, repeat=args.repeat, ramp_s=args.ramp_up)
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -186,11 +213,19 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     csv_paths = _csv_paths(args.csv)
     output.check_paths(args.output, args.html, *csv_paths)
     tok = workload.load_tokenizer(args.tokenizer)
-    if args.prompts:
+    if args.trace:
+        from perfstack.loadtest import trace
+        wl, notes = trace.load(args.trace, args.trace_block, args.seed, tok)
+        plan.arrivals = wl.arrivals
+    elif args.prompts:
         wl, notes = workload.from_file(args.prompts, args.output_len, args.seed, tok)
     else:
+        # a conversation's next turn comes twice the heaviest level's streams after its last: answered by then,
+        # as no more requests are in flight (an open loop has no such bound: 64 conversations at a time)
+        streams = max([plan.sweep_max if plan.sweep else 0] + [x for x in plan.loads if not math.isinf(x)] + [1])
         wl, notes = workload.synthetic(args.input_len, args.output_len or 128, args.spread, args.shared_prefix,
-                                       args.seed, tok), []
+                                       args.seed, tok, prefixes=args.prefixes, turns=args.turns,
+                                       conversations=2 * int(streams) if plan.mode == "concurrency" else 64), []
     t0 = time.perf_counter()
     lt = lrun.run(plan, wl, lambda m: err.print(m, markup=False, highlight=False))
     lt.notes[:0] = notes

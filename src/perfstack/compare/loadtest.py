@@ -61,6 +61,8 @@ WORKLOAD_KEYS = (("kind", "workload"), ("file", "prompt file"), ("input_len", "i
 def load_text(mode: str, load: float) -> str:
     if mode == "concurrency":
         return f"{load:g} streams"
+    if mode == "trace":
+        return f"trace ×{load:g}"
     return "all at once" if math.isinf(load) else f"{load:g} req/s"
 
 

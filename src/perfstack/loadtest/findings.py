@@ -40,6 +40,8 @@ class Bound:
 def _label(lv: Level) -> str:
     if lv.mode == "concurrency":
         return f"{lv.load:g} concurrent streams"
+    if lv.mode == "trace":
+        return f"the trace at {lv.load:g}× its speed"
     return "all requests at once" if lv.load == float("inf") else f"{lv.load:g} requests/s"
 
 

@@ -60,8 +60,11 @@ def new_session() -> aiohttp.ClientSession:
                                  auto_decompress=False)
 
 
-def arrivals(rate: float, n: int, burstiness: float, seed: int) -> list[float]:
-    """Send times (s) of ``n`` requests at ``rate`` per second; all at 0 when rate is infinite."""
+def arrivals(rate: float, n: int, burstiness: float, seed: int, ramp_s: float = 0.0) -> list[float]:
+    """Send times (s) of ``n`` requests at ``rate`` per second; all at 0 when rate is infinite. With
+    ``ramp_s`` the rate climbs linearly from 0 to ``rate`` over the first ``ramp_s`` seconds: the gaps are
+    drawn at the full rate and the clock is bent, time t where the ramped rate's integral reaches the
+    straight one's (rate t^2 / 2 ramp_s, then rate (t - ramp_s / 2))."""
     if math.isinf(rate):
         return [0.0] * n
     rng = random.Random(seed)
@@ -70,6 +73,8 @@ def arrivals(rate: float, n: int, burstiness: float, seed: int) -> list[float]:
     for _ in range(n):
         out.append(t)
         t += rng.gammavariate(burstiness, theta)
+    if ramp_s > 0:
+        out = [math.sqrt(2 * ramp_s * u) if u < ramp_s / 2 else u + ramp_s / 2 for u in out]
     return out
 
 
@@ -154,9 +159,12 @@ async def _until_done_or_stopped(main: asyncio.Future[Any], stop: asyncio.Event)
 async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],
                     mode: str, load: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
                     burstiness: float = 1.0, max_concurrency: Optional[int] = None,
-                    slo: Optional[Slo] = None, t_level: Optional[float] = None) -> Level:
+                    slo: Optional[Slo] = None, t_level: Optional[float] = None, ramp_s: float = 0.0,
+                    at_s: Optional[list[float]] = None) -> Level:
     """Send ``warmup`` + ``n`` requests at the given load; ``stop`` ends the level early (Ctrl-C).
-    ``t_level`` is the level's start on the monotonic clock when several processes share one level."""
+    ``t_level`` is the level's start on the monotonic clock when several processes share one level.
+    ``ramp_s`` ramps the load up: the rate climbs from 0 (open loop), or the streams start one after
+    another over that time (closed loop). ``at_s`` gives the send times outright (a replayed trace)."""
     total = warmup + n
     # prompts are made before the clock starts: making one in the loop would delay every stream meanwhile
     ready = iter([next(prompts) for _ in range(total)])
@@ -174,7 +182,12 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
         await client.send(session, target.url, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
                           target.headers, t_level, target.timeout_s, target.stall_s, records, warmup=i < warmup)
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
+        if ramp_s > 0 and k:
+            try:
+                await asyncio.wait_for(stop.wait(), ramp_s * k / int(load))
+            except asyncio.TimeoutError:
+                pass
         while not stop.is_set():
             i = next(counter)
             if i >= total:
@@ -189,11 +202,11 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
         main: asyncio.Future[Any]  # the workers' gather, or the open-loop dispatcher
         workers: list[asyncio.Future[Any]] = []
         if mode == "concurrency":
-            workers = [asyncio.ensure_future(worker()) for _ in range(int(load))]
+            workers = [asyncio.ensure_future(worker(k)) for k in range(int(load))]
             main = asyncio.ensure_future(asyncio.gather(*workers))
         else:
-            main = asyncio.ensure_future(_open_loop(one, ready, arrivals(load, total, burstiness, seed), t_level,
-                                                    stop, max_concurrency))
+            sends = at_s[:total] if at_s is not None else arrivals(load, total, burstiness, seed, ramp_s)
+            main = asyncio.ensure_future(_open_loop(one, ready, sends, t_level, stop, max_concurrency))
         interrupted = await _until_done_or_stopped(main, stop)
         stopped = _fault(main, workers)
     finally:

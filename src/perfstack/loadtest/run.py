@@ -47,9 +47,13 @@ class Plan:
     api_key_env: Optional[str] = "OPENAI_API_KEY"
     client_procs: Optional[int] = None  # None: one per 100 streams, up to the usable CPUs but one
     repeat: int = 1  # runs of every level; figures are medians over them, with intervals
+    ramp_s: float = 0.0  # each level's load climbs over this long (rate from 0, or streams one after another)
+    arrivals: Optional[list[float]] = None  # mode "trace": the trace's send times; loads are replay speeds
 
 
 def _warmup(plan: Plan, mode: str, load: float) -> int:
+    if mode == "trace":
+        return plan.warmup or 0  # the trace is the workload: a warm-up is its first requests, if asked
     if plan.warmup is not None:
         return plan.warmup
     if mode == "concurrency":
@@ -58,6 +62,8 @@ def _warmup(plan: Plan, mode: str, load: float) -> int:
 
 
 def _n(plan: Plan, mode: str, load: float) -> int:
+    if mode == "trace":
+        return len(plan.arrivals or []) - _warmup(plan, mode, load)
     return max(plan.requests, 3 * int(load)) if mode == "concurrency" else plan.requests
 
 
@@ -109,8 +115,8 @@ class _Levels:
 
     async def level(self, load: float, seed: int, **mark: bool) -> Level:
         plan, mode, progress = self.plan, self.plan.mode, self.progress
-        label = f"{load:g} streams" if mode == "concurrency" else (
-            "all at once" if math.isinf(load) else f"{load:g} req/s")
+        label = f"{load:g} streams" if mode == "concurrency" else f"the trace at {load:g}× its speed" if (
+            mode == "trace") else "all at once" if math.isinf(load) else f"{load:g} req/s"
         what = " (capacity probe)" if mark.get("probe") else " (SLO search)" if mark.get("bisect") else ""
         progress(f"level {len(self.levels) + 1}: {label}{what}, {_n(plan, mode, load)} requests…")
         procs = _procs(plan, mode, load)
@@ -121,10 +127,11 @@ class _Levels:
                 break
             if plan.repeat > 1:
                 progress(f"  run {k + 1} of {plan.repeat}…")
+            at_s = [t / load for t in plan.arrivals] if mode == "trace" and plan.arrivals else None
             parts.append(await run_level(self.session, self.target, self.prompts, mode, load, _n(plan, mode, load),
                                          _warmup(plan, mode, load), self.stop, seed=seed + 7919 * k,
                                          burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
-                                         slo=plan.slo, procs=procs))
+                                         slo=plan.slo, procs=procs, ramp_s=plan.ramp_s, at_s=at_s))
         lv = merged(parts, plan.slo)
         for name, v in mark.items():
             setattr(lv, name, v)
@@ -226,7 +233,8 @@ def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, le
     spec = dict(wl.spec, ignore_eos=target.ignore_eos, burstiness=plan.burstiness,
                 event_loop=type(asyncio.get_running_loop()).__module__.split(".")[0],
                 max_concurrency=plan.max_concurrency, timeout_s=plan.timeout_s,
-                **({"repeat": plan.repeat} if plan.repeat > 1 else {}))
+                **({"repeat": plan.repeat} if plan.repeat > 1 else {}),
+                **({"ramp_s": plan.ramp_s} if plan.ramp_s > 0 else {}))
     sw = sweep.summary(levels, plan.slo, stopped, cap) if plan.sweep or len(levels) > 1 else {}
     return LoadTest(url=shown, api=plan.api, model=model, workload=spec, levels=levels, slo=plan.slo,
                     server=ident, sweep=sw, notes=notes, interrupted=interrupted)

@@ -40,7 +40,8 @@ def _error_share(level: Level) -> float:
 
 
 def _load(lv: Level) -> str:
-    return f"{lv.load:g} streams" if lv.mode == "concurrency" else f"{lv.load:g} req/s"
+    return f"{lv.load:g} streams" if lv.mode == "concurrency" else f"trace ×{lv.load:g}" if lv.mode == "trace" else (
+        f"{lv.load:g} req/s")
 
 
 def should_stop(levels: list[Level], slo: Optional[Slo]) -> Optional[str]:

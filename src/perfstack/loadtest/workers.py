@@ -97,10 +97,12 @@ def _child(args: tuple) -> bytes:
 async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts: Iterator[workload.Prompt],
                     mode: str, load_: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
                     burstiness: float = 1.0, max_concurrency: Optional[int] = None, slo: Optional[Slo] = None,
-                    procs: int = 1) -> Level:
-    if procs <= 1 or max_concurrency or (mode == "rate" and burstiness != 1.0):
+                    procs: int = 1, ramp_s: float = 0.0, at_s: Optional[list[float]] = None) -> Level:
+    # a ramp or a replayed trace is one timeline: one process keeps it
+    if procs <= 1 or max_concurrency or (mode == "rate" and burstiness != 1.0) or ramp_s > 0 or at_s is not None:
         return await load.run_level(session, target, prompts, mode, load_, n, warmup, stop, seed=seed,
-                                    burstiness=burstiness, max_concurrency=max_concurrency, slo=slo)
+                                    burstiness=burstiness, max_concurrency=max_concurrency, slo=slo, ramp_s=ramp_s,
+                                    at_s=at_s)
     procs, loads, warm, ns = _shares(mode, load_, n, warmup, procs)
     flat = [next(prompts) for _ in range(n + warmup)]
     ctx = multiprocessing.get_context("spawn")

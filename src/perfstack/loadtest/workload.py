@@ -32,8 +32,9 @@ WORDS = ("the of and to in is that for it as was with be by on not he this are o
 @dataclass
 class Prompt:
     text: str
-    input_tokens: int  # our count (exact with a tokenizer, else approximate)
+    input_tokens: int  # our count (exact with a tokenizer, else approximate), the history's included
     max_tokens: int
+    history: tuple[tuple[str, str], ...] = ()  # earlier turns of a conversation: (role, content), oldest first
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Workload:
     spec: dict[str, Any]  # what made them, for the Run
     exact_counts: bool
     more: Optional[Callable[[int], Prompt]] = None  # synthetic: prompt i, never repeated (no accidental cache hits)
+    arrivals: Optional[list[float]] = None  # a trace: each prompt's send time (s from the first), in order
 
     def cycle(self) -> Iterator[Prompt]:
         if self.more is not None:
@@ -84,23 +86,57 @@ def _text(rng: random.Random, n: int, tok: Any) -> tuple[str, int]:
 
 
 def synthetic(input_len: int, output_len: int, spread: float = 0.0, shared_prefix: int = 0, seed: int = 0,
-              tokenizer: Any = None) -> Workload:
-    """An endless sequence of distinct prompts; prompt i depends only on the seed and i."""
+              tokenizer: Any = None, prefixes: int = 1, turns: int = 1, conversations: int = 64) -> Workload:
+    """An endless sequence of distinct prompts; prompt i depends only on the seed and i.
+
+    ``prefixes`` distinct shared prefixes of ``shared_prefix`` tokens: prompt i starts with prefix i mod
+    ``prefixes``. ``turns`` > 1 makes conversations: turn t of a conversation sends the whole history
+    (every earlier user turn and an answer of the asked length to each) and a new user turn. The stream
+    of prompts takes ``conversations`` conversations at a time, turn by turn (turn 1 of each, then turn
+    2 of each, ...), so that a conversation's next turn comes that many requests after its last one:
+    answered by then whenever fewer requests than that are in flight."""
     if input_len < 1 or output_len < 1 or shared_prefix < 0:
         raise UsageError("token lengths must be positive")
     if not 0 <= spread < 1:
         raise UsageError("--spread must be in [0, 1)")
-    prefix, prefix_n = _text(random.Random(seed), shared_prefix, tokenizer) if shared_prefix else ("", 0)
+    if prefixes < 1 or turns < 1 or conversations < 1:
+        raise UsageError("--prefixes, --turns and the conversations in flight must be at least 1")
+    heads = [_text(random.Random(seed * 7919 + p), shared_prefix, tokenizer) if shared_prefix else ("", 0)
+             for p in range(prefixes)]
 
-    def make(i: int) -> Prompt:
+    def single(i: int) -> Prompt:
         rng = random.Random(seed * 1_000_003 + i + 1)
         li, lo = _lengths(rng, input_len, spread, 1)[0], _lengths(rng, output_len, spread, 1)[0]
         # a distinct head keeps one prompt's cache from serving another unless a prefix is shared on purpose
         body, k = _text(rng, li, tokenizer)
+        prefix, prefix_n = heads[i % prefixes]
         return Prompt(f"{prefix} {i}: {body}" if prefix else f"{i}: {body}", prefix_n + k + 1, lo)
+
+    def turn(conv: int, t: int) -> Prompt:
+        """Turn t (0-based) of conversation ``conv``: its history is made of the same draws as its own turns."""
+        history: list[tuple[str, str]] = []
+        n = 0
+        for j in range(t):
+            p = single(conv * turns + j)
+            answer, k = _text(random.Random(seed * 1_000_033 + conv * turns + j), p.max_tokens, tokenizer)
+            history += [("user", p.text), ("assistant", answer)]
+            n += p.input_tokens + k
+        p = single(conv * turns + t)
+        return Prompt(p.text, n + p.input_tokens, p.max_tokens, tuple(history))
+
+    def make(i: int) -> Prompt:
+        if turns == 1:
+            return single(i)
+        block, r = divmod(i, conversations * turns)
+        t, c = divmod(r, conversations)
+        return turn(block * conversations + c, t)
 
     spec = {"kind": "synthetic", "input_len": input_len, "output_len": output_len, "spread": spread,
             "shared_prefix": shared_prefix, "seed": seed, "tokenizer": getattr(tokenizer, "name_or_path", None)}
+    if prefixes > 1:
+        spec["prefixes"] = prefixes
+    if turns > 1:
+        spec.update(turns=turns, conversations=conversations)
     return Workload([make(0)], spec, exact_counts=tokenizer is not None, more=make)
 
 
@@ -194,9 +230,9 @@ def body(api: str, model: str, prompt: Prompt, ignore_eos: bool, usage: bool = T
     if usage:
         b["stream_options"] = {"include_usage": True}
     if api == "chat":
-        b["messages"] = [{"role": "user", "content": prompt.text}]
+        b["messages"] = [{"role": r, "content": c} for r, c in prompt.history] + [{"role": "user", "content": prompt.text}]
     else:
-        b["prompt"] = prompt.text
+        b["prompt"] = "\n\n".join([c for _, c in prompt.history] + [prompt.text])
     if ignore_eos:
         b["ignore_eos"] = True
         b["min_tokens"] = prompt.max_tokens

@@ -23,6 +23,8 @@ META_KEYS = ("command", "created", "source", "tool_version", "python", "elapsed_
 def load_label(lv: Level) -> str:
     if lv.mode == "concurrency":
         return f"{lv.load:g} streams"
+    if lv.mode == "trace":
+        return f"trace ×{lv.load:g}"
     return "all at once" if math.isinf(lv.load) else f"{lv.load:g}/s"
 
 
@@ -97,11 +99,18 @@ def workload_line(lt: LoadTest) -> str:
     w = lt.workload
     if w.get("kind") == "file":
         shape = f"{w.get('entries')} prompts from {w.get('file')}"
+    elif w.get("kind") == "trace":
+        shape = f"trace {w.get('file')}: {w.get('entries')} requests over {w.get('span_s', 0):,.1f} s"
     else:
         spread = f" ±{w.get('spread', 0):.0%}" if w.get("spread") else ""
         shape = f"synthetic {w.get('input_len')}{spread} in → {w.get('output_len')}{spread} out tokens"
         if w.get("shared_prefix"):
-            shape += f", {w['shared_prefix']}-token shared prefix"
+            many = w.get("prefixes", 1)
+            shape += f", {w['shared_prefix']}-token shared prefix" + (f" (one of {many})" if many > 1 else "")
+        if w.get("turns"):
+            shape += f", conversations of {w['turns']} turns (history resent each turn)"
+    if w.get("ramp_s"):
+        shape += f", load ramped up over {w['ramp_s']:g} s"
     slo = ""
     if lt.slo is not None:
         parts = [f"{k}≤{v:g} ms" for k, v in (("TTFT", lt.slo.ttft_ms), ("TPOT", lt.slo.itl_ms), ("E2E", lt.slo.e2e_ms))

@@ -1,0 +1,130 @@
+"""The workloads people replay: conversations whose history grows, timed traces (mooncake- and BurstGPT-style),
+several shared prefixes, and a load that ramps up."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from perfstack.errors import InputError
+from perfstack.loadtest import load, trace, workload
+
+
+def test_conversations_resend_their_growing_history_turn_by_turn():
+    wl = workload.synthetic(8, 4, turns=3, conversations=2)
+    ps = [wl.more(i) for i in range(6)]  # turn 1 of conversations 0 and 1, then turn 2 of each, then turn 3
+    assert [len(p.history) for p in ps] == [0, 0, 2, 2, 4, 4]
+    t1, t2, t3 = ps[0], ps[2], ps[4]
+    assert t2.history[0] == ("user", t1.text) and t2.history[1][0] == "assistant"
+    assert t3.history[:2] == t2.history and t3.history[2] == ("user", t2.text)
+    assert ps[1].text != t1.text and ps[3].history[0] == ("user", ps[1].text)
+    # the answer in the history is as long as the turn asked for; the count includes it
+    own = workload.synthetic(8, 4).more(1)  # conversation 0's turn 2 on its own
+    assert len(t2.history[1][1].split()) == t1.max_tokens and t2.input_tokens == t1.input_tokens + 4 + own.input_tokens
+    body = workload.body("chat", "m", t3, ignore_eos=False)
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user", "assistant", "user"]
+    assert body["messages"][-1]["content"] == t3.text
+    assert workload.body("completions", "m", t3, ignore_eos=False)["prompt"].startswith(t1.text)
+
+
+def test_several_shared_prefixes():
+    wl = workload.synthetic(4, 2, shared_prefix=6, prefixes=3)
+    heads = [" ".join(wl.more(i).text.split()[:6]) for i in range(6)]
+    assert heads[0] == heads[3] and heads[1] == heads[4] and len(set(heads)) == 3
+    assert wl.more(0).input_tokens == 6 + 4 + 1
+
+
+def test_a_ramped_rate_climbs_from_zero_then_holds():
+    flat = load.arrivals(100, 2000, 1.0, seed=1)
+    ramped = load.arrivals(100, 2000, 1.0, seed=1, ramp_s=4.0)
+    assert ramped == sorted(ramped) and ramped[0] == 0
+    first_s = sum(t < 1 for t in ramped)  # the rate grows linearly to 100/s over 4 s: 12.5 requests in the first
+    assert 0.5 * 12.5 < first_s < 1.5 * 12.5 and sum(t < 1 for t in flat) > 80
+    # past the ramp the gaps are the flat process's, shifted by half the ramp
+    assert ramped[-1] == pytest.approx(flat[-1] + 2.0)
+
+
+def _write(path: Path, lines: list) -> str:
+    path.write_text("".join((json.dumps(x) if not isinstance(x, str) else x) + "\n" for x in lines))
+    return str(path)
+
+
+def test_a_mooncake_trace_keeps_its_times_lengths_and_shared_blocks(tmp_path):
+    f = _write(tmp_path / "t.jsonl", [
+        {"timestamp": 1000, "input_length": 20, "output_length": 5, "hash_ids": [0, 1]},
+        {"timestamp": 0, "input_length": 12, "output_length": 3, "hash_ids": [0, 2]},
+        {"timestamp": 2500, "input_length": 7, "output_length": 2},
+        "not json", {"timestamp": -5, "input_length": 3, "output_length": 1},
+        {"timestamp": 3000, "input_length": 3, "output_length": 0},
+        {"timestamp": 4000, "input_length": 4, "output_length": 2, "hash_ids": ["x"]}])
+    wl, notes = trace.load(f, block=10)
+    assert wl.arrivals == [0.0, 1.0, 2.5]  # sorted, seconds from the first
+    assert [(p.input_tokens, p.max_tokens) for p in wl.prompts] == [(12, 3), (20, 5), (7, 2)]
+    a, b = wl.prompts[0].text.split(), wl.prompts[1].text.split()
+    assert a[:10] == b[:10] and a[10:] != b[10:12] and len(a) == 12 and len(b) == 20  # block 0 shared
+    assert "4 unusable or failed requests" in notes[0] and wl.spec["kind"] == "trace"
+
+
+def test_burstgpt_columns_as_csv_skip_the_failed_requests(tmp_path):
+    p = tmp_path / "burst.csv"
+    p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 "5,ChatGPT,472,18,490,Conversation log\n6.5,GPT-4,1087,0,1087,API log\n"
+                 "7.25,ChatGPT,300,40,340,Conversation log\n")
+    wl, notes = trace.load(str(p))
+    assert wl.arrivals == [0.0, 2.25] and [p.max_tokens for p in wl.prompts] == [18, 40]
+    assert "1 unusable or failed" in notes[0]
+    # the same columns as JSONL keys
+    wl, _ = trace.load(_write(tmp_path / "b.jsonl", [{"Timestamp": 1, "Request tokens": 5, "Response tokens": 2}]))
+    assert wl.prompts[0].input_tokens == 5
+
+
+def test_a_trace_with_nothing_usable_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="no usable request"):
+        trace.load(_write(tmp_path / "t.jsonl", [{"a": 1}, "[]"]))
+    with pytest.raises(InputError, match="does not exist"):
+        trace.load(str(tmp_path / "missing.jsonl"))
+
+
+def test_replay_a_trace_and_ramp_up_streams_through_the_cli(tmp_path):
+    pytest.importorskip("aiohttp")
+    from fake_server import InThread, Server
+
+    from perfstack.cli.main import main
+    from perfstack.model import Run
+
+    f = _write(tmp_path / "t.jsonl", [{"timestamp": t, "input_length": 8, "output_length": 3}
+                                       for t in (0, 200, 250, 600, 1000)])
+    out = tmp_path / "r.json"
+    with InThread(Server(interval=0.002, ttft=0.005)) as fs:
+        assert main(["loadtest", fs.url, "-q", "-o", str(out), "--trace", f, "--trace-speed", "1,2"]) == 0
+        lt = Run.load(out).loadtest
+        assert [(lv.mode, lv.load) for lv in lt.levels] == [("trace", 1.0), ("trace", 2.0)]
+        for lv in lt.levels:
+            starts = sorted(r.start_s for r in lv.requests)
+            want = [t / 1e3 / lv.load for t in (0, 200, 250, 600, 1000)]
+            assert len(starts) == 5 and all(abs(a - b) < 0.05 for a, b in zip(starts, want)), (starts, want)
+            assert lv.summary.completed == 5 and not any(r.warmup for r in lv.requests)
+    with InThread(Server(interval=0.002, ttft=0.6)) as fs:  # a first request outlasts the ramp
+        assert main(["loadtest", fs.url, "-q", "-o", str(out), "--concurrency", "4", "--ramp-up", "0.6",
+                     "--requests", "8", "--output-len", "3", "--warmup", "0"]) == 0
+        lv = Run.load(out).loadtest.levels[0]
+        firsts = sorted(r.start_s for r in lv.requests)[:4]  # the streams start 0.15 s apart
+        assert all(abs(firsts[k] - 0.15 * k) < 0.05 for k in range(4)), firsts
+    with InThread(Server(interval=0.002, ttft=0.005)) as fs:
+        assert main(["loadtest", fs.url, "-q", "-o", str(out), "--concurrency", "2", "--turns", "3",
+                     "--requests", "12", "--output-len", "3", "--input-len", "4"]) == 0
+        lv = Run.load(out).loadtest.levels[0]
+        ins = sorted({r.input_tokens for r in lv.requests if r.input_tokens})
+        assert lv.summary.completed == 12 and len(ins) >= 3  # the prompt grows turn after turn
+    assert math.isfinite(lv.summary.output_throughput)
+
+
+@pytest.mark.parametrize("flags", [["--trace", "x.jsonl", "--rate", "2"], ["--trace-speed", "2"],
+                                   ["--turns", "0"], ["--ramp-up", "-1"], ["--turns", "2", "--prompts", "p.jsonl"]])
+def test_workload_flags_that_do_not_go_together(flags, capsys):
+    from perfstack.cli.main import main
+    assert main(["loadtest", "http://127.0.0.1:9", *flags]) == 2
+    assert "error" in capsys.readouterr().err
