@@ -414,6 +414,9 @@ class Run:
             raise InputError(f"{p} is not a perfstack Run (expected a JSON object)")
         try:
             return cls.from_dict(data)
+        except MemoryError:
+            from perfstack.jsonload import too_big
+            raise too_big(f"Run file {p}") from None
         except InputError as e:
             raise InputError(f"{p}: {e.message}", e.hint) from None
         except (TypeError, KeyError, ValueError, AttributeError) as e:

@@ -8,6 +8,7 @@ The commands run in a child with a deadline and a memory cap: the old code block
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(),
                                 reason="needs FIFOs and /dev/zero")
 
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "h100-doctor.json"
 COMMANDS = {
     "report": lambda f: ["report", f],
@@ -59,7 +61,7 @@ def test_device_is_refused(command):
     assert "/dev/zero" in done.stderr and "internal error" not in done.stderr
 
 
-@pytest.mark.parametrize("command,size,limit", [("report", 3 << 30, "512 MiB"), ("diff", 3 << 30, "512 MiB"),
+@pytest.mark.parametrize("command,size,limit", [("report", 3 << 30, "256 MiB"), ("diff", 3 << 30, "256 MiB"),
                                                 ("estimate", 1 << 30, "16 MiB")])
 def test_oversized_file_is_refused_before_reading(command, size, limit, tmp_path):
     big = _sparse(tmp_path / "config.json", size)
@@ -80,3 +82,23 @@ def test_a_file_of_the_right_size_still_loads(tmp_path):
                       '"n_positions": 1024}')
     done = _perfstack(["estimate", "infer", "-m", str(config), "--prompt", "128", "--gen", "32"])
     assert done.returncode == 0, done.stderr
+
+
+def test_a_run_too_big_for_memory_is_exit_2_named(tmp_path):
+    # before: a Run under the size limit that did not fit in memory died with MemoryError and a traceback
+    import resource
+    run = json.loads(RUN.read_text())
+    run["facts"]["big"] = {"value": [0.123456] * 6_000_000, "source": "planted"}
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(run))
+
+    # 300 MiB of address space: the load runs out (named: the file); 500 MiB: writing the JSON out does
+    for mib, named in ((300, str(big)), (500, "")):
+        def small_memory(mib: int = mib) -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+        done = subprocess.run([sys.executable, "-m", "perfstack", "report", str(big), "--format", "json"],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=SRC),
+                              preexec_fn=small_memory)
+        assert done.returncode == 2, done.stderr
+        assert "too large" in done.stderr and named in done.stderr and "Traceback" not in done.stderr
+        assert "internal error" not in done.stderr

@@ -88,6 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        # the input files (loaded and named by jsonload) or what is made of them do not fit this process:
+        # bad input for this machine, not a fault to report
+        if args.debug:
+            traceback.print_exc()
+        print("perfstack: error: out of memory: the input is too large for the memory this process may use",
+              file=sys.stderr)
+        print("hint: run it on a machine with more memory, or give it a smaller input", file=sys.stderr)
+        return 2
     except Exception as e:
         if args.debug:
             traceback.print_exc()
