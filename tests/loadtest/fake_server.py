@@ -37,6 +37,8 @@ A request misbehaves when its model name, or its ``X-Fake-Mode`` header, names a
 
 Modes combine with "+": ``role-first+no-done`` streams as transformers serve does.
 
+``POST /v1/embeddings`` answers an 8-number embedding, unstreamed, after the TTFT (with its jitter).
+
 ``--html`` makes every path an HTML 404 page. Standalone, for benchmarks:
 
     python tests/loadtest/fake_server.py --port 8011 --interval-ms 20 --ttft-ms 50 [--max-running N]
@@ -303,6 +305,15 @@ class _Stream:
             self.srv.withdraw(self)
 
 
+class _Pending:
+    """An unstreamed answer on its way (an embedding): the connection waits for it."""
+
+    aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
 class _Conn(asyncio.Protocol):
     """One client connection: parse requests one after another, answer each."""
 
@@ -386,6 +397,8 @@ class _Conn(asyncio.Protocol):
         srv = self.srv
         if srv.html:
             self._reply(404, _HTML_404, "text/html")
+        elif path == "/v1/embeddings" and method == "POST":
+            self._embed(raw)
         elif path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
                 self._reply(405, b'{"error":{"message":"method not allowed"}}')
@@ -413,6 +426,30 @@ class _Conn(asyncio.Protocol):
             self._reply(200, json.dumps(srv.sends).encode())
         else:
             self._reply(404, b'{"detail":"Not Found"}')
+
+    def _embed(self, raw: bytes) -> None:
+        """An embedding of 8 numbers after the TTFT (and its hand-set additions): one unstreamed answer."""
+        srv = self.srv
+        try:
+            body = json.loads(raw)
+            text = str(body["input"])
+        except (ValueError, KeyError, TypeError):
+            self._reply(400, b'{"error":{"message":"input is required"}}')
+            return
+        n = max(1, len(text.split()))
+        answer = json.dumps({"object": "list", "model": srv.model, "usage": {"prompt_tokens": n, "total_tokens": n},
+                             "data": [{"object": "embedding", "index": 0, "embedding": [0.125] * 8}]}).encode()
+        pending = _Pending()
+        self.stream = pending  # type: ignore[assignment]  # no other request on this connection meanwhile
+
+        def answer_now() -> None:
+            if not pending.aborted and not self.closed:
+                self.stream = None
+                self._reply(200, answer)
+        number = _prompt_number({"prompt": text})
+        delay = srv.ttft + (random.Random(srv.jitter_seed * 1_000_003 + number).random() * srv.ttft_jitter
+                            if srv.ttft_jitter else 0.0)
+        srv.loop.call_later(delay, answer_now)
 
     def _complete(self, body: dict, headers: dict, chat: bool) -> None:
         srv = self.srv

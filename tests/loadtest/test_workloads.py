@@ -128,3 +128,47 @@ def test_workload_flags_that_do_not_go_together(flags, capsys):
     from perfstack.cli.main import main
     assert main(["loadtest", "http://127.0.0.1:9", *flags]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_the_embeddings_endpoint_is_timed_whole(tmp_path):
+    """Latency is the time to the whole answer; throughput requests and input tokens per second."""
+    pytest.importorskip("aiohttp")
+    from fake_server import InThread, Server
+
+    from perfstack.cli.main import main
+    from perfstack.model import Run
+
+    out = tmp_path / "e.json"
+    with InThread(Server(ttft=0.03)) as fs:
+        assert main(["loadtest", fs.url, "-q", "-o", str(out), "--api", "embeddings", "--concurrency", "1,4",
+                     "--requests", "12", "--input-len", "20", "--slo", "e2e=500ms"]) == 0
+    lt = Run.load(out).loadtest
+    for lv in lt.levels:
+        s = lv.summary
+        assert s.completed == 12 and s.failed == 0 and s.output_throughput == 0
+        assert 30 <= s.e2e.median < 80 and s.ttft.median == s.e2e.median and s.itl is None and s.tpot is None
+        assert s.total_throughput == pytest.approx(s.request_throughput * s.mean_input_tokens, rel=0.05)
+        assert s.slo_attainment == 1.0
+    assert lt.levels[1].summary.request_throughput > 2 * lt.levels[0].summary.request_throughput
+
+
+def test_an_embeddings_answer_without_vectors_is_a_clear_error(tmp_path, capsys):
+    """A server whose embeddings answer holds no vector: refused at the probe, exit 2, no traceback."""
+    pytest.importorskip("aiohttp")
+    from aiohttp import web
+    from stream_server import Background
+
+    from perfstack.cli.main import main
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def embeddings(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"embedding": []}], "usage": {"prompt_tokens": 3}})
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/embeddings", embeddings)
+    with Background(app) as srv:
+        assert main(["loadtest", srv.url, "--api", "embeddings", "--requests", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "did not answer an embedding" in err and "holds no embedding" in err and "Traceback" not in err

@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                                    "why the server misses its SLO.")
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="model name to request (default: the first the server lists)")
-    p.add_argument("--api", choices=("chat", "completions"), default="chat",
-                   help="/v1/chat/completions (default) or /v1/completions")
+    p.add_argument("--api", choices=("chat", "completions", "embeddings"), default="chat",
+                   help="/v1/chat/completions (default), /v1/completions, or /v1/embeddings (not streamed: "
+                        "latency is the time to the whole answer, throughput requests and input tokens/s)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (default OPENAI_API_KEY; never printed)")
     load = p.add_argument_group("load")
@@ -140,6 +141,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--max-concurrency must be at least 1")
     if not 0 < args.slo_attainment <= 1:
         raise UsageError("--slo-attainment must be in (0, 1]")
+    _check_workload(args)
+    if bool(args.model_config) != bool(args.gpu):
+        raise UsageError("--model-config and --gpu go together (the decode bound needs both)")
+
+
+def _check_workload(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.ramp_up) and args.ramp_up >= 0):
         raise UsageError("--ramp-up must be 0 or more seconds")
     if args.prefixes < 1 or args.turns < 1:
@@ -149,10 +156,10 @@ def _check(args: argparse.Namespace) -> None:
                          "--concurrency and --turns", hint="replay faster with --trace-speed 2")
     if args.trace_speed and not args.trace:
         raise UsageError("--trace-speed goes with --trace")
+    if args.api == "embeddings" and args.turns > 1:
+        raise UsageError("--turns makes conversations; an embeddings request has none")
     if args.turns > 1 and args.prompts:
         raise UsageError("--turns makes synthetic conversations; a prompt file's turns are not replayed")
-    if bool(args.model_config) != bool(args.gpu):
-        raise UsageError("--model-config and --gpu go together (the decode bound needs both)")
 
 
 def _bound(args: argparse.Namespace) -> Bound | None:

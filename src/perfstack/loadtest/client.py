@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import aiohttp
 import msgspec
@@ -327,10 +327,12 @@ async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, t_level: float,
-               timeout_s: float, stall_s: float, sink: list[Request], warmup: bool = False) -> Request:
+               timeout_s: float, stall_s: float, sink: list[Request], warmup: bool = False,
+               reader: Optional[Callable[..., Awaitable[None]]] = None) -> Request:
     """POST one streaming request and time it. The record goes into ``sink`` before the request is
     sent, so that an interrupted run still holds it; errors are recorded in it, never raised (a
-    cancellation marks it "interrupted" and propagates)."""
+    cancellation marks it "interrupted" and propagates). ``reader`` reads an answer of another shape
+    (an unstreamed one: ``embed.read``) with the same deadlines and error kinds."""
     t0 = time.perf_counter()
     rec = Request(start_s=t0 - t_level, warmup=warmup)
     sink.append(rec)
@@ -345,7 +347,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: di
                     text = await _body_head(resp)
                     kind = "http-429" if resp.status == 429 else f"http-{resp.status // 100}xx"
                     raise Failed(kind, f"HTTP {resp.status}: {text}")
-                await _consume(resp, rec, t0, stall_s, max_tokens)
+                await (reader or _consume)(resp, rec, t0, stall_s, max_tokens)
     except Failed as f:
         rec.error, rec.detail = f.kind, excerpt(f.detail, secrets)
     except aiohttp.ServerTimeoutError:

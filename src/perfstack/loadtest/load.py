@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional
 
 import aiohttp
 
-from perfstack.loadtest import client, metrics, scrape, workload
+from perfstack.loadtest import client, embed, metrics, scrape, workload
 from perfstack.loadtest.record import ClientLoad, Level, Request, ServerSample, Slo
 
 
@@ -179,6 +179,10 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     counter = itertools.count()
 
     async def one(i: int, p: workload.Prompt) -> None:
+        if target.api == "embeddings":
+            await client.send(session, target.url, embed.body(target.model, p.text), target.headers, t_level,
+                              target.timeout_s, target.stall_s, records, warmup=i < warmup, reader=embed.read)
+            return
         await client.send(session, target.url, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
                           target.headers, t_level, target.timeout_s, target.stall_s, records, warmup=i < warmup)
 

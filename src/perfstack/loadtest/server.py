@@ -18,11 +18,11 @@ import aiohttp
 import msgspec
 
 from perfstack.errors import InputError, UsageError
-from perfstack.loadtest import client, scrape, workload
+from perfstack.loadtest import client, embed, scrape, workload
 from perfstack.loadtest.load import Target
 
 VERSION_HEADERS = ("server", "x-vllm-version", "x-sglang-version", "x-tgi-version", "x-powered-by")
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": embed.PATH}
 
 
 @dataclass
@@ -116,6 +116,13 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, mo
 async def probe(session: aiohttp.ClientSession, target: Target, notes: list[str], first: workload.Prompt) -> None:
     """One short streamed request made of the workload's first prompt; drop the optional fields the server
     refuses. An InputError when the server cannot stream a completion at all."""
+    if target.api == "embeddings":
+        rec = await client.send(session, target.url, embed.body(target.model, first.text), target.headers,
+                                time.perf_counter(), min(target.timeout_s, 120), target.stall_s, [], reader=embed.read)
+        if not rec.ok:
+            raise InputError(f"the server did not answer an embedding from {target.url}: {rec.error} ({rec.detail})",
+                             hint="check --model: an embedding model, served with its embeddings endpoint")
+        return
     prompt = workload.Prompt(first.text, first.input_tokens, min(first.max_tokens, 4))
     last = None
     for ignore_eos, usage in ((target.ignore_eos, True), (False, True), (False, False)):

@@ -44,6 +44,11 @@ def _load(lv: Level) -> str:
         f"{lv.load:g} req/s")
 
 
+def tput(lv: Level) -> float:
+    """The throughput a sweep follows: output tokens/s, or requests/s where nothing is generated (embeddings)."""
+    return lv.summary.output_throughput or lv.summary.request_throughput
+
+
 def should_stop(levels: list[Level], slo: Optional[Slo]) -> Optional[str]:
     """Why a concurrency sweep stops after its last level, or None to go on."""
     last = levels[-1]
@@ -52,8 +57,8 @@ def should_stop(levels: list[Level], slo: Optional[Slo]) -> Optional[str]:
     if _error_share(last) > MAX_ERROR_SHARE:
         return f"stopped by failing requests at {_load(last)} ({_error_share(last):.0%} failed)"
     if len(levels) >= 2:
-        prev = levels[-2].summary.output_throughput
-        gain = last.summary.output_throughput / prev - 1 if prev > 0 else 1.0
+        prev = tput(levels[-2])
+        gain = tput(last) / prev - 1 if prev > 0 else 1.0
         if gain < FLAT_GAIN:
             return (f"stopped at saturation: throughput grew {gain:+.0%} from {levels[-2].load:g} to "
                     f"{_load(last)}")
@@ -74,8 +79,8 @@ def knee_candidate(levels: list[Level]) -> Optional[Level]:
     ok = [lv for lv in candidates(levels) if not lv.bisect]
     if not ok:
         return None
-    best = max(lv.summary.output_throughput for lv in ok)
-    return min((lv for lv in ok if lv.summary.output_throughput >= KNEE_SHARE * best), key=lambda lv: lv.load)
+    best = max(tput(lv) for lv in ok)
+    return min((lv for lv in ok if tput(lv) >= KNEE_SHARE * best), key=lambda lv: lv.load)
 
 
 def knee(levels: list[Level]) -> Optional[Level]:
