@@ -69,8 +69,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pi.add_argument("--kv-dtype", choices=("fp8", "bf16", "fp16", "fp32"), help="KV cache dtype (default --dtype)")
     pi.add_argument("--tp", type=_positive, default=1, help="tensor-parallel GPUs")
     pi.add_argument("--prefill-chunk", type=_positive, help="tokens per prefill chunk (default: the whole prompt)")
-    pi.add_argument("--mfu", type=float, default=infer.MFU_PREFILL, help="MFU for the expected TTFT (default 0.5)")
-    pi.add_argument("--mbu", type=float, default=infer.MBU_DECODE, help="MBU for the expected ITL (default 0.7)")
+    pi.add_argument("--mfu", type=float, default=infer.MFU_PREFILL,
+                    help=f"MFU of the prefill's GEMMs for the expected TTFT (default {infer.MFU_PREFILL:g})")
+    pi.add_argument("--mbu", type=float, default=infer.MBU_DECODE,
+                    help=f"share of the HBM peak a decode's weight reads stream at (default {infer.MBU_DECODE:g}); "
+                         "each kernel's fixed cost is counted apart")
+    pi.add_argument("--launch", choices=("graph", "eager"), default="graph",
+                    help="kernels replayed from CUDA graphs, as serving engines do (default), or launched from "
+                         "Python each step (the host's cost per kernel can then bound the step)")
     pi.set_defaults(func=run)
     pt = esub.add_parser("train", parents=[common], help="training: per-GPU memory, step-time bound, comms")
     _model_args(pt)
@@ -149,7 +155,8 @@ def build_run(args: argparse.Namespace) -> Run:
         hw = hardware.resolve(args.gpu, compute, args.calibrate)
         serving = infer.InferSettings(batch=args.batch, prompt=args.prompt, gen=args.gen, dtype=args.dtype,
                                       weights=args.weights, kv_dtype=args.kv_dtype, tp=args.tp,
-                                      prefill_chunk=args.prefill_chunk, mfu=args.mfu, mbu=args.mbu)
+                                      prefill_chunk=args.prefill_chunk, mfu=args.mfu, mbu=args.mbu,
+                                      launch=args.launch)
         est = infer.estimate(spec, hw, serving)
     else:
         hw = hardware.resolve(args.gpu, "fp32" if args.precision == "fp32" else "bf16", args.calibrate)

@@ -30,6 +30,8 @@ class Hardware:
     flops_source: str
     bw_source: str
     assumptions: tuple[str, ...] = ()
+    host_launch_us: float | None = None  # bench launch.eager: host cost per kernel launched from PyTorch
+    host_source: str = "the book's ≈10 µs per kernel launched from PyTorch (bench launch.eager measures it)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.spec.id, "name": self.spec.name, "dtype": self.dtype, "peak_flops": self.peak_flops,
@@ -114,6 +116,12 @@ def resolve(gpu: str | None, dtype: str, calibrate: str | Path | None = None) ->
             bw, bw_src = got[0] * 1e9, f"measured hbm.copy = {got[0]:,.0f} GB/s (read + write) from {calibrate}"
         else:
             notes.append(f"{calibrate} has no hbm.copy result: bandwidth uses the spec peak")
+    host_us, host_src = None, Hardware.host_source
+    if run is not None:
+        got = _measured(run, "launch.eager")
+        if got:
+            host_us, host_src = got[0], f"measured launch.eager = {got[0]:.2f} µs per kernel from {calibrate}"
     link, link_name = link_of(spec)
     return Hardware(spec=spec, dtype=use_dtype, peak_flops=flops, hbm_bw=bw, capacity=spec.hbm_gb * 1e9,
-                    link_bw=link, link=link_name, flops_source=flops_src, bw_source=bw_src, assumptions=tuple(notes))
+                    link_bw=link, link=link_name, flops_source=flops_src, bw_source=bw_src, assumptions=tuple(notes),
+                    host_launch_us=host_us, host_source=host_src)

@@ -70,7 +70,7 @@ class EstimateSheet:
     flops: dict[str, float | None] | None = None
     time: dict[str, float | None] | None = None
     comms: dict[str, float | None] | None = None
-    regime: dict[str, str | None] | None = None  # phase -> compute- or memory-bound
+    regime: dict[str, str | None] | None = None  # phase -> compute-, memory- or launch-bound
     fit: list[dict[str, Any]] | None = None  # per GPU of the table: whether the model fits
     assumptions: list[str] | None = None
     working: dict[str, Figure] = field(default_factory=dict)  # figure key -> its working

@@ -19,7 +19,7 @@ from perfstack.estimate.record import EstimateSheet, Figure
 from perfstack.report.views import RunView
 
 SECTION_TITLES = {"params": "Parameters", "memory": "Memory per GPU", "capacity": "Capacity", "flops": "Work per phase",
-                  "time": "Time (roofline bounds)", "comms": "Communication"}
+                  "time": "Time (roofline bounds, then expected)", "comms": "Communication"}
 
 
 def _inputs(d: dict[str, Any]) -> str:
