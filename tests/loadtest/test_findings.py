@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from perfstack.loadtest import findings, metrics, sweep
 from perfstack.loadtest.record import ClientLoad, Level, LoadTest, Request, ServerSample, Slo
 
@@ -117,3 +119,19 @@ def test_slo_missed_names_the_failing_metric_and_ranks_first():
     assert ids[0] == "serve-slo-missed" and "serve-queueing" in ids
     assert "TTFT p90 900 ms vs 200 ms ✗" in fs[0].evidence
     assert lt.sweep["max_load_meeting_slo"] == 1
+
+
+def test_the_decode_bound_is_the_estimates_engine_grade_itl():
+    # the load test judges decode against the same model `perfstack estimate infer` shows (kernels' fixed
+    # cost included), not against bytes over bandwidth alone
+    import argparse
+
+    from perfstack.cli.loadtest import _bound
+    from perfstack.estimate import catalog, hardware, infer
+
+    b = _bound(argparse.Namespace(model_config="llama-3.2-1b", gpu="h100-sxm", tp=1))
+    assert b is not None
+    est = infer.estimate(catalog.get("llama-3.2-1b"), hardware.resolve("h100-sxm", "bf16"),
+                         infer.InferSettings(batch=4, prompt=512, gen=64))
+    assert b.itl_ms(4, 512, 64) == pytest.approx(est.time["itl_expected_s"] * 1e3)
+    assert b.itl_ms(4, 512, 64) > est.time["itl_s"] * 1e3 * 1.5  # the fixed cost is half a 1B step

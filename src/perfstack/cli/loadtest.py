@@ -98,8 +98,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     why.add_argument("--slo-attainment", type=float, default=0.9, metavar="F",
                      help="share of requests that must meet the SLO (default 0.9)")
     why.add_argument("--model-config", metavar="NAME|PATH",
-                     help="the served model's config.json or a built-in name, with --gpu: compare decode with its "
-                          "memory-bandwidth bound")
+                     help="the served model's config.json or a built-in name, with --gpu: compare decode with what "
+                          "an engine-grade decode of it takes (perfstack estimate infer)")
     why.add_argument("--gpu", metavar="NAME", help="the server's GPU from the spec table (e.g. h100-sxm)")
     why.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs the server uses (for the bound)")
     output.add_arguments(p)
@@ -176,7 +176,7 @@ def _bound(args: argparse.Namespace) -> Bound | None:
 
     def itl_ms(batch: int, prompt: int, gen: int) -> float:
         est = infer.estimate(spec, hw, infer.InferSettings(batch=batch, prompt=prompt, gen=gen, tp=args.tp))
-        return float((est.time or {})["itl_s"] or 0.0) * 1e3
+        return float((est.time or {})["itl_expected_s"] or 0.0) * 1e3  # as estimate infer --launch graph
 
     return Bound(itl_ms=itl_ms, what=f"{spec.name} bf16 on {hw.spec.name} ({hw.hbm_bw / 1e12:.2f} TB/s"
                                      + (f", TP {args.tp}" if args.tp > 1 else "") + ")")
