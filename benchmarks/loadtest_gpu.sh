@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Load-test a real continuous-batching server on one GPU and check findings by changing its configuration.
 #
-#   bash benchmarks/loadtest_gpu.sh OUTDIR [STAGE...]      stages: sweep kv graphs prefill (default: all)
+#   bash benchmarks/loadtest_gpu.sh OUTDIR [STAGE...]      stages: sweep kv graphs prefill peers (default: all)
+#
+# peers: perfstack beside AIPerf (when the aiperf command is installed; else perfstack and the referee only) and a
+# minimal referee client, on single-turn, multi-turn and trace-replay workloads (benchmarks/loadtest_vs_aiperf.py).
+# Pin the clients apart from the server where the host has the cores: CLIENT_CPUS=8-15 (taskset).
 #
 # Needs: torch + transformers with CUDA; the serving and client wheels in .whl/ (offline install). The model is
 # a random-weight ~1.2B Llama (benchmarks/loadtest_model.py), served by `transformers serve --continuous-batching`.
 set -u
 out=${1:?usage: loadtest_gpu.sh OUTDIR [STAGE...]}; shift
-stages=${*:-sweep kv graphs prefill}
+stages=${*:-sweep kv graphs prefill peers}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -60,5 +64,16 @@ for s in $stages; do
     prefill)  # long prompts arriving while others decode: one big prefill per step vs 512-token chunks
         serve chunk8192 --cb-max-batch-tokens 8192 && lt prefill-8192 --rate 3 --input-len 6000 --output-len 96 --requests 40 --spread 0.3; stop
         serve chunk512 --cb-max-batch-tokens 512 && lt prefill-512 --rate 3 --input-len 6000 --output-len 96 --requests 40 --spread 0.3; stop ;;
+    peers)  # the same requests from three clients; each judged by its distance from the referee
+        serve default || continue
+        pin=${CLIENT_CPUS:+taskset -c $CLIENT_CPUS}
+        peer_flags="--no-aiperf"; command -v aiperf > /dev/null && peer_flags=""
+        for w in single multi-turn trace; do
+            $pin python3 benchmarks/loadtest_vs_aiperf.py $url --model $model --tokenizer $model --workload $w \
+                --concurrency 8 --requests 96 --isl 256 --osl 64 --turns 4 --rate 6 --rounds 3 $peer_flags \
+                --out "$out/peers-$w" > "$out/peers-$w.txt" 2>&1
+            echo "peers $w rc=$?"; tail -9 "$out/peers-$w.txt"
+        done
+        stop ;;
     esac
 done

@@ -132,6 +132,8 @@ async def _one(session: Any, url: str, body: dict, out: list[dict]) -> None:
     stamps: list[float] = []
     tokens = None
     async with session.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
         async for line in resp.content:
             now = time.perf_counter()
             if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
@@ -147,9 +149,15 @@ async def _one(session: Any, url: str, body: dict, out: list[dict]) -> None:
                     "gaps": [(b - x) * 1e3 for x, b in zip(stamps, stamps[1:])], "tokens": tokens or len(stamps)})
 
 
+EXACT = {"min_tokens": True, "ignore_eos": True}  # dropped when the server refuses them, as perfstack does
+
+
 def _body(model: str, messages: list[dict], osl: int) -> dict:
-    return {"model": model, "messages": messages, "stream": True, "max_tokens": osl, "min_tokens": osl,
-            "ignore_eos": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
+    b = {"model": model, "messages": messages, "stream": True, "max_tokens": osl, "temperature": 0.0,
+         "stream_options": {"include_usage": True}}
+    if EXACT:
+        b.update(min_tokens=osl, ignore_eos=True)
+    return b
 
 
 async def _referee(a: argparse.Namespace, data: Path) -> list[dict]:
@@ -160,6 +168,10 @@ async def _referee(a: argparse.Namespace, data: Path) -> list[dict]:
     url = a.url.rstrip("/") + "/v1/chat/completions"
     out: list[dict] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as s:
+        try:
+            await _one(s, url, _body(a.model, [{"role": "user", "content": "w5 w6"}], 4), [])
+        except RuntimeError:
+            EXACT.clear()  # the server refuses ignore_eos/min_tokens: lengths are the model's own, for every tool
         if a.workload == "trace":
             wl, _ = trace.load(str(data))
             t0, tasks = time.perf_counter(), []

@@ -40,13 +40,19 @@ def test_summary_follows_vllm_definitions():
     assert s.ttft.median == pytest.approx(float(np.median(ttft)))
     assert s.tpot.p99 == pytest.approx(float(np.percentile(tpot, 99)))
     assert s.itl.mean == pytest.approx(float(np.mean(itl)))
-    t1 = max(r.start_s + r.e2e_ms / 1e3 for r in reqs)
-    dur = t1 - reqs[0].start_s
+    # the window: first send to last send (the load drains after it), every count taken inside it
+    t0, t1 = reqs[0].start_s, reqs[-1].start_s
+    dur = t1 - t0
     assert s.duration_s == pytest.approx(dur)
-    assert s.output_throughput == pytest.approx(sum(r.output_tokens for r in reqs) / dur)
-    assert s.total_throughput == pytest.approx(sum(r.output_tokens + r.input_tokens for r in reqs) / dur)
-    assert s.request_throughput == pytest.approx(len(reqs) / dur)
-    busy = sum(r.e2e_ms / 1e3 for r in reqs)
+    arrivals = [(r.start_s + (r.ttft_ms + float(np.sum(r.itl_ms[:k]))) / 1e3, r.output_tokens / (len(r.itl_ms) + 1))
+                for r in reqs for k in range(len(r.itl_ms) + 1)]
+    out = sum(share for t, share in arrivals if t0 <= t <= t1)
+    firsts = [r for r in reqs if r.start_s + r.ttft_ms / 1e3 <= t1]
+    ended = [r for r in reqs if r.start_s + r.e2e_ms / 1e3 <= t1]
+    assert s.output_throughput == pytest.approx(out / dur)
+    assert s.total_throughput == pytest.approx((out + sum(r.input_tokens for r in firsts)) / dur)
+    assert s.request_throughput == pytest.approx(len(ended) / dur)
+    busy = sum(min(r.start_s + r.e2e_ms / 1e3, t1) - r.start_s for r in reqs)
     assert s.concurrency_mean == pytest.approx(busy / dur)
 
 
@@ -68,7 +74,8 @@ def test_goodput_counts_requests_meeting_every_objective():
     good = [r for r in reqs if r.ttft_ms <= 200 and (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1) <= 25]
     assert 0 < len(good) < len(reqs)
     assert s.slo_attainment == pytest.approx(len(good) / len(reqs))
-    assert s.goodput == pytest.approx(len(good) / s.duration_s)
+    ended = [r for r in good if r.start_s + r.e2e_ms / 1e3 <= reqs[-1].start_s]  # in the window
+    assert s.goodput == pytest.approx(len(ended) / s.duration_s)
     assert metrics.meets(s, Slo(ttft_ms=200, itl_ms=25, attainment=len(good) / len(reqs)))
     assert not metrics.meets(s, Slo(ttft_ms=200, itl_ms=25, attainment=1.0))
 

@@ -12,8 +12,8 @@ judged on samples that are independent of each other:
 - p99s: a location test says nothing about a tail, so a p99 is judged by the bootstrap interval of
   the p99s' ratio alone, at 1 - alpha confidence, and only with at least ``MIN_TAIL_VALUES`` values a
   side (below that the p99 is the slowest value or few, and its bootstrap far too narrow).
-- Output throughput and goodput: one figure per level, so the level's span (first measured send to
-  last measured end) is cut into ``WINDOWS`` equal windows and the figure is taken per window (each
+- Output throughput and goodput: one figure per level, so the level's measured window
+  (``metrics.window``) is cut into ``WINDOWS`` equal windows and the figure is taken per window (each
   chunk's tokens placed at its arrival; a good request counted when it ends); the windows are the
   samples. The figure shown is still the level's own; the interval is that of the windows' median.
 
@@ -95,7 +95,7 @@ def token_windows(lv: Level, n: int = WINDOWS) -> list[float]:
         times = metrics.chunk_times(r)
         share = r.output_tokens / len(times)  # a chunk may carry several tokens: spread them evenly
         for t in times:
-            if t >= t0:  # before the window a warm-up may have held the server
+            if t0 <= t <= t1:  # before it a warm-up may have held the server; after it the load drains
                 tokens[min(n - 1, int((t - t0) / width))] += share
     return [x / width for x in tokens]
 
@@ -109,7 +109,7 @@ def good_windows(lv: Level, slo: Slo, n: int = WINDOWS) -> list[float]:
     count = [0] * n
     for r in lv.requests:
         end = metrics.end_s(r)
-        if not r.warmup and end >= t0 and metrics.good(r, slo):
+        if not r.warmup and t0 <= end <= t1 and metrics.good(r, slo):
             count[min(n - 1, int((end - t0) / width))] += 1
     return [c / width for c in count]
 

@@ -7,10 +7,11 @@ that meet every SLO. Two differences, both deliberate: the duration is the measu
 and percentiles interpolate linearly like numpy's default.
 
 The measured window runs from the later of the first measured send and the last warm-up's end to the last
-measured end. Until the last warm-up ends, a warm-up may hold a server slot (on a batch-capped server the
-first measured requests queue behind it), so the server's work in that stretch is not the measured
-requests'. Throughputs count what arrived inside the window: each token when its chunk arrived, each
-request when it ended; latencies and SLO attainment are every measured request's.
+measured send (``window``). Until the last warm-up ends, a warm-up may hold a server slot (on a
+batch-capped server the first measured requests queue behind it), so the server's work in that stretch is
+not the measured requests'; after the last send the load drains. Throughputs count what arrived inside the
+window: each token when its chunk arrived, each request when it ended; latencies and SLO attainment are
+every measured request's.
 """
 
 from __future__ import annotations
@@ -67,15 +68,21 @@ def end_s(r: Request) -> float:
 
 def window(requests: Sequence[Request]) -> tuple[float, float]:
     """The measured window (s from the level's start): from the later of the first measured send and the
-    last warm-up's end, to the last measured end; (0, 0) without measured requests. A warm-up that ended
-    after every measured request (one that hung) does not empty the window: it then opens at the first send."""
+    last warm-up's end, to the last measured send; (0, 0) without measured requests. After the last send
+    the load drains (a closed loop's streams end one by one, an open loop's arrivals have stopped), so
+    the server no longer runs at the level's load. Where the sends ended in the first half of the span
+    (a burst, or arrivals faster than the server: its queue keeps it full meanwhile) the window runs to the
+    last end. A warm-up that ended after every measured request (one that hung) does not empty the window:
+    it then opens at the first send."""
     measured = [r for r in requests if not r.warmup]
     if not measured:
         return 0.0, 0.0
     t0 = min(r.start_s for r in measured)
-    t1 = max(end_s(r) for r in measured)
+    last_end = max(end_s(r) for r in measured)
     warm_end = max((end_s(r) for r in requests if r.warmup), default=t0)
-    return (warm_end if t0 < warm_end < t1 else t0), t1
+    t0 = warm_end if t0 < warm_end < last_end else t0
+    last_send = max(r.start_s for r in measured)
+    return t0, (last_send if last_send - t0 >= 0.5 * (last_end - t0) else last_end)
 
 
 def chunk_times(r: Request) -> list[float]:
@@ -90,12 +97,12 @@ def chunk_times(r: Request) -> list[float]:
     return out
 
 
-def tokens_after(r: Request, t0: float) -> float:
-    """Output tokens of ``r`` that arrived at or after ``t0``, a chunk's tokens spread evenly over it."""
+def tokens_within(r: Request, t0: float, t1: float) -> float:
+    """Output tokens of ``r`` that arrived in [t0, t1], a chunk's tokens spread evenly over it."""
     times = chunk_times(r)
-    if not times or times[0] >= t0:
-        return float(r.output_tokens)
-    return r.output_tokens * sum(t >= t0 for t in times) / len(times)
+    if not times or (times[0] >= t0 and times[-1] <= t1):
+        return float(r.output_tokens) if times else 0.0
+    return r.output_tokens * sum(t0 <= t <= t1 for t in times) / len(times)
 
 
 def runs(requests: Sequence[Request]) -> list[list[Request]]:
@@ -134,10 +141,10 @@ def _figures(s: Summary, measured: list[Request], ok: list[Request], t0: float, 
     duration = max(t1 - t0, 1e-9)
     out_tokens = sum(r.output_tokens for r in ok)
     in_counts = [r.input_tokens for r in ok if r.input_tokens is not None]
-    inside = [r for r in ok if end_s(r) >= t0]
+    inside = [r for r in ok if t0 <= end_s(r) <= t1]  # the requests that ended in the window
     # a request's prompt counts where its prefill ended (its first token), inside the window or not
-    in_window = sum(r.input_tokens or 0 for r in inside if r.start_s + (r.ttft_ms or 0.0) / 1e3 >= t0)
-    out_window = sum(tokens_after(r, t0) for r in inside)
+    in_window = sum(r.input_tokens or 0 for r in ok if t0 <= r.start_s + (r.ttft_ms or 0.0) / 1e3 <= t1)
+    out_window = sum(tokens_within(r, t0, t1) for r in ok)
     s.request_throughput = len(inside) / duration
     s.output_throughput = out_window / duration
     s.total_throughput = (out_window + in_window) / duration
