@@ -13,7 +13,7 @@ from perfstack.profile import accumulation, classify, comm, copies, cpu, efficie
 from perfstack.profile.analyze import Analysis, analyze
 from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
-from perfstack.profile.simulate import Scenario, Timeline, replay, solve_scale
+from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, solve_scale
 from perfstack.profile.straggler import straggler
 from perfstack.profile.trace import load
 
@@ -45,7 +45,7 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
     if tl is None:
         return Overhead(p.step_ms, p.events_per_step, method="none", cpu_scale=1.0, step_ms=unprofiled_ms or p.step_ms,
                         note="no replay model for this trace (launches not attributable): figures are of the profiled step")
-    model = replay(tl) / 1e3 / n
+    model = recorded(tl) / 1e3 / n
     cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
     removed = PROFILER_US_PER_EVENT * p.events_per_step / 1e3
     estimated = max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
@@ -60,16 +60,16 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
                "replace the estimate")
     return Overhead(p.step_ms, p.events_per_step, round(model, 4), round(model / profiled, 3) if profiled else None,
                     method, how, round(scale, 4), round(1 / scale, 3),
-                    round(replay(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
-                    round(replay(tl, scale) / 1e3 / n, 4))
+                    round(recorded(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
+                    round(recorded(tl, scale) / 1e3 / n, 4))
 
 
 def _measured_scale(tl: Timeline, n: int, model: float, estimated: float, unprofiled_ms: float) -> tuple[float, str]:
     """The CPU scale that replays the trace at the step time measured without the profiler, and what the
     note adds about it."""
     target = unprofiled_ms * 1e3 * n
-    floor = replay(tl, MIN_SCALE)
-    if replay(tl, estimated) < floor * 1.05 or floor > target * 1.02:
+    floor = recorded(tl, MIN_SCALE)
+    if recorded(tl, estimated) < floor * 1.05 or floor > target * 1.02:
         # The step is GPU-bound (a faster CPU barely changes it), or even a CPU five times faster
         # would not make it that short: the measured time says nothing about the CPU's speed, and
         # what differs is on the GPU side (run-to-run noise, clocks).
@@ -95,9 +95,9 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
-    cpu_free = replay(tl, scale) < replay(tl, MIN_SCALE) * 1.05
+    cpu_free = recorded(tl, scale) < recorded(tl, MIN_SCALE) * 1.05
     scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
-    base_c, base_p = replay(tl, scale), replay(tl, 1.0)
+    base_c, base_p = recorded(tl, scale), recorded(tl, 1.0)
     out: dict[str, WhatIf] = {}
     for name, sc in scenarios.items():
         rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
