@@ -11,13 +11,17 @@ Then, in a child process pinned to two cores (``taskset -c 0,1`` where available
   (a) ``perfstack.profile.trace.load`` alone, and
   (b) the whole ``perfstack.profile.summary.profile_run([path])``,
 
-each in a fresh child, and prints wall seconds, peak RSS of the child (``getrusage(RUSAGE_CHILDREN)``)
-and events per second. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
+each in a fresh child, and prints wall seconds, the child's CPU seconds (user + system), its peak
+RSS (``getrusage(RUSAGE_CHILDREN)``), events per second, and the machine's load average around the
+run: on a shared machine the wall time says as much about the neighbours as about perfstack. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
 of a few MB that expands to ``--bomb-gib`` GiB of whitespace (default 4), which must be refused
 (exit 2) in bounded time and memory, whatever its expanded size.
 
     python benchmarks/profile_speed.py [--mb 1000] [--gz] [--source TRACE.json.gz] [--only load|run|bomb]
-        [--repeat N] [--keep DIR] [--bomb-gib 4]
+        [--repeat N] [--keep DIR] [--trace BIG.pt.trace.json] [--bomb-gib 4]
+
+``--keep DIR`` keeps the synthesized trace there; ``--trace`` times such a trace again instead of
+writing a new one.
 """
 
 from __future__ import annotations
@@ -165,13 +169,15 @@ import resource, subprocess, sys
 r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 sys.stdout.write(r.stdout)
 sys.stderr.write(r.stderr)
-print("maxrss_kib", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("maxrss_kib", ru.ru_maxrss, ru.ru_utime + ru.ru_stime)
 sys.exit(r.returncode)
 """
 
 
-def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, float]:
-    """Run ``code`` on ``path`` in a fresh child; (its printed fields, wall s, peak RSS MiB).
+def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, float, float, str]:
+    """Run ``code`` on ``path`` in a fresh child; (its printed fields, wall s, peak RSS MiB, CPU s,
+    the load average before and after).
 
     The child is started by a small wrapper process of its own, so that the wrapper's
     getrusage(RUSAGE_CHILDREN) is the peak of this one measurement alone."""
@@ -179,23 +185,53 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
     if cores and shutil.which("taskset"):
         cmd = ["taskset", "-c", cores] + cmd
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    before = _load_avg()
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", WRAPPER] + cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     wall = time.perf_counter() - t0
+    load = f"load {before} -> {_load_avg()}"
     if r.returncode:
         raise RuntimeError(r.stderr.strip()[-3000:] or f"exit {r.returncode}")
     lines = r.stdout.strip().splitlines()
-    rss = float(lines[-1].split()[1]) / 1024
-    return lines[-2].split(), wall, rss
+    _, kib, cpu = lines[-1].split()
+    return lines[-2].split(), wall, float(kib) / 1024, float(cpu), load
+
+
+def _load_avg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
 
 
 def bomb(d: Path, args: argparse.Namespace) -> None:
     path = d / "bomb.pt.trace.json.gz"
     size = write_bomb(path, args.bomb_gib)
-    fields, wall, rss = child(CHILD_CLI, path, args.cores)
+    fields, wall, rss, _, _ = child(CHILD_CLI, path, args.cores)
     print(f"bomb:        {args.bomb_gib:g} GiB of whitespace in {size / 1e6:.1f} MB gzip: "
           f"perfstack profile --trace exit {fields[1]} after {float(fields[0]):.2f} s, "
           f"{wall:.2f} s wall, peak RSS {rss:.0f} MiB")
+
+
+def best_of(code: str, path: Path, args: argparse.Namespace) -> tuple[float, float, float, float, str, list[str]]:
+    """The fastest of --repeat runs of ``code``: (seconds it printed, wall, peak RSS MiB, CPU s, load, fields)."""
+    best = None
+    for _ in range(max(1, args.repeat)):
+        fields, wall, rss, cpu, load = child(code, path, args.cores)
+        dt = float(fields[0])
+        if best is None or dt < best[0]:
+            best = (dt, wall, rss, cpu, load, fields)
+    assert best is not None
+    return best
+
+
+def _events(path: Path):
+    """The events of a trace this script wrote (one per line), to count them without loading it."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        for line in f:
+            if line.startswith(b"{") and not line.startswith(b'{"traceEvents') and b'"ph"' in line:
+                yield line
 
 
 def machine() -> str:
@@ -220,6 +256,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="time each N times, report the fastest")
     ap.add_argument("--cores", default="0,1", help="CPU list for taskset (default 0,1; '' for none)")
     ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
+    ap.add_argument("--trace", type=Path, default=None, help="time this trace (one --keep wrote) instead of writing one")
     args = ap.parse_args()
     source = args.source or default_source()
     tmp = None
@@ -233,41 +270,39 @@ def main() -> None:
         if args.only == "bomb":
             bomb(d, args)
             return
-        out = d / ("big.pt.trace.json" + (".gz" if args.gz else ""))
-        t0 = time.perf_counter()
-        info = synthesize(source, args.mb, out, args.gz)
-        print(f"source {source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}: "
-              f"{info['copies']} copies, {info['events']:,} events, {info['json_bytes'] / 1e6:.0f} MB JSON"
-              + (f" ({info['file_bytes'] / 1e6:.0f} MB gzip)" if args.gz else "")
-              + f", written in {time.perf_counter() - t0:.0f} s")
+        if args.trace:
+            out = args.trace
+            n = sum(1 for _ in _events(out))
+            print(f"trace {out}: {n:,} events, {out.stat().st_size / 1e6:.0f} MB")
+        else:
+            out = d / ("big.pt.trace.json" + (".gz" if args.gz else ""))
+            t0 = time.perf_counter()
+            info = synthesize(source, args.mb, out, args.gz)
+            n = info["events"]
+            print(f"source {source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}: "
+                  f"{info['copies']} copies, {n:,} events, {info['json_bytes'] / 1e6:.0f} MB JSON"
+                  + (f" ({info['file_bytes'] / 1e6:.0f} MB gzip)" if args.gz else "")
+                  + f", written in {time.perf_counter() - t0:.0f} s")
         pinned = f"cores {args.cores}" if args.cores and shutil.which("taskset") else "not pinned"
         print(f"machine: {machine()}, child {pinned}, Python {sys.version.split()[0]}, "
               f"msgspec {msgspec.__version__}")
-        n = info["events"]
         if args.only in (None, "load"):
-            best = None
-            for _ in range(max(1, args.repeat)):
-                fields, wall, rss = child(CHILD_LOAD, out, args.cores)
-                dt = float(fields[0])
-                best = (dt, wall, rss, fields) if best is None or dt < best[0] else best
-            dt, wall, rss, f = best
-            print(f"load:        {dt:6.2f} s in load(), {wall:6.2f} s wall incl. start-up, peak RSS {rss:7.0f} MiB, "
-                  f"{n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, ops {f[4]}, steps {f[5]}, "
-                  f"skipped {f[6]})")
+            dt, wall, rss, cpu, load, f = best_of(CHILD_LOAD, out, args)
+            n = int(f[1])
+            print(f"load:        {dt:6.2f} s in load(), {wall:6.2f} s wall incl. start-up, {cpu:6.2f} s CPU, "
+                  f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, "
+                  f"ops {f[4]}, steps {f[5]}, skipped {f[6]}; {load})")
         if args.only in (None, "run"):
             try:
-                best = None
-                for _ in range(max(1, args.repeat)):
-                    fields, wall, rss = child(CHILD_RUN, out, args.cores)
-                    dt = float(fields[0])
-                    best = (dt, wall, rss, fields) if best is None or dt < best[0] else best
-                dt, wall, rss, f = best
-                print(f"profile_run: {dt:6.2f} s in profile_run(), {wall:6.2f} s wall, peak RSS {rss:7.0f} MiB, "
-                      f"{n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings)")
+                dt, wall, rss, cpu, load, f = best_of(CHILD_RUN, out, args)
+                print(f"profile_run: {dt:6.2f} s in profile_run(), {wall:6.2f} s wall, {cpu:6.2f} s CPU, "
+                      f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings; "
+                      f"{load})")
             except RuntimeError as e:
                 print(f"profile_run: failed: {str(e).splitlines()[-1] if str(e) else e}")
         if args.only is None:
-            out.unlink()  # room on disk for the bomb
+            if not args.keep and not args.trace:
+                out.unlink()  # room on disk for the bomb
             bomb(d, args)
     finally:
         if tmp is not None:
