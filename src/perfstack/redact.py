@@ -30,6 +30,7 @@ from collections import Counter
 from typing import Any
 
 MASK = "***"
+NOT_KEPT = "<not-kept>"  # a value a capture did not keep (host.capture.Keep): one token, so tables still parse
 
 # scheme://userinfo@ — userinfo has no '/', '@' or whitespace (RFC 3986); '@' inside a password must be
 # percent-encoded, so the last '@' before the host ends it.
@@ -38,9 +39,9 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,20}://)([^/\s@\x00\"'<>]+
 # A key names a secret when it ends with one of these words (HF_TOKEN, AccountKey, --api-key), not
 # when it merely contains one (TOKENIZERS_PARALLELISM, --token-limit).
 _SECRET_KEY = (r"(?:[\w.-]*?(?:passw(?:or)?d|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
-               r"private[_-]?key|auth|authorization|credentials?|sharedaccesskey|accountkey|sig))")
-# key=value and key: value, in URLs' queries, connection strings and config-like text
-_KEY_VALUE = re.compile(rf"(?i)(?<![\w-])({_SECRET_KEY})(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s;&,\x00\"'<>]+)")
+               r"private[_-]?key(?:[_-]?id)?|auth|authorization|credentials?|sharedaccesskey|accountkey|sig))")
+# key=value and key: value, in URLs' queries, connection strings, config-like text and JSON ("key": "value")
+_KEY_VALUE = re.compile(rf"(?i)(?<![\w-])({_SECRET_KEY})([\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s;&,\x00\"'<>]+)")
 # --password VALUE on a command line (arguments separated by spaces or, in /proc/*/cmdline, NULs)
 _OPTION_VALUE = re.compile(rf"(?i)(?<![\w-])(--?{_SECRET_KEY})([ \x00]+)(?!-)([^\s\x00]+)")
 
@@ -53,7 +54,9 @@ _TOKENS = [re.compile(p) for p in (
     r"\b([sr]k_(?:live|test)_)[A-Za-z0-9]{16,}",  # Stripe
     r"\b(xox[abposr]-)[A-Za-z0-9-]{10,}",  # Slack
     r"\b(xapp-)[A-Za-z0-9-]{10,}",  # Slack app-level
-    r"\b((?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA))[A-Z0-9]{16}\b",  # AWS access key ids
+    r"\b((?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA))[A-Z0-9]{16,24}\b",  # AWS access key ids (20; some tools 21+)
+    r"(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+",  # Slack webhooks: the path is the key
+    r"((?:discord|discordapp)\.com/api/webhooks/)[A-Za-z0-9/_-]+",  # Discord webhooks
     r"\b(AIza)[A-Za-z0-9_-]{35}",  # Google API keys
     r"\b(npm_)[A-Za-z0-9]{36}",  # npm
     r"\b(pypi-)[A-Za-z0-9_-]{50,}",  # PyPI upload tokens
@@ -77,11 +80,15 @@ def entropy(s: str) -> float:
 
 def looks_random(s: str) -> bool:
     """A long string of upper case, lower case and digits with the entropy of random data; not hex,
-    not a path (paths are runs of words between slashes), not a UUID."""
+    not a path (paths are runs of words between slashes), not a UUID, not a name made of short parts
+    (Org/Meta-Llama-3-70B-Instruct-AWQ: a random key's rare '-' and '_' leave long pieces)."""
     core = s.strip("=")
     if len(core) < 32 or re.fullmatch(r"[0-9a-fA-F-]+", core):
         return False
     if not (re.search(r"[a-z]", core) and re.search(r"[A-Z]", core) and re.search(r"\d", core)):
+        return False
+    parts = re.split(r"[-_./]", core)
+    if len(parts) >= 3 and max(map(len, parts)) <= 12:
         return False
     # Paths: absolute, or with a lower-case word between slashes (snapshots/, lib/); base64 keys
     # have slashes too but no such words.
@@ -99,9 +106,36 @@ def text(s: str) -> str:
     s = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", s)
     for pattern in _TOKENS:
         s = pattern.sub(lambda m: f"{m.group(1)}{MASK}", s)
-    s = _KEY_VALUE.sub(lambda m: m.group(0) if _masked(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}", s)
+    s = _KEY_VALUE.sub(lambda m: m.group(0) if _masked(m.group(3)) else f"{m.group(1)}{m.group(2)}{_quoted(m.group(3))}", s)
     s = _OPTION_VALUE.sub(lambda m: m.group(0) if _masked(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}", s)
-    return _RUN.sub(lambda m: MASK if looks_random(m.group(0)) else m.group(0), s)
+    return _RUN.sub(_run, s)
+
+
+def _quoted(value: str) -> str:
+    """MASK in the quotes the value had (a JSON or shell string stays one)."""
+    q = value[:1] if value[:1] in "\"'" and value[-1:] == value[:1] and len(value) > 1 else ""
+    return f"{q}{MASK}{q}"
+
+
+def _run(m: re.Match[str]) -> str:
+    """A run of key-like characters: masked whole when it looks random; else each of its '/' parts that
+    does (a key file's name under a directory of words, /etc/app/keys/Zq7X...)."""
+    run = m.group(0)
+    if looks_random(run):
+        return MASK
+    if "/" not in run:
+        return run
+    return "/".join(MASK if len(p) >= 32 and looks_random(p) else p for p in run.split("/"))
+
+
+# Names of variables and keys that hold secrets: a secret word as a whole part of the name (HF_TOKEN,
+# AWS_SECRET_ACCESS_KEY, DB_PASSWORD), not inside another word (TOKENIZERS_PARALLELISM, NCCL_IB_PKEY).
+SECRET_NAME = re.compile(r"(?i)(?:^|[_.-])(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASS|PWD|PASSPHRASE|CREDENTIALS?|AUTH|"
+                         r"COOKIE|SESSION|APIKEY|PRIVATE|SIGNATURE|SAS|DSN|WEBHOOK)(?:$|[_.-])")
+
+
+def secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
 
 
 def _masked(value: str) -> bool:

@@ -217,3 +217,37 @@ def test_a_level_cut_short_by_a_fault_says_so_and_the_exit_code_too(tmp_path, mo
     level = lt["levels"][0]
     assert level["interrupted"] and "a fault of the client" in level["stopped"]
     assert any("level 1 did not finish" in n for n in lt["notes"])
+
+
+def secrets_app(secrets: list[str], models: list[str]) -> web.Application:
+    """A server that puts ``secrets`` in every answer it gives: the model list, its headers, /version, error
+    bodies and error chunks (every other request after the probe), beside the honest model names ``models``."""
+    one_line = [" ".join(s.split()) for s in secrets]
+
+    async def listing(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": m} for m in models + one_line[:20 - len(models)]]},
+                                 headers={"Server": one_line[0], "x-vllm-version": one_line[1]})
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response({"version": " ".join(one_line[2:5])})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        count = request.app[COUNT]
+        count[0] += 1
+        k = count[0] // 2 % len(one_line)
+        if count[0] % 4 == 2:
+            return web.Response(status=500, text=" ".join(one_line[k:k + 3]))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if count[0] % 4 == 0:
+            await resp.write(b"data: " + json.dumps({"error": {"message": one_line[k]}}).encode() + b"\n\n")
+        else:
+            await _honest(resp, 4)
+        return resp
+
+    app = web.Application()
+    app[COUNT] = [0]
+    app.router.add_get("/v1/models", listing)
+    app.router.add_get("/version", version)
+    app.router.add_post("/v1/chat/completions", chat)
+    return app

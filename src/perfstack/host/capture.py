@@ -4,6 +4,12 @@
 along with the reason for every read that failed. ``write`` then redacts serials, UUIDs,
 hostnames and secret-looking environment variables and lays the bundle out as BundleHost
 expects. Bundles get attached to bug reports, so redaction errs on the side of removing.
+
+What is kept is decided by what the checks read, not by what looks secret (``Keep``): the values of
+the environment variables, kernel command-line parameters and mount options the probes and rules
+read (each list kept beside the code that reads it, gathered by the capture command); every other
+one is written by its name only, its value ``<not-kept>``. Value patterns (redact.text) remain a
+second net over everything that is written.
 """
 
 from __future__ import annotations
@@ -22,11 +28,32 @@ from perfstack import redact
 from perfstack.errors import InputError, UsageError
 from perfstack.host import Host, HostKind, Unavailable, cmd_file
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 UUID = re.compile(r"\b(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 XML_SECRET_TAGS = re.compile(r"<(serial|board_id|gpu_module_id|module_id)>([^<]*)</\1>")
 HOSTNAME_FILES = ("/proc/sys/kernel/hostname", "/etc/hostname")
 REDACTED = "REDACTED"
+NOT_KEPT = redact.NOT_KEPT
+MOUNT_FILES = {"proc/self/mountinfo": (5, -1), "proc/self/mounts": (3,), "proc/mounts": (3,), "etc/mtab": (3,)}
+CMDLINE_FILE = "proc/cmdline"
+
+
+@dataclass(frozen=True)
+class Keep:
+    """The values a capture keeps; everything else is written as its name with the value NOT_KEPT."""
+
+    env_prefixes: tuple[str, ...] = ()
+    env_names: frozenset[str] = frozenset()
+    cmdline: frozenset[str] = frozenset()  # kernel command-line parameters (iommu, intel_iommu, ...)
+    mount_options: frozenset[str] = frozenset()  # options with a value (size, rsize, ...)
+
+    def env(self, name: str) -> bool:
+        return name in self.env_names or name.startswith(self.env_prefixes)
+
+
+def _options(text: str, keep: frozenset[str]) -> str:
+    """A comma-separated option list with the value of every option not in ``keep`` left out."""
+    return ",".join(o if "=" not in o or o.split("=", 1)[0] in keep else f"{o.split('=', 1)[0]}={NOT_KEPT}"
+                    for o in text.split(","))
 
 
 @dataclass
@@ -96,7 +123,8 @@ class RecordingHost:
 class Redactor:
     """Replaces every identifying string found while capturing, consistently across files."""
 
-    def __init__(self, rec: RecordingHost) -> None:
+    def __init__(self, rec: RecordingHost, keep: Keep | None = None) -> None:
+        self.keep = keep  # None: every value is kept (and scrubbed)
         self.literal: dict[str, str] = {}
         for path in HOSTNAME_FILES:
             name = rec.files.get(path.lstrip("/"), "").strip()
@@ -131,7 +159,31 @@ class Redactor:
         return s
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        return {k: (REDACTED if SECRET_NAME.search(k) else self.text(v)) for k, v in sorted(env.items())}
+        def one(k: str, v: str) -> str:
+            if self.keep is not None and not self.keep.env(k):
+                return NOT_KEPT
+            return REDACTED if redact.secret_name(k) else self.text(v)
+        return {k: one(k, v) for k, v in sorted(env.items())}
+
+    def file(self, rel: str, text: str) -> str:
+        """A captured file as written: scrubbed (first, while a value that holds spaces, '--api-key KEY' or a
+        PEM block, is still whole), then the values the checks do not read left out of the mount table and
+        the kernel command line."""
+        text = self.text(text)
+        if self.keep is not None and rel in MOUNT_FILES:
+            text = "\n".join(self._mount_line(line, MOUNT_FILES[rel]) for line in text.split("\n"))
+        elif self.keep is not None and rel == CMDLINE_FILE:
+            keep = self.keep.cmdline
+            text = " ".join(w if "=" not in w or w.split("=", 1)[0] in keep else f"{w.split('=', 1)[0]}={NOT_KEPT}"
+                            for w in text.split(" "))
+        return text
+
+    def _mount_line(self, line: str, fields: tuple[int, ...]) -> str:
+        parts = line.split(" ")
+        for i in fields:
+            if len(parts) > (i if i >= 0 else -i - 1) + 1:
+                parts[i] = _options(parts[i], self.keep.mount_options if self.keep else frozenset())
+        return " ".join(parts)
 
     def json(self, value: Any) -> Any:
         if isinstance(value, dict):
@@ -150,7 +202,7 @@ def host_id(rec: RecordingHost) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:12]
 
 
-def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str, int]:
+def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any], keep: Keep | None = None) -> dict[str, int]:
     """Write the bundle; refuse to write into a non-empty directory (we never overwrite).
 
     The files go to a hidden sibling directory that is renamed to ``out`` only once every file is
@@ -161,7 +213,7 @@ def write(rec: RecordingHost, out: str | Path, meta: dict[str, Any]) -> dict[str
     root = Path(out)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{out} exists and is not an empty directory", hint="give a new directory for the bundle")
-    red = Redactor(rec)
+    red = Redactor(rec, keep)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
     try:
         umask = os.umask(0)
@@ -191,7 +243,7 @@ def _write_files(rec: RecordingHost, red: Redactor, root: Path, meta: dict[str, 
     dump("meta.json", dict(meta, complete=False))
     for rel, text in rec.files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        put(rel, red.text(text))
+        put(rel, red.file(rel, text))
     if rec.env is not None:
         dump("env.json", red.env(rec.env))
     if rec.nvml_answers is not None:

@@ -17,6 +17,8 @@ from perfstack.probes.mounts import MOUNTINFO, read_mounts
 T = TypeVar("T")
 
 DETECTION_SOURCES = "/.dockerenv, /run/.containerenv, /proc/{1,self}/cgroup, /proc/self/mountinfo, environment"
+KEEP_ENV = ("container", "KUBERNETES_SERVICE_HOST")  # read by _detect: a capture keeps their values
+KEEP_MOUNT_OPTIONS = ("size",)  # /dev/shm's size, read by _mount_facts
 
 CGROUP = "/sys/fs/cgroup"
 # A v1 limit this large is the kernel's "unlimited" (PAGE_COUNTER_MAX pages, e.g. 9223372036854771712).

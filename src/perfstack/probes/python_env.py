@@ -14,6 +14,7 @@ from perfstack.host import Unavailable
 from perfstack.probes.collector import Collector, Malformed, probe
 
 PYINFO = "python -m perfstack.host.pyinfo"
+KEEP_ENV = ("HOME", "NCCL_CONF_FILE")  # read to find the NCCL config file: a capture keeps their values
 STR, INT, BOOL, LIST, DICT, NONE = (str,), (int,), (bool,), (list,), (dict,), (type(None),)
 
 # pyinfo field -> (fact name, accepted JSON types). Read whenever torch imported.

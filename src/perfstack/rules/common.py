@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from perfstack.redact import NOT_KEPT
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.rules.shell import Abs, Command, sh
 from perfstack.units import binary_size
@@ -55,8 +56,26 @@ def require_gpu(f: Facts) -> None:
         raise NotApplicable("no NVIDIA GPU")
 
 
-def env_of(f: Facts) -> dict[str, str]:
-    return f.need("env")
+class Env(dict):
+    """The env fact as the rules read it: a variable whose value a capture did not keep (bundles keep only
+    the values the checks read; older or hand-made ones may lack one) makes the check not checked, by name,
+    rather than judged on a placeholder."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        v = super().get(name, default)
+        if v == NOT_KEPT:
+            raise NotChecked(f"the value of {name} was not kept in the bundle (capture with --keep-env {name})")
+        return v
+
+
+def env_of(f: Facts) -> Env:
+    """The env fact; NotChecked when it was not collected."""
+    return Env(f.need("env"))
+
+
+def env_or_empty(f: Facts) -> Env:
+    """The env fact, empty when it was not collected."""
+    return Env(f.value("env") or {})
 
 
 def is_true(value: str | None) -> bool:

@@ -6,7 +6,7 @@ import re
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
-from perfstack.rules.common import SYSTEM_MOUNT, cpu_nodes, size
+from perfstack.rules.common import SYSTEM_MOUNT, cpu_nodes, env_of, size
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.shell import Abs, sh
 from perfstack.units import GiB, MiB
@@ -211,7 +211,7 @@ def overlay_io(f: Facts) -> Hits:
        refs=f"Book ch. 3 (NVIDIA container runtime); {INFRA_ARTICLE} (§9.1 The NVIDIA container stack)")
 def container_gpu_runtime(f: Facts) -> Hits:
     _in_container(f)
-    wanted = f.need("env").get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    wanted = env_of(f).get("NVIDIA_VISIBLE_DEVICES", "").strip()
     if wanted.lower() in ("", "void", "none"):
         raise NotApplicable("NVIDIA_VISIBLE_DEVICES is not set: the container asked for no GPU")
     nodes = f.need("container.nvidia_device_nodes")
@@ -249,7 +249,7 @@ def rdma_in_container(f: Facts) -> Hits:
        refs=f"Book ch. 3 (container networking); {INFRA_ARTICLE} (§9.3 Compose deploy with resources, §10 Debugging order)")
 def container_network_mode(f: Facts) -> Hits:
     _in_container(f)
-    world = f.need("env").get("WORLD_SIZE", "")
+    world = env_of(f).get("WORLD_SIZE", "")
     gpus = f.value("gpu.count") or 0
     if not world.isdigit() or not gpus or int(world) <= gpus:
         raise NotApplicable("no multi-node job in the environment (WORLD_SIZE unset or within this host)")

@@ -7,7 +7,7 @@ from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
 from perfstack.probes.cpu import format_cpulist
-from perfstack.rules.common import cpu_nodes, size, sysctl_commands
+from perfstack.rules.common import cpu_nodes, env_of, size, sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command, sh
 from perfstack.sources import BOOK, INFRA_ARTICLE, KERNEL_ARTICLE
@@ -22,6 +22,7 @@ DIRTY_LIMIT_MIN = 8 * GIB  # perfstack's threshold: below this a multi-GB checkp
 PSI_LIMITS = {"memory": 10.0, "cpu": 20.0}  # perfstack's threshold: percent of the last minute some task stalled
 HMM_KERNELS = ((6, 1, 24), (6, 2, 11), (6, 3, 0))  # the first releases of each series with CUDA HMM
 ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
+KEEP_CMDLINE = ("iommu", "iommu.passthrough", "intel_iommu", "amd_iommu")  # read by iommu-mode: a capture keeps their values
 
 
 def limits_file_commands(item: str, value: object) -> list[Command]:
@@ -380,7 +381,7 @@ def dirty_writeback(f: Facts) -> Hits:
            "MALLOC_CONF=background_thread:true,dirty_decay_ms:10000,muzzy_decay_ms:10000 (or tcmalloc)",
        refs="Book ch. 3 (tuning host memory allocators)")
 def host_allocator(f: Facts) -> Hits:
-    preload = f.need("env").get("LD_PRELOAD", "")
+    preload = env_of(f).get("LD_PRELOAD", "")
     if not any(a in preload for a in ALLOCATORS):
         yield Hit(f"LD_PRELOAD = {preload!r}: glibc malloc" if preload else "LD_PRELOAD unset: glibc malloc")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
+from perfstack.rules.common import env_or_empty
 
 MEASURED = ("h2d-bandwidth-low", "gemm-throughput-low", "hbm-bandwidth-low", "collective-bandwidth-low")
 NO_BENCH = "no benchmark results (run 'perfstack doctor --bench quick' or 'perfstack bench')"
@@ -119,7 +120,7 @@ def collective_bandwidth_low(f: Facts) -> Hits:
         return
     sev: SeverityName | None = "critical" if r["fraction"] < 0.2 else "warning" if r["fraction"] < 0.5 else None
     if sev:
-        env = f.value("env") or {}
+        env = env_or_empty(f)
         knobs = [f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_") and k.endswith(("DISABLE", "LEVEL"))]
         yield Hit(f"all_reduce busbw {r['value']:,.0f} GB/s = {_pct(r)}"
                   + (f"; NCCL settings: {', '.join(knobs)}" if knobs else ""), severity=sev)

@@ -8,7 +8,7 @@ import re
 from typing import Any, NamedTuple
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.common import cuda_torch, env_of, gpus, require_gpu, version_tuple
+from perfstack.rules.common import cuda_torch, env_of, env_or_empty, gpus, require_gpu, version_tuple
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.sources import BOOK, INFRA_ARTICLE, LLM_LINUX_ARTICLE
 
@@ -233,7 +233,7 @@ def nccl_version_mismatch(f: Facts) -> Hits:
     wheel = (f.value("python.packages") or {}).get(pkg)
     if wheel and version_tuple(wheel)[:3] != version_tuple(loaded)[:3]:
         yield Hit(f"torch loaded NCCL {loaded}; the installed {pkg} wheel is {wheel}")
-    preload = (f.value("env") or {}).get("LD_PRELOAD", "")
+    preload = env_or_empty(f).get("LD_PRELOAD", "")
     if "nccl" in preload:
         yield Hit(f"LD_PRELOAD={preload} forces a libnccl into every process (torch reports {loaded})",
                   fix="unset LD_PRELOAD (or drop the libnccl entry)")
@@ -324,7 +324,7 @@ def tf32_default_off(f: Facts) -> Hits:
     cards = tf32_gpus(f)
     if cards == []:
         raise NotApplicable("no GPU with TF32 Tensor Cores (compute capability below 8.0)")
-    if (f.value("env") or {}).get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
+    if env_or_empty(f).get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
         raise NotApplicable("NVIDIA_TF32_OVERRIDE=0 overrides torch (tf32-override-env)")
     allow = f.need("python.matmul_allow_tf32")
     precision = f.value("python.float32_matmul_precision")

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from perfstack.model import Facts, NotApplicable, NotChecked
-from perfstack.rules.common import gpu_count, sysctl_commands
+from perfstack.rules.common import env_or_empty, gpu_count, sysctl_commands
 from perfstack.rules.registry import Hit, Hits, check
 from perfstack.rules.shell import Command
 from perfstack.sources import BOOK
@@ -128,7 +128,7 @@ def nic_speed_selected(f: Facts) -> Hits:
         raise NotChecked("no physical NIC reports a link speed (virtual NICs, or a container's own network)")
     best = max(speeds, key=lambda n: speeds[n])
     if speeds[best] <= 10_000:
-        world = str((f.value("env") or {}).get("WORLD_SIZE", ""))
+        world = str(env_or_empty(f).get("WORLD_SIZE", ""))
         multi = world.isdigit() and int(world) > gpus
         yield Hit(f"fastest NIC {best} runs at {speeds[best] / 1000:g} Gb/s; no active RDMA port; {gpus} GPUs"
                   + (f"; WORLD_SIZE={world}" if multi else ""), severity="warning" if multi else "info",

@@ -13,6 +13,7 @@ from perfstack.sources import BOOK, KERNEL_ARTICLE
 LAYER = "storage"
 ATIME_FS = ("ext4", "ext3", "xfs", "btrfs", "f2fs", "nfs", "nfs4")
 NFS_MIN_IO = 1 << 20
+KEEP_MOUNT_OPTIONS = ("rsize", "wsize")  # read by nfs-mount-options: a capture keeps their values
 UDEV_RULE = "/etc/udev/rules.d/60-perfstack-storage.rules"
 
 
