@@ -101,9 +101,18 @@ async def _chat(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def _embeddings(request: web.Request) -> web.Response:
+    count = request.app[COUNT]
+    count[0] += 1
+    if count[0] % 2 == 1:  # the probe, and every other request after it
+        return web.json_response({"data": [{"embedding": [0.1, 0.2]}], "usage": {"prompt_tokens": 3}})
+    return web.Response(body=b'{"data": [{"embedding": [0.1]}], "note": "\xff"}', content_type="application/json")
+
+
 def hostile_app() -> web.Application:
     app = web.Application()
     app[COUNT] = [0]
+    app.router.add_post("/v1/embeddings", _embeddings)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/version", _version)
     app.router.add_post("/v1/chat/completions", _chat)
@@ -251,3 +260,12 @@ def secrets_app(secrets: list[str], models: list[str]) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_post("/v1/chat/completions", chat)
     return app
+
+
+def test_an_embeddings_answer_with_invalid_utf8_is_that_requests_error(tmp_path):
+    with Background(hostile_app()) as srv:
+        rc, run, _, err, _ = _loadtest(srv.url, tmp_path, "--api", "embeddings", "--model", "fake", "--concurrency",
+                                       "2", "--requests", "6", "--warmup", "0")
+    assert rc == 0, err
+    level = run["loadtest"]["levels"][0]
+    assert not level.get("stopped") and _errors(run).get("bad-stream", 0) >= 2, _errors(run)

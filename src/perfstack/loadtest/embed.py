@@ -41,7 +41,7 @@ async def read(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_s: f
         raise Failed("oversize", f"an answer over {MAX_ANSWER >> 20} MiB")
     try:
         data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: invalid UTF-8
         raise Failed("bad-stream", "the answer is not JSON") from None
     items = data.get("data") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items or not all(
