@@ -116,3 +116,17 @@ def test_csv_cells_from_the_server_do_not_run_as_formulas():
     from perfstack.report.loadtest_csv import cell
     assert cell("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0" and cell("-2+3") == "'-2+3" and cell("@SUM(1)") == "'@SUM(1)"
     assert cell("http-5xx") == "http-5xx" and cell(-1.5) == "-1.5" and cell(float("inf")) == "inf" and cell(None) == ""
+
+
+def test_a_repeated_capacity_probe_is_measured_run_by_run():
+    """Each run counts time from its own start: pooled, two runs' tokens would fill one stretch twice."""
+    from perfstack.loadtest import sweep
+
+    def wave_run(k: int) -> list[Request]:  # 4 slots, waves of 4 every 100 ms, 10 tokens 10 ms apart
+        return [Request(start_s=0.0, ttft_ms=100.0 * w + 10, itl_ms=[10.0] * 9, e2e_ms=100.0 * w + 100,
+                        output_tokens=10, repeat=k) for w in range(5) for _ in range(4)]
+    one = wave_run(0)
+    single = sweep.capacity(Level(mode="rate", load=float("inf"), requests=one, summary=metrics.summarize(one)))
+    both = one + wave_run(1)
+    repeated = sweep.capacity(Level(mode="rate", load=float("inf"), requests=both, summary=metrics.summarize(both)))
+    assert single == pytest.approx(40, rel=0.05) and repeated == pytest.approx(single)

@@ -24,7 +24,7 @@ import math
 from typing import Any, Optional
 
 from perfstack.loadtest import metrics
-from perfstack.loadtest.record import Level, Slo
+from perfstack.loadtest.record import Level, Request, Slo, Summary
 
 RATE_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 KNEE_SHARE = 0.9
@@ -92,24 +92,32 @@ def knee(levels: list[Level]) -> Optional[Level]:
 
 
 def capacity(probe: Level) -> float:
+    """The capacity a probe measured; a repeated probe's is the median of its runs' (each on its own clock)."""
+    parts = metrics.runs(probe.requests)
+    if len(parts) == 1:
+        return _capacity(probe.requests, probe.summary)
+    caps = sorted(_capacity(p, metrics.summarize_run(p)) for p in parts)
+    return metrics.percentile(caps, 50)
+
+
+def _capacity(requests: list[Request], whole: Summary) -> float:
     """Requests per second the server sustains when full, from an everything-at-once level: the output
     tokens that arrived while requests were still waiting for their first token (from the first request's
     first token to the last one's), per second, over the mean output length. A burst the server took in one
     batch leaves no such stretch: its whole throughput stands. Warm-up requests count here: they filled the
     server's slots as much as the measured ones."""
-    ok = [r for r in probe.requests if r.ok]
+    ok = [r for r in requests if r.ok]
     firsts = sorted(r.start_s + (r.ttft_ms or 0.0) / 1e3 for r in ok)
-    whole = probe.summary.request_throughput
-    if len(firsts) < 4 or not probe.summary.mean_output_tokens:
-        return whole
+    if len(firsts) < 4 or not whole.mean_output_tokens:
+        return whole.request_throughput
     a, b = firsts[0], firsts[-1]
-    if b - a < 0.25 * max(probe.summary.duration_s, 1e-9):
-        return whole
+    if b - a < 0.25 * max(whole.duration_s, 1e-9):
+        return whole.request_throughput
     tokens = 0.0
     for r in ok:
         times = metrics.chunk_times(r)
         tokens += r.output_tokens * sum(a <= t <= b for t in times) / len(times)
-    return tokens / (b - a) / probe.summary.mean_output_tokens
+    return tokens / (b - a) / whole.mean_output_tokens
 
 
 def rate_loads(cap: float) -> list[float]:
@@ -172,11 +180,12 @@ def summary(levels: list[Level], slo: Optional[Slo], stopped: Optional[str],
     k = knee(levels)
     if k is not None:
         out["knee"] = k.load
-        out["knee_output_throughput"] = k.summary.output_throughput
+        out["knee_output_throughput"] = tput(k)
     elif len(swept) >= 2:
         out["knee_not_reached"] = stopped if stopped and stopped != "interrupted" else (
             f"the heaviest load tried, {_load(swept[-1])}, gave the most throughput")
-    out["best_output_throughput"] = max((lv.summary.output_throughput for lv in swept), default=0.0)
+    # (requests/s where nothing is generated: an embeddings sweep)
+    out["best_output_throughput"] = max((tput(lv) for lv in swept), default=0.0)
     if capacity_rps is not None:
         out["capacity_req_s"] = capacity_rps
     if slo is not None:

@@ -127,12 +127,13 @@ def sweep_line(lt: LoadTest) -> str:
     parts = []
     if sw.get("capacity_req_s") is not None:
         parts.append(f"capacity {sw['capacity_req_s']:,.3g} req/s while the server was full")
+    per_s = "req/s" if lt.api == "embeddings" else "tok/s"
     if sw.get("knee") is not None:
-        parts.append(f"knee at {sw['knee']:g}{unit} ({sw.get('knee_output_throughput', 0):,.0f} tok/s, "
+        parts.append(f"knee at {sw['knee']:g}{unit} ({sw.get('knee_output_throughput', 0):,.0f} {per_s}, "
                      f"best {sw.get('best_output_throughput', 0):,.0f})")
     elif sw.get("knee_not_reached"):
         parts.append(f"knee not reached: {sw['knee_not_reached']}; best {sw.get('best_output_throughput', 0):,.0f} "
-                     "tok/s")
+                     f"{per_s}")
     if "max_load_meeting_slo" in sw:
         m = sw["max_load_meeting_slo"]
         if m is None:
