@@ -105,14 +105,14 @@ def test_replay_a_trace_and_ramp_up_streams_through_the_cli(tmp_path):
         for lv in lt.levels:
             starts = sorted(r.start_s for r in lv.requests)
             want = [t / 1e3 / lv.load for t in (0, 200, 250, 600, 1000)]
-            assert len(starts) == 5 and all(abs(a - b) < 0.05 for a, b in zip(starts, want)), (starts, want)
+            assert len(starts) == 5 and all(abs(a - b) < 0.1 for a, b in zip(starts, want)), (starts, want)
             assert lv.summary.completed == 5 and not any(r.warmup for r in lv.requests)
     with InThread(Server(interval=0.002, ttft=0.6)) as fs:  # a first request outlasts the ramp
         assert main(["loadtest", fs.url, "-q", "-o", str(out), "--concurrency", "4", "--ramp-up", "0.6",
                      "--requests", "8", "--output-len", "3", "--warmup", "0"]) == 0
         lv = Run.load(out).loadtest.levels[0]
         firsts = sorted(r.start_s for r in lv.requests)[:4]  # the streams start 0.15 s apart
-        assert all(abs(firsts[k] - 0.15 * k) < 0.05 for k in range(4)), firsts
+        assert all(abs(firsts[k] - 0.15 * k) < 0.07 for k in range(4)), firsts
     with InThread(Server(interval=0.002, ttft=0.005)) as fs:
         assert main(["loadtest", fs.url, "-q", "-o", str(out), "--concurrency", "2", "--turns", "3",
                      "--requests", "12", "--output-len", "3", "--input-len", "4"]) == 0
@@ -146,10 +146,13 @@ def test_the_embeddings_endpoint_is_timed_whole(tmp_path):
     for lv in lt.levels:
         s = lv.summary
         assert s.completed == 12 and s.failed == 0 and s.output_throughput == 0
-        assert 30 <= s.e2e.median < 80 and s.ttft.median == s.e2e.median and s.itl is None and s.tpot is None
+        assert 30 <= s.e2e.median < 150 and s.ttft.median == s.e2e.median and s.itl is None and s.tpot is None
         assert s.total_throughput == pytest.approx(s.request_throughput * s.mean_input_tokens, rel=0.05)
         assert s.slo_attainment == 1.0
     assert lt.levels[1].summary.request_throughput > 2 * lt.levels[0].summary.request_throughput
+    from perfstack.report.loadtest_view import view_of
+    ttft_curve = view_of(lt, Run.load(out)).curves[0]  # latency against requests/s, nothing being generated
+    assert ttft_curve.x_label == "requests/s" and all(x > 0 for _, pts, _ in ttft_curve.series for x, *_ in pts)
 
 
 def test_an_embeddings_answer_without_vectors_is_a_clear_error(tmp_path, capsys):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from perfstack.report import charts
 from perfstack.report.html_blocks import e, finding, page, table
-from perfstack.report.loadtest_view import REPEAT_HEADERS, X_LABEL, LoadtestView
+from perfstack.report.loadtest_view import REPEAT_HEADERS, LoadtestView
 
 
 def _levels(v: LoadtestView) -> str:
@@ -33,7 +33,7 @@ def _curves(v: LoadtestView) -> str:
              "judged per request).</p>"]
     for c in v.curves:
         parts.append(f"<h3>{e(c.title)}</h3>")
-        parts.append(charts.xy_chart(c.series, c.title, X_LABEL, c.y_label, c.hlines, c.vlines, kind=c.kind,
+        parts.append(charts.xy_chart(c.series, c.title, c.x_label, c.y_label, c.hlines, c.vlines, kind=c.kind,
                                      label_points=True))
     return "".join(parts)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from perfstack.loadtest.metrics import figure
+from perfstack.loadtest.sweep import tput
 from perfstack.loadtest.record import Dist, Level, LoadTest
 from perfstack.model import Finding, Run
 
@@ -158,6 +159,7 @@ class Curve:
     hlines: list[tuple[str, float]]  # (label, ms): the SLO's objective
     vlines: list[tuple[str, float]]  # (label, tok/s): the knee, the highest load meeting the SLO
     kind: str
+    x_label: str = X_LABEL  # requests/s where nothing is generated (embeddings)
 
 
 @dataclass
@@ -184,7 +186,7 @@ def _series(levels: list[Level], name: str, dist: str, stat: str, dashed: bool) 
     for lv in levels:
         d = getattr(lv.summary, dist)
         if d is not None:
-            pts.append((lv.summary.output_throughput, getattr(d, stat), load_label(lv)))
+            pts.append((tput(lv), getattr(d, stat), load_label(lv)))
     return name, pts, dashed
 
 
@@ -193,10 +195,10 @@ def _marks(lt: LoadTest, levels: list[Level]) -> list[tuple[str, float]]:
     out = []
     knee = lt.sweep.get("knee")
     if knee in at:
-        out.append((f"knee: {load_label(at[knee])}", at[knee].summary.output_throughput))
+        out.append((f"knee: {load_label(at[knee])}", tput(at[knee])))
     best = lt.sweep.get("max_load_meeting_slo")
     if best in at and best != knee:
-        out.append((f"highest meeting the SLO: {load_label(at[best])}", at[best].summary.output_throughput))
+        out.append((f"highest meeting the SLO: {load_label(at[best])}", tput(at[best])))
     return out
 
 
@@ -210,14 +212,15 @@ def curves(lt: LoadTest) -> list[Curve]:
     slo = lt.slo
     ttft_ref = [(f"SLO TTFT ≤ {slo.ttft_ms:g} ms", slo.ttft_ms)] if slo is not None and slo.ttft_ms else []
     tpot_ref = [(f"SLO TPOT ≤ {slo.itl_ms:g} ms", slo.itl_ms)] if slo is not None and slo.itl_ms else []
+    x_label = "requests/s" if lt.api == "embeddings" else X_LABEL
     return [
         Curve("Time to first token against throughput", "TTFT (ms)",
               [_series(levels, "TTFT p50", "ttft", "median", False), _series(levels, "TTFT p99", "ttft", "p99", True)],
-              ttft_ref, marks, "loadtest-ttft"),
+              ttft_ref, marks, "loadtest-ttft", x_label),
         Curve("Time per output token and inter-token gaps against throughput", "ms",
               [_series(levels, "TPOT p50", "tpot", "median", False), _series(levels, "TPOT p99", "tpot", "p99", True),
                _series(levels, "ITL p50", "itl", "median", False), _series(levels, "ITL p99", "itl", "p99", True)],
-              tpot_ref, marks, "loadtest-tpot"),
+              tpot_ref, marks, "loadtest-tpot", x_label),
     ]
 
 
