@@ -35,14 +35,36 @@ def _row(m: Measurement) -> list[Text | str]:
             Text(m.verdict, style=VERDICT_STYLE.get(m.verdict, "")), Text(notes)]
 
 
+HEADERS = ("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes")
+NOTES_MIN = 30  # narrower than this, a note wraps to a line per word or two: notes go under the table
+
+
+def _width(cell: Text | str) -> int:
+    return cell.cell_len if isinstance(cell, Text) else len(cell)
+
+
 def render_measurements(view: RunView, console: Console, verbose: bool = False) -> None:
-    ms = view.bench.measurements if view.bench else []
-    t = Table("bench", "figure", "measured", "peak / ref", "% of peak", "verdict", "notes", box=None,
-              pad_edge=False, header_style="bold")
-    for m in ms:
-        if verbose or not m.params.get("sweep"):
-            t.add_row(*_row(m))
-    console.print(t)
+    ms = [m for m in (view.bench.measurements if view.bench else []) if verbose or not m.params.get("sweep")]
+    rows = [_row(m) for m in ms]
+    widest = [max([len(h)] + [_width(r[i]) for r in rows]) for i, h in enumerate(HEADERS[:-1])]
+    if sum(widest) + 2 * len(widest) + NOTES_MIN <= console.width:
+        t = Table(*HEADERS, box=None, pad_edge=False, header_style="bold")
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+    else:
+        # Narrow: each figure on one line with its name whole, and the notes under the table, each as
+        # wide as the screen. The bench column goes where every name starts with its bench's name.
+        first = 0 if any(m.name.split(".")[0] != m.bench for m in ms) else 1
+        t = Table(*HEADERS[first:-1], box=None, pad_edge=False, header_style="bold")
+        name = t.columns[1 - first]  # names whole (an outlandish one, past 32 columns, folds)
+        name.min_width, name.overflow = min(widest[1], 32), "fold"
+        for row in rows:
+            t.add_row(*row[first:-1])
+        console.print(t)
+        for m, row in zip(ms, rows):
+            if _width(row[-1]):
+                console.print(Text.assemble((m.name, "bold"), ": ", row[-1]))
     hidden = view.bench.sweep_points if view.bench else 0
     if hidden and not verbose:
         console.print(Text(f"{hidden} sweep points not shown (-v shows them; --json has every raw sample)", style="dim"))

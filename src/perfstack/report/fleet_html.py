@@ -8,7 +8,7 @@ from typing import Any
 from perfstack.fleet.record import FleetAnalysis, HeatMap
 from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
-from perfstack.report.html_blocks import Section, e, page, table
+from perfstack.report.html_blocks import Section, code, e, page, table
 
 MAX_ROWS = 400  # heat map rows drawn; the flagged nodes come first, the JSON has every row
 Z_FULL = 10.0  # a cell this many robust standard deviations below the median is drawn fully red
@@ -93,7 +93,7 @@ def _heatmaps(a: FleetAnalysis) -> Section | None:
 def _drift(a: FleetAnalysis) -> Section | None:
     if not a.drift:
         return None
-    rows = [(e(d.sku), e(d.category), f"<code>{e(d.key)}</code>",
+    rows = [(e(d.sku), e(d.category), f"{code(d.key)}",
              "<br>".join(f"{e(_short(g.value))}: {e(', '.join(g.nodes[:8]))}"
                          + (f" (+{len(g.nodes) - 8})" if len(g.nodes) > 8 else "") for g in d.odd),
              "no majority" if d.split else f"{e(_short(d.baseline))} ({d.baseline_count} nodes)") for d in a.drift]
@@ -118,7 +118,7 @@ def _outliers(a: FleetAnalysis) -> Section | None:
 def _uneven(a: FleetAnalysis) -> Section | None:
     if not (a.uneven or a.shared):
         return None
-    rows = [(f'<span class="sev {e(u.severity)}">{e(u.severity)}</span>', f"<code>{e(u.id)}</code>", e(u.title),
+    rows = [(f'<span class="sev {e(u.severity)}">{e(u.severity)}</span>', f"{code(u.id)}", e(u.title),
              f"{len(u.nodes)} of {u.of}", e(", ".join(u.nodes[:12]) + (" …" if len(u.nodes) > 12 else "")),
              e(_short(u.evidence.get(u.nodes[0], ""), 160))) for u in a.uneven]
     html = "<h2>Findings on some nodes only</h2>" + table(("severity", "finding", "title", "nodes", "which",

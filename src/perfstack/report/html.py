@@ -16,7 +16,7 @@ from perfstack.model import Measurement, Run
 from perfstack.profile.records import OpRow
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
-from perfstack.report.html_blocks import Section, delta_row, e, finding, page, table
+from perfstack.report.html_blocks import Section, code, delta_row, e, finding, page, table
 from perfstack.report.loadtest_diff import render_html as loadtest_diff_html
 from perfstack.report.loadtest_html import render_loadtest_html
 from perfstack.report.loadtest_view import loadtest_view
@@ -40,7 +40,7 @@ from perfstack.report.views import (
 def _fix_first(d: DoctorView) -> str:
     if not d.fix_first:
         return ""
-    items = "".join(f"<li><code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}: {e(f.evidence)}</li>"
+    items = "".join(f"<li>{code(f.id)}{f' [{e(f.subject)}]' if f.subject else ''}: {e(f.evidence)}</li>"
                     for f in d.fix_first)
     return (f'<div class="banner" id="fix-first"><h2>Fix this first — {e(layer_name(d.fix_first[0].layer))}</h2>'
             f"<ul>{items}</ul><div class=\"muted\">Critical in a lower layer: fix it before tuning above it.</div></div>")
@@ -60,7 +60,7 @@ def _doctor(d: DoctorView) -> str:
     if not any(fs for _, _, fs in d.layers):
         parts.append('<p class="muted">No findings.</p>')
     if d.not_checked:
-        rows = [(f"<code>{e(c.id)}</code>", e(c.status), e(c.reason)) for c in d.not_checked]
+        rows = [(f"{code(c.id)}", e(c.status), e(c.reason)) for c in d.not_checked]
         parts.append(f"<details><summary>{len(d.not_checked)} checks not applicable or not checked</summary>"
                      + table(("check", "status", "reason"), rows) + "</details>")
     return "".join(parts)
@@ -68,7 +68,7 @@ def _doctor(d: DoctorView) -> str:
 
 def _bench_row(m: Measurement) -> list[str]:
     if m.status != "ok":
-        return [e(m.bench), f"<code>{e(m.name)}</code>", "—", "—", "—", e(m.status), e(m.reason)]
+        return [e(m.bench), f"{code(m.name)}", "—", "—", "—", e(m.status), e(m.reason)]
     share = pct(m.fraction)
     peak = num(m.peak, m.unit) if m.peak else "—"
     if is_latency(m):  # lower is better: the "peak" is a reference to stay under
@@ -79,7 +79,7 @@ def _bench_row(m: Measurement) -> list[str]:
     if m.stats.get("n", 0) > 1 and m.stats.get("cv") is not None:
         notes = f"±{m.stats['cv']:.1%} over {int(m.stats['n'])} runs" + (f"; {notes}" if notes else "")
     verdict = f'<span class="verdict-{e(m.verdict.replace(" ", "-"))}">{e(m.verdict)}</span>'
-    return [e(m.bench), f"<code>{e(m.name)}</code>", e(num(m.value, m.unit)), e(peak), share, verdict, e(notes)]
+    return [e(m.bench), f"{code(m.name)}", e(num(m.value, m.unit)), e(peak), share, verdict, e(notes)]
 
 
 def bar_text(r: dict[str, Any]) -> str:
@@ -158,7 +158,7 @@ def _profile_gaps(p: ProfileView) -> str:
 
 
 def _profile_ops(p: ProfileView) -> str:
-    rows = [(f'<code>{e(o.op)}</code>', e(o.category), e(o.dtype or ""), e(num(o.time_ms_per_step)), e(num(o.tflops)),
+    rows = [(f'{code(o.op)}', e(o.category), e(o.dtype or ""), e(num(o.time_ms_per_step)), e(num(o.tflops)),
              e(num(o.gbps)), e(_pct_of(o))) for o in p.ops]
     return "<h3>Operators by GPU time</h3>" + table(
         ("operator", "category", "dtype", "ms/step", "TFLOP/s", "GB/s", "of peak"), rows, num_cols=(3, 4, 5, 6))
@@ -180,12 +180,12 @@ def _estimates(est: EstimateView) -> str:
         for which, total, share in est.memory_totals:
             cap = f" of {num(est.capacity[1], 'GB')} ({pct(share)})" if est.capacity and share is not None else ""
             over = " — <b>does not fit</b>" if share is not None and share > 1 else ""
-            parts.append(f'<p><code>{e(which)}</code>: {e(num(total, "GB"))}{e(cap)}{over}</p>')
+            parts.append(f'<p>{code(which)}: {e(num(total, "GB"))}{e(cap)}{over}</p>')
     if est.latency:
         parts.append("<h3>Latency bounds</h3>")
         parts.append(charts.value_bars([(p, ms, charts.human(v, unit)) for p, ms, v, unit in est.latency],
                                        "Latency bounds", "ms", kind="latency"))
-    rows = [(f"<code>{e(r.path)}</code>", e(r.label), e(charts.human(r.value, r.unit)),
+    rows = [(f"{code(r.path)}", e(r.label), e(charts.human(r.value, r.unit)),
              f'<span class="mono">{e(r.formula)}</span>') for r in est.rows]
     parts.append("<details><summary>Every estimated figure, with its formula</summary>"
                  + table(("figure", "what", "value", "formula"), rows, num_cols=(2,)) + "</details>")
@@ -194,20 +194,20 @@ def _estimates(est: EstimateView) -> str:
 
 def _try(v: TryView) -> str:
     """The trial: the table of arms, each arm's step times as a strip of dots, the notes, what to apply."""
-    rows = [[f"<code>{e(r.id)}</code>", e(r.step), e(r.gain), e(r.ci),
+    rows = [[f"{code(r.id)}", e(r.step), e(r.gain), e(r.ci),
              e(r.predicted) + (f' <span class="muted">({e(r.predicted_by)})</span>' if r.predicted_by else ""),
              f'<span class="verdict {e(r.verdict.replace(" ", "-"))}">{e(r.verdict)}</span>', e(r.numerics),
              e(r.memory), e(r.first_step)] for r in v.rows]
-    parts = [f"<h2>Fixes measured without the profiler</h2><p><code>{e(v.command)}</code></p>",
+    parts = [f"<h2>Fixes measured without the profiler</h2><p>{code(v.command)}</p>",
              table(HEAD, rows, num_cols=(1, 2, 3, 4, 7, 8)),
              charts.strips([(r.id, r.samples, r.best_ms) for r in v.rows], "Step times of every run, by arm "
                            "(bar: the best run's median)", "ms per step")]
-    notes = [f"<li><code>{e(r.id)}</code>: {e(r.note)}</li>" for r in v.rows if r.note]
+    notes = [f"<li>{code(r.id)}: {e(r.note)}</li>" for r in v.rows if r.note]
     notes += [f"<li>noise: {e(v.noise)}</li>", f"<li>how: {e(v.how)}</li>"] + [f"<li>{e(n)}</li>" for n in v.notes]
     if v.interrupted:
         notes.append("<li>interrupted: the table holds what was measured before Ctrl-C</li>")
     parts.append("<ul>" + "".join(notes) + "</ul>")
-    parts.append("<p><b>Apply:</b> " + ", ".join(f"<code>{e(b)}</code>" for b in v.best) + "</p>" if v.best else
+    parts.append("<p><b>Apply:</b> " + ", ".join(f"{code(b)}" for b in v.best) + "</p>" if v.best else
                  '<p class="muted">No fix measured a gain that keeps the numbers.</p>')
     return "".join(parts)
 
@@ -290,7 +290,7 @@ def _diff_summary(diff: Diff) -> Section:
 def _diff_facts(diff: Diff) -> Section | None:
     if not diff.facts:
         return None
-    rows = [(e(f["category"]), f"<code>{e(f['key'])}</code>", e(_short(f["before"])), e(_short(f["after"])))
+    rows = [(e(f["category"]), f"{code(f['key'])}", e(_short(f["before"])), e(_short(f["after"])))
             for f in diff.facts]
     return ("facts", "Facts", "<h2>Facts that drifted</h2>"
             + table(("category", "fact", "before", "after"), rows)
@@ -302,7 +302,7 @@ def _diff_findings(diff: Diff) -> Section | None:
     if not diff.findings:
         return None
     rows = [(e(f.status), f'<span class="sev {e(f.severity)}">{e(f.severity)}</span>',
-             f"<code>{e(f.id)}</code>{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
+             f"{code(f.id)}{f' [{e(f.subject)}]' if f.subject else ''}", e(f.title),
              e(f.evidence_after or f.evidence_before), e(f.reason)) for f in diff.findings]
     return ("findings", "Findings", "<h2>Findings</h2>"
             + table(("status", "severity", "finding", "title", "evidence", "note"), rows))

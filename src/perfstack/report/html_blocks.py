@@ -4,6 +4,8 @@ and the page shell around the sections (``_template.html``, string.Template: no 
 
 from __future__ import annotations
 
+import re
+
 from functools import lru_cache
 from importlib import resources
 from string import Template
@@ -23,6 +25,16 @@ def _template() -> Template:
 
 def e(v: Any) -> str:
     return escape(str(v)) if v is not None else ""
+
+
+SEPARATORS = re.compile(r"([._/:,=-])")
+
+
+def code(v: Any) -> str:
+    """A name (a figure, a check, a path, a kernel) as code that a narrow column breaks after its
+    separators ('collective.<wbr>all_reduce.<wbr>1GiB'), never inside a word: the page's style lets code
+    break only where a <wbr> allows it, so a column is at least as wide as a name's longest part."""
+    return "<code>" + SEPARATORS.sub(r"\1<wbr>", e(v)) + "</code>"
 
 
 def table(head: Sequence[str], rows: Iterable[Sequence[str]], num_cols: Iterable[int] = ()) -> str:
@@ -59,7 +71,7 @@ def finding(f: Finding) -> str:
                 + e("\n".join(f.fix_commands)) + "</pre></details>")
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
     return (f'<div class="finding {e(f.severity.value)}" data-finding="{e(f.id)}"><div class="head">'
-            f'<span class="sev {e(f.severity.value)}">{e(f.severity.value)}</span> <code>{e(f.id)}</code> '
+            f'<span class="sev {e(f.severity.value)}">{e(f.severity.value)}</span> {code(f.id)} '
             f"{e(f.title)}{subject}</div><dl>{dl}</dl>{cmds}</div>")
 
 
@@ -68,6 +80,6 @@ def delta_row(m: MeasurementDelta) -> list[str]:
           else "—")
     verdict = f'<span class="{e(m.verdict.replace(" ", "-"))}">{e(m.verdict)}</span>'
     hw = " ⚠ hardware differs" if m.hardware_bound else ""
-    return [f"<code>{e(m.name)}</code>", e(num(m.before, m.unit)), e(num(m.after, m.unit)),
+    return [f"{code(m.name)}", e(num(m.before, m.unit)), e(num(m.after, m.unit)),
             e(f"{m.delta_pct:+.1f}%" if m.delta_pct is not None else "—"), e(ci),
             e(f"{m.p_value:.2g}" if m.p_value is not None else "—"), verdict + e(hw), e(m.note)]

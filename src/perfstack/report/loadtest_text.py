@@ -6,28 +6,22 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from perfstack.report.loadtest_view import REPEAT_HEADERS, LoadtestView
-from perfstack.report.text_blocks import finding
+from perfstack.report.text_blocks import figures_table, finding
 
 
 def render_loadtest(v: LoadtestView, console: Console, verbose: bool = False) -> None:
     console.print(Text.assemble((v.title, "bold"), "  ", v.headline), markup=False)
     console.print(Text(v.workload, style="dim"))
-    t = Table(*v.headers, box=None, pad_edge=False, header_style="bold")
-    for row in v.rows:
-        t.add_row(*(Text(c) for c in row))
-    # a pipe or a file gets the whole table: cut cells lose figures
-    console.print(t, width=console.width if console.is_terminal else max(console.width, 140))
+    # a pipe or a file gets the whole table on one line per level
+    width = console.width if console.is_terminal else max(console.width, 140)
+    console.print(figures_table(v.headers, v.rows, width), width=width)
     if v.repeats:
         console.print(Text("Median over the runs (interval across them; how often such an interval holds the "
                            "true median):", style="bold"))
-        rt = Table(*REPEAT_HEADERS, box=None, pad_edge=False, header_style="bold")
-        for row in v.repeats:
-            rt.add_row(*(Text(c) for c in row))
-        console.print(rt, width=console.width if console.is_terminal else max(console.width, 140))
+        console.print(figures_table(REPEAT_HEADERS, v.repeats, width), width=width)
     if v.sweep:
         console.print(Text(v.sweep))
     for load, cpu, lag, per_chunk, procs in v.client if verbose else []:

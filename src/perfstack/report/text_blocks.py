@@ -92,3 +92,22 @@ def delta_table(verbose: bool, note: bool = True, collapse_padding: bool = False
     if note:
         t.add_column("note")
     return t
+
+
+def figures_table(headers: list[str], rows: list[list[str]], width: int) -> Table:
+    """A table of figures whose cells are never cut at ``width`` columns. Where every header and cell fits
+    on one line, each column is as wide as its widest; where not, each column after the first is as
+    wide as its widest cell (or its header's longest word), the header wrapping at its spaces, and the
+    first, the row's name, wraps where the width runs out. A figure cut to '346/1,1…' says nothing."""
+    widest = [max([len(h)] + [len(r[i]) for r in rows if i < len(r)]) for i, h in enumerate(headers)]
+    fits = sum(widest) + 2 * (len(headers) - 1) <= width
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for i, h in enumerate(headers):
+        if fits or i == 0:
+            t.add_column(h)
+        else:
+            cells = max((len(r[i]) for r in rows if i < len(r)), default=0)
+            t.add_column(h, width=max([cells] + [len(w) for w in h.split()]))
+    for row in rows:
+        t.add_row(*(Text(c) for c in row))
+    return t
