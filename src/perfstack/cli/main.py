@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import traceback
@@ -44,7 +45,11 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     p.add_argument("--no-color", action="store_true", help="plain text output", **d)
 
 
+@functools.lru_cache(maxsize=1)
 def build_parser() -> argparse.ArgumentParser:
+    """The parser, built once per process: parsing leaves it as it was, and building it (eleven commands,
+    each help text looked up through gettext) cost more than most commands' own work when main is
+    called many times in one process (a program embedding perfstack, the test suite)."""
     common = argparse.ArgumentParser(add_help=False)
     _common(common, suppress=True)
     p = argparse.ArgumentParser(prog="perfstack", description="Find what costs your GPU machine its performance.",

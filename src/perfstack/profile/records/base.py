@@ -81,7 +81,7 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], d: Any, where: str) -> R:
         cls.CHECK(d, where)
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         fields = {f.name: f for f in _written_fields(cls)}
         names = {cls.KEYS.get(name, name): name for name in fields}
         args: dict[str, Any] = {}
@@ -111,6 +111,18 @@ class Loaded:
 
     keys: tuple[str, ...]
     unfit: dict[str, tuple[Any, Any]]
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A record class's annotations, evaluated once: typing.get_type_hints compiles each string
+    annotation again at every call, which was most of the time a profile Run took to load."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
 
 
 def _written_fields(cls: type[Record]) -> list[dataclasses.Field[Any]]:
