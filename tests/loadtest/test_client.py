@@ -135,8 +135,10 @@ def test_open_loop_rate_and_sweep(tmp_path):
         assert rc == 0
         lv = run.loadtest.levels[0]
         assert lv.mode == "rate" and lv.summary.completed == 20
+        # 8 streams on 4 slots wait a whole stream (over 40 ms) for their first token; up to 4 streams do not
+        # (a busy host may make one request of eight late: 75% must meet the objective)
         rc, run = _run(srv.url, tmp_path, "--sweep", "--sweep-max", "16", "--requests", "8", "--output-len", "20",
-                       "--slo", "ttft=30ms")
+                       "--slo", "ttft=40ms", "--slo-attainment", "0.75")
     lt = run.loadtest
     # a knee among the loads tried, or the sweep says it stopped before one (exactly one of the two)
     assert rc == 0 and (lt.sweep.get("knee") in [lv.load for lv in lt.levels]) != ("knee_not_reached" in lt.sweep)
