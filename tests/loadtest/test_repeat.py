@@ -130,3 +130,27 @@ def test_a_repeated_capacity_probe_is_measured_run_by_run():
     both = one + wave_run(1)
     repeated = sweep.capacity(Level(mode="rate", load=float("inf"), requests=both, summary=metrics.summarize(both)))
     assert single == pytest.approx(40, rel=0.05) and repeated == pytest.approx(single)
+
+
+def test_diff_of_repeated_runs_through_the_cli(tmp_path: Path, capsys):
+    """Two --repeat 3 runs, the second against a server 40 ms slower to its first token: perfstack diff
+    judges each figure on the runs and calls the TTFT regressed."""
+    pytest.importorskip("aiohttp")
+    import json
+
+    from fake_server import InThread, Server
+
+    from perfstack.cli.main import main
+
+    def measure(ttft: float, name: str) -> str:
+        out = tmp_path / name
+        with InThread(Server(interval=0.005, ttft=ttft)) as fs:
+            assert main(["loadtest", fs.url, "-q", "-o", str(out), "--concurrency", "2", "--requests", "8",
+                         "--output-len", "6", "--repeat", "3"]) == 0
+        return str(out)
+    before, after = measure(0.02, "b.json"), measure(0.06, "a.json")
+    capsys.readouterr()
+    assert main(["diff", before, after, "--json"]) == 0
+    figs = {f["name"]: f for f in json.loads(capsys.readouterr().out)["loadtest"]["levels"][0]["figures"]}
+    assert figs["TTFT p50 @ 2 streams"]["verdict"] == "regressed"
+    assert "3 and 3 runs" in figs["TTFT p50 @ 2 streams"]["note"]
