@@ -7,6 +7,7 @@ the table that docs/profile.md carries."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -73,6 +74,7 @@ def within(pred: float, meas: float) -> bool:
     return abs(pred - meas) <= 15 or (meas > 0 and 0.6 <= pred / meas <= 1.5)
 
 
+@functools.lru_cache(maxsize=None)  # the table reads the rows the tests above computed
 def row(name: str, with_step_ms: bool) -> dict:
     m = measured(name)[name]
     slow, fixed = m["slow"]["min_ms"], m["fixed"]["min_ms"]
