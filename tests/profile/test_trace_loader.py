@@ -531,9 +531,9 @@ def _variants(raw: bytes) -> dict[str, bytes]:
             "zeros": raw[: len(raw) * 3 // 4] + b"\0" * 4096, "compact": json.dumps(json.loads(raw)).encode()}
 
 
-@pytest.mark.parametrize("piece", [512, 4096, 65536])
-def test_small_batches_read_the_same_trace(tmp_path, monkeypatch, piece):
-    # Every fixture fits in one batch of the default size: cut it into many, at every kind of place.
+@pytest.mark.parametrize("piece", [512, 4096, 4 << 20])
+def test_batches_of_any_size_read_the_same_trace(tmp_path, monkeypatch, piece):
+    # Cut into many batches, at every kind of place, or read in one.
     expected = {}
     for name, data in _variants(text(SHAPES)).items():
         expected[name] = load(write(tmp_path, data, f"{name}.json"))
@@ -557,8 +557,9 @@ def test_an_event_longer_than_a_batch(tmp_path, monkeypatch):
 
 
 def test_a_list_that_never_ends_an_event_is_cut_short(tmp_path, monkeypatch):
-    # "},{" nowhere: after _MAX_RUN pieces the text is judged broken where it stops parsing.
+    # "},{" nowhere: after _MAX_RUN bytes the text is judged broken where it stops parsing.
     monkeypatch.setattr(tracefile, "PIECE", 1024)
+    monkeypatch.setattr(tracefile, "_MAX_RUN", 16 * 1024)
     raw = text(SMALL)
     p = write(tmp_path, raw[:raw.index(b'"traceEvents"')] + b'"traceEvents": [' + b'{"a": [' + b"1, " * 20000 + b"}]}")
     with pytest.raises(InputError, match="not valid JSON"):

@@ -65,7 +65,10 @@ _NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
 _MAX_CUTS = 64  # candidate cut points tried in one batch
 _MAX_HEADS = 16  # "traceEvents" keys tried before the document is read whole
-PIECE = 4 << 20  # bytes of text read at a time, and the least a batch holds (but the last)
+# Bytes of text read at a time, and the least a batch holds (but the last): small enough that a
+# batch's events are still in the CPU's cache when they are built (1 GB trace, 2-core EPYC: load()
+# took about 25% less CPU time with 64 KiB than with 4 MiB).
+PIECE = 64 << 10
 _EMPTY_TAIL = b'{"traceEvents": []'  # what the text after the event list is read behind
 MAX_TRACE_GIB = 2.0  # the largest trace text read, after decompression (see max_trace_bytes)
 LIMIT_ENV = "PERFSTACK_MAX_TRACE_GIB"
@@ -122,7 +125,7 @@ def _pieces(p: Path, warnings: list[str]) -> Generator[bytes, None, None]:
             magic = f.read(2)
             f.seek(0)
             if magic == b"\x1f\x8b":
-                yield from _gunzip(p, f, warnings, limit)
+                yield from _split(_gunzip(p, f, warnings, limit))
                 return
             if p.name.endswith(".gz"):
                 raise InputError(f"trace file {p} ends in .gz but is not gzip-compressed",
@@ -201,6 +204,17 @@ def _gunzip(p: Path, f: io.FileIO, warnings: list[str], limit: int) -> Iterator[
                 else f"corrupt gzip file ({problem[9:-1]})"
             raise InputError(f"trace file {p} is a {what}") from None
         warnings.append(f"{p.name}: gzip stream is {problem}; analysed the part that was readable")
+
+
+def _split(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The chunks in pieces of at most PIECE bytes."""
+    for chunk in chunks:
+        if len(chunk) <= PIECE:
+            yield chunk
+        else:
+            with memoryview(chunk) as mv:
+                for i in range(0, len(chunk), PIECE):
+                    yield bytes(mv[i:i + PIECE])
 
 
 # --- values -------------------------------------------------------------------------------------
@@ -310,7 +324,7 @@ def _line(p: Path, at: int) -> int:
 
 _FALSE_CUT = object()  # a cut that does not end an event
 _Batches = Generator[tuple[str, Any], None, Any]  # batches yielded, and what the reading came to
-_MAX_RUN = 16  # pieces read on without finding an event's end before the text is judged broken
+_MAX_RUN = 64 << 20  # text read on without finding an event's end before it is judged broken
 
 
 class Events:
@@ -458,19 +472,22 @@ class Events:
             if rest is not None:
                 buf = rest
                 continue
-            if len(buf) > _MAX_RUN * PIECE:  # no event ends where the next begins: not a trace's list
+            if len(buf) > _MAX_RUN:  # no event ends where the next begins: not a trace's list
                 result = yield from self._batch(buf, len(buf), close=False)
                 if result is None:  # it did end, and the list with it
                     self._tail(buf, len(buf))
                 elif result is _FALSE_CUT:
-                    yield from self._broken(buf, len(buf), f"no event ends within {_MAX_RUN * PIECE / (1 << 20):g} MiB",
+                    yield from self._broken(buf, len(buf), f"no event ends within {_MAX_RUN / (1 << 20):g} MiB",
                                             None)
                 return
-            piece = self._next()  # an event longer than what is read: read on
-            if piece is None:
-                eof = True
-            else:
-                buf += piece
+            # an event longer than what is read: read as much again (a long event costs a few tries)
+            want = 2 * len(buf)
+            while not eof and len(buf) < want:
+                piece = self._next()
+                if piece is None:
+                    eof = True
+                else:
+                    buf += piece
 
     def _cut(self, buf: bytearray) -> _Batches:
         """One batch: buf up to its last cut that decodes as a whole list. Returns the text left
