@@ -258,7 +258,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
     ap.add_argument("--trace", type=Path, default=None, help="time this trace (one --keep wrote) instead of writing one")
     args = ap.parse_args()
-    source = args.source or default_source()
+    source = args.source or (None if args.trace else default_source())
     tmp = None
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
