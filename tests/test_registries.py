@@ -80,4 +80,5 @@ def test_registries_reject_a_duplicate_id():
     with pytest.raises(ValueError, match="registered twice"):
         benchmark("gemm", needs_cuda=True, host_bound=False, doc="d")(lambda ctx: [])
     with pytest.raises(ValueError, match="registered twice"):
-        profile_check(ORDER[0], "framework", "t", doc="d", why="w", fix="f")(lambda p, ctx: None)
+        profile_check(ORDER[0], "framework", "t", doc="d", why="w", fix="f", assumptions="a",
+                      confidence="high")(lambda p, ctx: None)

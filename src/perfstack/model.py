@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # imported when a Run holds one: a load test needs msgspec
     from perfstack.profile.records import Section
     from perfstack.trial.record import Trial
 
-SCHEMA_VERSION = 1
+# 2: profile findings carry a confidence (Finding.confidence) and their what-ifs a fast-CPU figure
+SCHEMA_VERSION = 2
 
 
 # Stack layers, bottom-up: the order the doctor reports in and the order a user should fix in.
@@ -142,19 +143,31 @@ class Finding:
     host_action: bool = False  # must be done on the host, not inside this container
     recoverable_ms: float | None = None  # profile findings: time per step a fix would recover
     recoverable_pct: float | None = None
+    # profile findings: how far the recoverable figure can be trusted (CONFIDENCE), None elsewhere
+    confidence: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["severity"] = self.severity.value
+        if self.confidence is None:
+            del d["confidence"]  # a doctor's finding has none: its JSON is as before
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "finding") -> "Finding":
         from perfstack.fields import not_negative, one_of, typed
         d = typed(cls, d, where, {"severity": one_of(*(s.value for s in Severity)),
-                                  "recoverable_ms": not_negative, "recoverable_pct": not_negative})
+                                  "recoverable_ms": not_negative, "recoverable_pct": not_negative,
+                                  "confidence": lambda v: "" if v is None else one_of(*CONFIDENCE)(v)})
         d["severity"] = Severity(d["severity"])
         return cls(**d)
+
+
+# How far a profile finding's recoverable time can be trusted, most trusted first (docs/profile.md,
+# "Confidence"): high: every input measured and the model validated on its kind of workload; medium: the
+# inputs measured but the fixed kernels' speed or the profiler's overhead estimated; low: the verdict rests
+# on what the trace cannot show (the figure is then the cautious end and the evidence says so).
+CONFIDENCE = ("high", "medium", "low")
 
 
 # Closed vocabularies of the Run, as Literals: their JSON is the string itself, and a Run is checked

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from perfstack.cli.main import main
+from perfstack.model import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_bad_bundle_exit_2_without_traceback(tmp_path, capsys):
 def test_save_and_fix_script(bundle, tmp_path, capsys):
     out, script = tmp_path / "run.json", tmp_path / "fix.sh"
     main(["doctor", "--bundle", str(bundle), "-o", str(out), "--fix-script", str(script), "--select", "kernel"])
-    assert json.loads(out.read_text())["schema_version"] == 1
+    assert json.loads(out.read_text())["schema_version"] == SCHEMA_VERSION
     text = script.read_text()
     assert text.startswith("#!/bin/sh") and "sysctl -w vm.swappiness=10" in text
     assert "# swappiness (warning): vm.swappiness = 60" in text

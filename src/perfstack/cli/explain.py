@@ -67,13 +67,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     doc = {"id": c.id, "layer": c.layer, "severity": _severity(c), "severities": _ladder(c), "title": c.title,
            "checks": c.doc,
            "why": c.why, "fix": c.fix, "refs": name_book(getattr(c, "refs", ""))}
+    if getattr(c, "assumptions", ""):  # a profile check: what its recoverable-time model takes for granted
+        doc.update({"assumptions": c.assumptions, "confidence": c.confidence})
     if args.json:
         out.out(json.dumps(doc, indent=2), highlight=False)
         return 0
     # every severity it can report, worst first: which one a finding gets depends on what it finds
     out.print(Text.assemble((c.id, "bold"), f"  ·  {LAYERS[c.layer]}  ·  severity {'/'.join(_ladder(c))}"))
     out.print(Text(c.title, style="bold"))
-    for label in ("checks", "why", "fix", "refs"):
-        if doc[label]:
-            out.print(Text.assemble((f"\n{label}: ", "bold dim"), doc[label]))
+    shown = dict(doc)
+    if doc.get("confidence"):
+        shown["confidence"] = f"{doc['confidence']} at best (a finding says where its trace leaves it lower)"
+    for label in ("checks", "assumptions", "confidence", "why", "fix", "refs"):
+        if shown.get(label):
+            out.print(Text.assemble((f"\n{label}: ", "bold dim"), shown[label]))
     return 0

@@ -1,7 +1,8 @@
 """The profile checks' registry: what a check is, what it finds, and what it is given.
 
     @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
-                   doc="...when it fires and its recoverable-time model...", why="...", fix="...")
+                   doc="...when it fires and its recoverable-time model...", why="...", fix="...",
+                   assumptions="...what the model takes for granted...", confidence="high")
     def host_sync(p: Section, ctx: Context) -> PHit | None:
         ...
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from perfstack.model import LAYERS
+from perfstack.model import CONFIDENCE, LAYERS
 from perfstack.profile.records import Section
 
 
@@ -30,6 +31,7 @@ class PHit:
     why: str | None = None
     subject: str = ""
     claims: dict[str, float] = field(default_factory=dict)  # idle reasons this finding explains (ms/step)
+    confidence: str | None = None  # lower than the check's own where this trace leaves the model unsure
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,12 @@ class ProfileCheck:
     fix: str
     fn: Callable[[Section, "Context"], PHit | None]
     measure: tuple[str, ...] = ()  # the ``perfstack try --fix`` ids that time this fix without the profiler
+    # What the recoverable-time model takes for granted (its inputs are measured in the trace; these are
+    # not), shown by ``perfstack explain ID``.
+    assumptions: str = ""
+    # The model's confidence where its inputs are all in the trace (model.CONFIDENCE); a hit lowers it where
+    # this trace leaves the model unsure.
+    confidence: str = "medium"
 
 
 @dataclass
@@ -57,19 +65,23 @@ PROFILE_CHECKS: dict[str, ProfileCheck] = {}
 CheckFn = Callable[[Section, "Context"], "PHit | None"]
 
 
-def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str,
-                  measure: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
+def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: str, assumptions: str,
+                  confidence: str, measure: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     """``measure``: the fixes of ``perfstack try`` (trial/fixes.py ids) that measure this check's fix
     without the profiler; a finding whose verdict rests on the profiler-overhead correction ends with
-    'measure it: perfstack try --fix <ids>'."""
+    'measure it: perfstack try --fix <ids>'. ``assumptions`` and ``confidence``: see ``ProfileCheck``;
+    every check states both, so no figure comes without what it rests on."""
     if layer not in LAYERS:
         raise ValueError(f"profile check {id}: unknown layer {layer}")
+    if confidence not in CONFIDENCE or not assumptions.strip():
+        raise ValueError(f"profile check {id}: needs its assumptions and a confidence of {', '.join(CONFIDENCE)}")
 
     def register(fn: CheckFn) -> CheckFn:
         if id in PROFILE_CHECKS:
             raise ValueError(f"profile check {id} registered twice")
         PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),
-                                          fix.strip(), fn, tuple(measure))
+                                          fix.strip(), fn, tuple(measure), " ".join(assumptions.split()),
+                                          confidence)
         return fn
     return register
 
@@ -78,3 +90,9 @@ def severity_for(recoverable_ms: float, step_ms: float) -> str:
     """critical ≥ 50% of the step (the step could run 2× faster), warning ≥ 5%, info below."""
     pct = 100 * recoverable_ms / step_ms if step_ms else 0
     return "critical" if pct >= 50 else "warning" if pct >= 5 else "info"
+
+
+def least_confident(*levels: str | None) -> str:
+    """The lowest of the confidences given (None: no opinion)."""
+    given = [c for c in levels if c]
+    return max(given, key=CONFIDENCE.index) if given else CONFIDENCE[0]

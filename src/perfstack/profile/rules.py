@@ -20,8 +20,9 @@ from perfstack.model import Finding, Severity
 from perfstack.profile.records import Allocator, Compiled, Launch, Overhead, Section, Sync, Timeline
 from perfstack.profile.telemetry import telemetry_summary  # noqa: F401  (the summary's entry point)
 from perfstack.profile import rules_distributed, rules_repeated  # noqa: F401  (they register their checks)
-from perfstack.profile.recovery import fmt, profiled_ms, recovered, step_ms
-from perfstack.profile.registry import PROFILE_CHECKS, Context, PHit, ProfileCheck, profile_check, severity_for
+from perfstack.profile.recovery import cpu_side, fmt, profiled_ms, recovered, step_ms
+from perfstack.profile.registry import (PROFILE_CHECKS, Context, PHit, ProfileCheck, least_confident, profile_check,
+                                        severity_for)
 from perfstack.sources import BOOK
 
 
@@ -37,14 +38,19 @@ from perfstack.sources import BOOK
                fix="DataLoader(num_workers=N (start at CPU cores / GPUs), pin_memory=True, prefetch_factor=2-4, "
                    "persistent_workers=True); move decoding/augmentation to the GPU (DALI, torchvision v2 on CUDA); "
                    "then .to(device, non_blocking=True).",
-               measure=("dataloader-workers",))
+               measure=("dataloader-workers",),
+               assumptions="""Workers have every batch ready when the step asks for it (enough workers and CPU
+               cores for the decoding); the rest of the main thread's work stays. Inputs: the DataLoader ranges'
+               CPU time and the GPU idle beside them, in the trace; the CPU's speed without the profiler measured
+               (--step-ms, capture mode) or estimated.""",
+               confidence="high")
 def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
-    ms, pct = recovered(p, "dataloader-stall")
-    if not p.data_wait_ms or pct < 5:
+    if not p.data_wait_ms or recovered(p, "dataloader-stall")[1] < 5:
         return None
+    ms, _, conf, note = cpu_side(p, "dataloader-stall", 5, "dataloader-workers")
     return PHit(f"the DataLoader's __next__ ran {fmt(p.data_wait_ms)} ms per step on the main thread (profiled); "
-                f"the GPU was idle {fmt(p.data_wait_idle_ms)} ms per step waiting for it", ms,
-                claims={"data loading": p.data_wait_idle_ms})
+                f"the GPU was idle {fmt(p.data_wait_idle_ms)} ms per step waiting for it" + note, ms,
+                claims={"data loading": p.data_wait_idle_ms}, confidence=conf)
 
 
 @profile_check("launch-bound", "framework", "CPU dispatch is the critical path (many small kernels)",
@@ -57,18 +63,28 @@ def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
                fix="Capture the step in a CUDA graph (torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), "
                    "or torch.compile(model) to fuse the small kernels, or raise the batch size so each kernel does "
                    "more work; use fused optimizers (fused=True).",
-               measure=("compile",))
+               measure=("compile-cudagraphs",),
+               assumptions="""The whole step is graphed: every kernel replayed at ≈ 1 µs, all CPU time inside
+               operators gone, the CPU work outside them (Python, data preparation) kept, kernels as long as in
+               the trace. Graphing part of the step (forward and backward only, the loss, syncs and optimizer
+               eager) recovers less. A graph never makes the step shorter than the GPU's busy time. Inputs:
+               kernels and launches per step, CPU time inside operators, GPU busy time; the CPU's speed without
+               the profiler measured, or estimated between 3 and 7 µs per recorded event.""",
+               confidence="medium")
 def launch_bound(p: Section, ctx: Context) -> PHit | None:
     L = p.launch or Launch()
-    ms, pct = recovered(p, "launch-bound")
-    if L.kernels_per_step < 50 or L.graph_launches_per_step >= 1 or pct < 5:
+    if L.kernels_per_step < 50 or L.graph_launches_per_step >= 1 or recovered(p, "launch-bound")[1] < 5:
         return None
+    ms, _, conf, note = cpu_side(p, "launch-bound", 5, "compile-cudagraphs")
     t, o = p.timeline or Timeline(), p.overhead or Overhead()
+    step = step_ms(p)
     return PHit(f"{L.kernels_per_step:.0f} kernels per step, median {L.median_kernel_us} µs; the CPU takes "
                 f"{t.cpu_step_ms:.2f} ms per step profiled (≈ {t.cpu_step_ms * o.cpu_scale:.2f} ms without "
                 f"the profiler) against {p.busy_ms:.2f} ms of GPU work; idle while the CPU dispatched: "
-                f"{p.idle_by_reason_ms.get('cpu dispatch', 0.0):.2f} ms per step (profiled)", ms,
-                claims={"cpu dispatch": p.idle_by_reason_ms.get("cpu dispatch", 0.0)})
+                f"{p.idle_by_reason_ms.get('cpu dispatch', 0.0):.2f} ms per step (profiled); a graph cannot make the "
+                f"step shorter than the GPU's busy time, so at most the {fmt(max(0.0, step - p.busy_ms))} ms the GPU "
+                f"idles in the {fmt(step)} ms step without the profiler ({o.method})" + note, ms,
+                claims={"cpu dispatch": p.idle_by_reason_ms.get("cpu dispatch", 0.0)}, confidence=conf)
 
 
 @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",
@@ -82,16 +98,21 @@ def launch_bound(p: Section, ctx: Context) -> PHit | None:
                    "that serializes CPU and GPU work.",
                fix="Keep values on the GPU (accumulate the loss as a tensor, read it once per N steps), avoid "
                    ".item()/.cpu()/print(tensor)/torch.cuda.synchronize() in the step; use non_blocking copies and "
-                   "CUDA events for timing.")
+                   "CUDA events for timing.",
+               assumptions="""Only the last sync of each step is needed; a removed sync's wait becomes GPU work
+               queued behind the CPU. Inputs: each sync's call and wait, the launches around it; the CPU's speed
+               without the profiler measured or estimated.""",
+               confidence="high")
 def host_sync(p: Section, ctx: Context) -> PHit | None:
     s = p.sync or Sync()
-    ms, pct = recovered(p, "host-sync")
-    if s.calls_per_step <= 1 or pct < 1:
+    if s.calls_per_step <= 1 or recovered(p, "host-sync")[1] < 1:
         return None
+    ms, _, conf, note = cpu_side(p, "host-sync", 1)
     names = ", ".join(f"{n} {c:g}" for n, c in s.by_name.items())
     return PHit(f"{s.calls_per_step:g} blocking syncs per step ({names}); the CPU waited "
                 f"{fmt(s.wait_ms_per_step)} ms per step in them (profiled); with one sync per step the replayed "
-                f"step is {fmt(ms)} ms shorter", ms, claims={"sync": p.idle_by_reason_ms.get("sync", 0.0)})
+                f"step is {fmt(ms)} ms shorter" + note, ms, claims={"sync": p.idle_by_reason_ms.get("sync", 0.0)},
+                confidence=conf)
 
 
 @profile_check("allocator-churn", "allocator", "cudaMalloc/cudaFree in the steady state",
@@ -101,16 +122,21 @@ def host_sync(p: Section, ctx: Context) -> PHit | None:
                    "serializes the CPU and GPU.",
                fix="Remove torch.cuda.empty_cache() from the loop; keep shapes stable (pad/bucket variable sizes); "
                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for fragmentation.",
-               measure=("expandable-segments",))
+               measure=("expandable-segments",),
+               assumptions="""The caching allocator serves every request once shapes are stable: the cudaMalloc/
+               cudaFree calls and cudaFree's device syncs go, nothing else changes. Work that also follows a
+               changing shape (cuBLAS picking a kernel for each new shape) is not counted, so the figure can be
+               low.""",
+               confidence="medium")
 def allocator_churn(p: Section, ctx: Context) -> PHit | None:
     a = p.allocator or Allocator()
-    ms, pct = recovered(p, "allocator-churn")
-    if a.calls_per_step < 1 or pct < 1:
+    if a.calls_per_step < 1 or recovered(p, "allocator-churn")[1] < 1:
         return None
+    ms, _, conf, note = cpu_side(p, "allocator-churn", 1, "expandable-segments")
     names = ", ".join(f"{n} {c:g}" for n, c in a.by_name.items())
     return PHit(f"{a.calls_per_step:g} allocator calls per step ({names}) taking {fmt(a.ms_per_step)} ms "
-                f"(profiled); the GPU was idle {fmt(a.idle_ms_per_step)} ms per step in gaps dominated by them", ms,
-                claims={"allocator": a.idle_ms_per_step})
+                f"(profiled); the GPU was idle {fmt(a.idle_ms_per_step)} ms per step in gaps dominated by them" + note,
+                ms, claims={"allocator": a.idle_ms_per_step}, confidence=conf)
 
 
 # -- GPU side: what a busy GPU wastes ----------------------------------------------------------------
@@ -120,15 +146,26 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                step and phase, no GEMM between them). Kernels of a run that touch data of the same size are taken
                for one dataflow: fused, they read its largest tensor once and write it once (bytes at 90% of the
                HBM peak, at least 2.5 µs), everything in between staying in registers; kernels on data of other
-               sizes keep their own traffic. The shorter kernels are replayed through the step model; on a step
-               bound by its GPU the fused ops also stop dispatching, while on a CPU-bound step only GPU time
-               counts (compiled code has a per-call CPU cost the eager trace cannot show). Fires at ≥ 2%.""",
+               sizes keep their own traffic. The layer norm's gamma/beta gradient reduction counts among them. Compiling
+               also pads GEMMs with a misaligned dimension (Inductor's shape padding): eager GEMMs that
+               gemm-misaligned finds are replayed at its aligned rate in the same scenario. The shorter kernels
+               are replayed through the step model; on a step bound by its GPU the fused ops also stop
+               dispatching, while on a CPU-bound step only GPU time counts (compiled code has a per-call CPU
+               cost the eager trace cannot show). Fires at ≥ 2%.""",
                why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
                    "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
                    "half of the GPU time on a busy GPU.",
                fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels); "
                    "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).",
-               measure=("compile",))
+               measure=("compile",),
+               assumptions="""Inductor fuses each chain of eager element-wise, reduction, norm and copy kernels
+               between two GEMMs: kernels of one chain on data of the same size are one dataflow, read once and
+               written once at 90% of the HBM peak (at least 2.5 µs a kernel); data of other sizes keeps its
+               traffic; the GEMMs and attention keep their time except the misaligned GEMMs Inductor pads.
+               Compiled code's own CPU cost (guards, launches) is not in an eager trace: on a CPU-bound step only
+               GPU time counts, and that cost can take back more (the CPU-bound validation step ran 9% slower
+               compiled).""",
+               confidence="medium")
 def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "unfused-elementwise")
     e = p.waste.unfused_elementwise
@@ -137,6 +174,9 @@ def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ev = (f"{e.chains_per_step:g} chains of {e.kernels_per_step:g} eager element-wise/copy kernels per "
           f"step take {fmt(e.eager_ms)} ms of GPU time; fused, they would move their largest tensors once: "
           f"≈ {fmt(e.fused_ms)} ms (most time in {', '.join(e.top_ops[:4])})")
+    if e.padded_gemm_ms is not None and e.padded_gemm_fixed_ms is not None:
+        ev += (f"; compiling also pads the misaligned GEMMs (Inductor's shape padding): {fmt(e.padded_gemm_ms)} ms "
+               f"→ ≈ {fmt(e.padded_gemm_fixed_ms)} ms (see gemm-misaligned)")
     comp = p.compiled
     if comp is not None and comp.regions_per_step:
         # compiled code is in use: the eager chains are what runs between compiled regions
@@ -154,7 +194,10 @@ def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
                why="A recompile costs seconds of CPU and typically repeats whenever a shape, dtype or guarded Python "
                    "value changes; in the steady state every step should hit the compile cache.",
                fix="Find the cause with TORCH_LOGS=recompiles; mark dynamic dimensions (torch._dynamo.mark_dynamic "
-                   "or dynamic=True), pad or bucket variable shapes, avoid guarding on Python scalars that change.")
+                   "or dynamic=True), pad or bucket variable shapes, avoid guarding on Python scalars that change.",
+               assumptions="""Every step after warm-up would hit the compile cache: the compile time inside the
+               steps is all recovered. Input: the Dynamo/Inductor ranges' time in the profiled steps.""",
+               confidence="high")
 def recompiles(p: Section, ctx: Context) -> PHit | None:
     c = p.compiled or Compiled()
     ms = c.compile_ms_per_step
@@ -173,7 +216,11 @@ def recompiles(p: Section, ctx: Context) -> PHit | None:
                    "many times.",
                fix="Use a fused cross-entropy (torch.compile of the loss, Liger's FusedLinearCrossEntropy, "
                    "Apex/xentropy) or compute the loss in chunks of rows; keep logits in bf16 into the fused loss.",
-               measure=("compile",))
+               measure=("compile",),
+               assumptions="""A fused or chunked loss reads the 16-bit logits once and writes their gradient once
+               at 90% of the HBM peak; the logits' GEMM keeps its time. Inputs: the loss kernels' time and the
+               logits' shape.""",
+               confidence="medium")
 def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "large-vocab-loss")
     e = p.waste.large_vocab_loss
@@ -194,7 +241,11 @@ def large_vocab_loss(p: Section, ctx: Context) -> PHit | None:
                fix="Use torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) (flash / "
                    "memory-efficient / cuDNN backends) with 16-bit q, k, v; for Hugging Face models "
                    "attn_implementation='sdpa' or 'flash_attention_2'.",
-               measure=("compile",))
+               measure=("compile",),
+               assumptions="""A flash kernel does the score GEMMs' FLOPs (half under a mask, taken as causal) at
+               33% of the dense 16-bit peak, what cuDNN SDPA reaches on an H100 in the validation traces, and
+               writes no scores. Inputs: the score GEMMs' FLOPs and every kernel on the S×S scores.""",
+               confidence="medium")
 def attention_unfused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "attention-unfused")
     e = p.waste.attention_unfused
@@ -217,7 +268,12 @@ def attention_unfused(p: Section, ctx: Context) -> PHit | None:
                    "times faster in bf16 with channels_last.",
                fix="torch.autocast('cuda', torch.bfloat16); model.to(memory_format=torch.channels_last) and "
                    "channels_last inputs; torch.backends.cudnn.benchmark = True for fixed input shapes.",
-               measure=("channels-last", "bf16-autocast"))
+               measure=("channels-last", "bf16-autocast"),
+               assumptions="""bf16 convolutions run at 33% of the dense 16-bit peak (ResNet-50 channels_last on an
+               H100 in the validation traces); the fp32 element-wise work around them moves half the bytes;
+               cuDNN's layout transposes go. Inputs: the convolutions' FLOPs and time, the element-wise work's
+               dtype and time.""",
+               confidence="medium")
 def fp32_conv(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "fp32-conv")
     e = p.waste.fp32_conv
@@ -238,7 +294,10 @@ def fp32_conv(p: Section, ctx: Context) -> PHit | None:
                    "mantissa that training tolerates.",
                fix="torch.set_float32_matmul_precision('high') (TF32) or train in bf16 autocast "
                    "(torch.autocast('cuda', torch.bfloat16)).",
-               measure=("tf32",))
+               measure=("tf32",),
+               assumptions="""TF32 runs the GEMMs (TF32 peak × 0.72) / (FP32 peak × 0.77) faster: the spec table's
+               dense peaks at the practical cuBLAS fractions. Inputs: the FP32 GEMMs' kernels, time and FLOPs.""",
+               confidence="medium")
 def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "fp32-matmul")
     e = p.waste.fp32_matmul
@@ -258,7 +317,11 @@ def fp32_matmul(p: Section, ctx: Context) -> PHit | None:
                why="cuBLAS picks slower kernels (align1/align2, no TMA) for unaligned leading dimensions; "
                    "NVIDIA's guide asks for multiples of 8 (16-bit) or 16 (8-bit) elements.",
                fix="Pad hidden sizes, vocabulary and batch×sequence to a multiple of 64 (at least 8): e.g. "
-                   "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.")
+                   "nn.Linear(4096, 4096) instead of 4095/4097; pad the vocab with pad_to_multiple_of=64.",
+               assumptions="""Padded, a misaligned GEMM runs as fast as the aligned GEMMs of its dtype in this
+               trace (else 80% of the dense peak); the padding's own copy is not counted. Inputs: each GEMM's M,
+               N, K, dtype, time.""",
+               confidence="medium")
 def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "gemm-misaligned")
     e = p.waste.gemm_misaligned
@@ -277,7 +340,11 @@ def gemm_misaligned(p: Section, ctx: Context) -> PHit | None:
                    "and they block the host.",
                fix="DataLoader(pin_memory=True) or tensor.pin_memory() once for reused host buffers; then "
                    ".to(device, non_blocking=True).",
-               measure=("pin-memory",))
+               measure=("pin-memory",),
+               assumptions="""Pinned, a copy runs at the trace's fastest pinned copy (else the PCIe link's
+               practical pinned rate) and overlapping it with compute is not counted. Inputs: each copy's bytes,
+               kind and time.""",
+               confidence="medium")
 def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "pageable-memcpy")
     e = p.waste.pageable_memcpy
@@ -294,7 +361,11 @@ def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
                why="The foreach optimizer launches one kernel per operation per tensor group and streams the "
                    "parameters several times; a per-parameter loop launches thousands of tiny kernels.",
                fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.",
-               measure=("fused-optimizer",))
+               measure=("fused-optimizer",),
+               assumptions="""A fused Adam(W) moves 28 bytes per fp32 parameter (parameter, two moments read and
+               written, gradient read) at 90% of the HBM peak. Inputs: the optimizer's kernels and time,
+               parameters from the foreach ops' shapes.""",
+               confidence="medium")
 def optimizer_not_fused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "optimizer-not-fused")
     e = p.waste.optimizer_not_fused
@@ -316,7 +387,11 @@ CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside
                    "is time the step could be shorter.",
                fix="Look at the largest gaps: move CPU work out of the step (logging, metrics, Python bookkeeping), "
                    "overlap it with GPU work (non_blocking copies, CUDA streams), or capture the step in a CUDA "
-                   "graph / torch.compile.")
+                   "graph / torch.compile.",
+               assumptions="""Idle that no other finding explains is recoverable by some change to the step; idle
+               the CPU caused shrinks with the profiler's overhead, GPU-side bubbles do not. On a CPU-bound step
+               the figure is an upper bound (a step with no host time at all).""",
+               confidence="medium")
 def gpu_idle(p: Section, ctx: Context) -> PHit | None:
     step = step_ms(p)
     if not step or not p.busy_ms:
@@ -357,7 +432,10 @@ def gpu_idle(p: Section, ctx: Context) -> PHit | None:
                why="A throttled GPU runs every kernel slower; results measured under throttling understate what "
                    "the hardware can do.",
                fix="Check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE); restore the "
-                   "default power limit (nvidia-smi -pl); run perfstack doctor on the host.")
+                   "default power limit (nvidia-smi -pl); run perfstack doctor on the host.",
+               assumptions="""Compute time scales with the SM clock: the throttled share of the step runs max clock
+               / throttled clock slower. Inputs: NVML samples taken while the workload ran.""",
+               confidence="medium")
 def throttled(p: Section, ctx: Context) -> PHit | None:
     t = p.telemetry
     if t is None or not t.busy_samples or t.throttled_pct < 5:
@@ -408,7 +486,8 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
     evidence = hit.evidence
     w = p.whatif.get(c.id)
     o = p.overhead or Overhead()
-    if w and o.method in ("measured", "estimated") and not hit.severity:
+    # (a CPU-side figure replayed at both ends of the estimated correction says so itself: recovery.cpu_side)
+    if w and o.method in ("measured", "estimated") and not hit.severity and w.ms_fast_cpu is None:
         sev_prof = severity_for(w.ms_profiled, profiled_ms(p))
         if sev_prof != sev:
             evidence += (f" — the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the "
@@ -417,8 +496,12 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
                 evidence += f"; measure it: perfstack try --fix {','.join(c.measure)}"
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
-                   subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0)
+                   subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0,
+                   confidence=least_confident(c.confidence, hit.confidence))
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (-(f.recoverable_ms or 0), -f.severity.rank, f.id))
+    """By recoverable time, except that a low-confidence finding (a figure the trace cannot back: it says
+    so, and claims its cautious end) comes after every finding the model is sure enough of: a guess is
+    never ranked first. High and medium share one order: both are claims, and the time is what matters."""
+    return sorted(findings, key=lambda f: (f.confidence == "low", -(f.recoverable_ms or 0), -f.severity.rank, f.id))

@@ -28,7 +28,12 @@ from perfstack.profile.registry import Context, PHit, profile_check
                    "cache[:, :, :pos + 1]); collect pieces in a list and concatenate once, or write them into a "
                    "preallocated buffer; use views (slicing, view, narrow, expand) instead of clone/contiguous/"
                    "index_select where the data need not move.",
-               measure=("static-kv-cache",))
+               measure=("static-kv-cache",),
+               assumptions="""Preallocated and written in place, a growing tensor's copies write only the new part
+               at 90% of the HBM peak (at least 2.5 µs a copy); copies of tensors that do not grow are not
+               claimed (whether a view can replace them depends on the code: low confidence). Inputs: each copy's
+               bytes from Input Dims and its time.""",
+               confidence="medium")
 def copy_bound(p: Section, ctx: Context) -> PHit | None:
     e = p.waste.copy_bound
     if e is None:
@@ -45,7 +50,7 @@ def copy_bound(p: Section, ctx: Context) -> PHit | None:
                          f"{e.avoidable_bytes_per_step / 1e9:.2f} GB per step of it data already in place; written in "
                          f"place, the new data takes ≈ {fmt(e.fixed_ms)} ms at {e.hbm_gbps:g} GB/s", ms)
     return PHit(ev + "; none of them grows from call to call, so perfstack cannot tell whether views or in-place "
-                     "writes can replace them", 0.0, severity="info")
+                     "writes can replace them", 0.0, severity="info", confidence="low")
 
 
 @profile_check("activation-recompute", "framework", "Activation checkpointing recomputes the forward in backward",
@@ -62,7 +67,11 @@ def copy_bound(p: Section, ctx: Context) -> PHit | None:
                fix="Turn activation checkpointing off where the memory allows: drop torch.utils.checkpoint on some "
                    "blocks (checkpoint every other block, or only the first ones), model.gradient_checkpointing_"
                    "disable() for Hugging Face models; check the peak with torch.cuda.max_memory_allocated().",
-               measure=("no-checkpointing",))
+               measure=("no-checkpointing",),
+               assumptions="""Turning checkpointing off for a region removes its recomputed forward and keeps the
+               inputs its forward operators save; the headroom is the device's memory less the allocator's peak,
+               1 GiB and 10%. Without [memory] events the headroom is unknown: no time claimed, low confidence.""",
+               confidence="medium")
 def activation_recompute(p: Section, ctx: Context) -> PHit | None:
     e = p.waste.activation_recompute
     step = step_ms(p)
@@ -88,4 +97,4 @@ def activation_recompute(p: Section, ctx: Context) -> PHit | None:
         return None  # the memory does not allow it, or too little to matter
     return PHit(ev + f" ({100 * e.time_ms / step:.0f}% of the step); perfstack cannot tell whether the memory allows "
                      f"keeping them: {e.memory_source}; record the trace with profile_memory=True, or measure it: "
-                     "perfstack try --fix no-checkpointing", 0.0, severity="info")
+                     "perfstack try --fix no-checkpointing", 0.0, severity="info", confidence="low")

@@ -13,6 +13,7 @@ from perfstack.profile import accumulation, classify, comm, copies, cpu, efficie
 from perfstack.profile.analyze import Analysis, analyze
 from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
+from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
 from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, solve_scale
 from perfstack.profile.straggler import straggler
 from perfstack.profile.trace import load
@@ -20,11 +21,6 @@ from perfstack.profile.trace import load
 if TYPE_CHECKING:
     from perfstack.specs.table import GpuSpec
 
-# The profiler's CPU cost per recorded CPU-side event (an operator or a CUDA runtime call) with
-# record_shapes=True, measured on the project's H100 host with torch 2.11 (record_validation.py
-# --only calibration: 2.65 µs for nn.Linear, 2.95 for mm, 4.74 for add, per CPU-side event): what
-# the CPU time of a step shrinks by without the profiler. Host-dependent; --step-ms replaces it.
-PROFILER_US_PER_EVENT = 3.0
 MIN_SCALE = 0.2
 
 
@@ -47,26 +43,33 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
                         note="no replay model for this trace (launches not attributable): figures are of the profiled step")
     model = recorded(tl) / 1e3 / n
     cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
-    removed = PROFILER_US_PER_EVENT * p.events_per_step / 1e3
-    estimated = max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
+
+    def at(us_per_event: float) -> float:
+        removed = us_per_event * p.events_per_step / 1e3
+        return max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
+    estimated = at(PROFILER_US_PER_EVENT)
     if unprofiled_ms:
         method = "measured"
-        scale, how = _measured_scale(tl, n, model, estimated, unprofiled_ms)
+        scale, how, calibrated = _measured_scale(tl, n, model, estimated, unprofiled_ms)
         how = (note or "step time measured without the profiler") + how
     else:
-        method, scale = "estimated", estimated
+        method, scale, calibrated = "estimated", estimated, True
         how = (f"estimated: {p.events_per_step:.0f} recorded CPU events per step × {PROFILER_US_PER_EVENT} µs "
                "each (H100 calibration); pass --step-ms with the step time measured without the profiler to "
                "replace the estimate")
+    # where the CPU's speed without the profiler is the estimate (not measured, or a GPU-bound step whose
+    # measured time says nothing of it), the other end of what it may be
+    fast = round(at(PROFILER_US_PER_EVENT_HIGH), 4) if calibrated else None
     return Overhead(p.step_ms, p.events_per_step, round(model, 4), round(model / profiled, 3) if profiled else None,
                     method, how, round(scale, 4), round(1 / scale, 3),
                     round(recorded(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
-                    round(recorded(tl, scale) / 1e3 / n, 4))
+                    round(recorded(tl, scale) / 1e3 / n, 4), fast_cpu_scale=fast)
 
 
-def _measured_scale(tl: Timeline, n: int, model: float, estimated: float, unprofiled_ms: float) -> tuple[float, str]:
-    """The CPU scale that replays the trace at the step time measured without the profiler, and what the
-    note adds about it."""
+def _measured_scale(tl: Timeline, n: int, model: float, estimated: float,
+                    unprofiled_ms: float) -> tuple[float, str, bool]:
+    """The CPU scale that replays the trace at the step time measured without the profiler, what the note
+    adds about it, and whether it is the calibrated estimate after all (the measured time cannot tell it)."""
     target = unprofiled_ms * 1e3 * n
     floor = recorded(tl, MIN_SCALE)
     if recorded(tl, estimated) < floor * 1.05 or floor > target * 1.02:
@@ -74,12 +77,12 @@ def _measured_scale(tl: Timeline, n: int, model: float, estimated: float, unprof
         # would not make it that short: the measured time says nothing about the CPU's speed, and
         # what differs is on the GPU side (run-to-run noise, clocks).
         return estimated, (f"; the step is bound by its GPU work ({floor / 1e3 / n:.2f} ms per step in the trace), "
-                           "so the CPU-side correction is the calibrated estimate")
+                           "so the CPU-side correction is the calibrated estimate"), True
     scale = solve_scale(tl, target, MIN_SCALE)
     if scale == 1.0 and unprofiled_ms > model * 1.05:
         return scale, (f"; the profiled trace replays at {model:.2f} ms, faster than the measured "
-                       f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded")
-    return scale, ""
+                       f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded"), False
+    return scale, "", False
 
 
 def whatifs(p: Section, A: Analysis, tl: Timeline | None,
@@ -96,13 +99,25 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
     cpu_free = recorded(tl, scale) < recorded(tl, MIN_SCALE) * 1.05
-    scenarios = {**_cpu_scenarios(p), **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
+    cpu_side = _cpu_scenarios(p)
+    scenarios = {**cpu_side, **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
     base_c, base_p = recorded(tl, scale), recorded(tl, 1.0)
+    o = p.overhead or Overhead()
+    fast = o.fast_cpu_scale
+    base_f = replay(tl, fast) if fast is not None and cpu_side else 0.0
     out: dict[str, WhatIf] = {}
     for name, sc in scenarios.items():
         rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
-        out[name] = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
-                           round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
+        if name in cpu_side and o.method == "measured" and o.step_ms:
+            # A CPU-side fix leaves the GPU's work as it is: the step cannot get shorter than the GPU's own
+            # busy time, so the fix recovers at most the idle the measured step leaves the GPU
+            rc = min(rc, max(0.0, o.step_ms - p.busy_ms) * 1e3 * n)
+        w = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
+                   round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
+        if name in cpu_side and fast is not None:
+            rf = max(0.0, base_f - replay(tl, fast, sc))
+            w = replace(w, ms_fast_cpu=round(rf / 1e3 / n, 4), pct_fast_cpu=round(100 * rf / base_f, 1) if base_f else 0.0)
+        out[name] = w
     return evidence, out
 
 

@@ -65,6 +65,8 @@ def finding(f: Finding) -> str:
     if f.recoverable_ms is not None:
         rows.append(("recoverable", f"{num(f.recoverable_ms)} ms per step"
                      + (f" ({f.recoverable_pct:.0f}%)" if f.recoverable_pct is not None else "")))
+    if f.confidence:
+        rows.append(("confidence", e(f.confidence)))
     cmds = ""
     if f.fix_commands:
         cmds = ("<details><summary>commands</summary><pre class=\"mono\">"

@@ -115,11 +115,12 @@ def profile_md(p: ProfileView) -> str:
                    + table(["step", *p.categories, "total"], step_rows, right=range(1, len(p.categories) + 2)))
     if p.ranked:
         rows = [(_fid(f), f.severity.value, num(f.recoverable_ms),
-                 f"{f.recoverable_pct:.0f}%" if f.recoverable_pct is not None else "—", f.evidence, f.fix)
+                 f"{f.recoverable_pct:.0f}%" if f.recoverable_pct is not None else "—", f.confidence or "—",
+                 f.evidence, f.fix)
                 for f in p.ranked]
         out.append("### Findings ranked by recoverable time\n\n"
-                   + table(("finding", "severity", "recoverable (ms/step)", "share", "observed", "fix"), rows,
-                           right=(2, 3)))
+                   + table(("finding", "severity", "recoverable (ms/step)", "share", "confidence", "observed", "fix"),
+                           rows, right=(2, 3)))
     if p.gaps:
         keys = [k for k in ("step", "start_ms", "duration_ms", "before", "after", "reason") if any(k in g for g in p.gaps)]
         out.append("### Idle gaps\n\n" + table(keys, ([num(g.get(k)) if isinstance(g.get(k), float) else g.get(k, "")

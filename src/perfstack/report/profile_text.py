@@ -120,11 +120,11 @@ def _findings(findings: list[Finding], console: Console) -> None:
         console.print(Text("no findings: nothing in this trace costs a measurable share of the step", style="green"))
         return
     ft = Table(box=None, pad_edge=False, title="findings, by time a fix would recover per step", title_justify="left")
-    for col in ("#", "id", "severity", "recover", "%"):
+    for col in ("#", "id", "severity", "recover", "%", "confidence"):
         ft.add_column(col, justify="right" if col in ("#", "recover", "%") else "left")
     for i, f in enumerate(findings, 1):
         ft.add_row(str(i), Text(f.id + (f" [{f.subject}]" if f.subject else "")), Text(f.severity.value, style=SEV[f.severity.value]),
-                   f"{f.recoverable_ms or 0:.2f} ms", f"{f.recoverable_pct or 0:.0f}%")
+                   f"{f.recoverable_ms or 0:.2f} ms", f"{f.recoverable_pct or 0:.0f}%", f.confidence or "—")
     console.print(ft)
     for i, f in enumerate(findings, 1):
         console.print(Text(f"\n{i}. {f.title}", style="bold"))
@@ -132,7 +132,8 @@ def _findings(findings: list[Finding], console: Console) -> None:
         console.print(Text(f"   fix: {f.fix}"))
     console.print(Text("\nEach figure is what that fix alone would recover, replayed through a model of the CPU and "
                        "GPU timelines with the profiler's CPU overhead removed; they overlap and do not add up. "
-                       "'perfstack explain ID' shows how each is estimated.", style="dim"))
+                       "Confidence says how far a figure can be trusted; a low one is ranked last. "
+                       "'perfstack explain ID' shows how each is estimated and what it assumes.", style="dim"))
 
 
 def _n(v: float | None) -> str:

@@ -101,7 +101,7 @@ class Overhead(Record):
     figures are of the profiled step). The replay model's figures exist only where there is a model."""
 
     CHECK = sections.OVERHEAD
-    WHEN_SET = frozenset({"model_step_ms", "model_fit", "cpu_inflation", "model_unprofiled_ms"})
+    WHEN_SET = frozenset({"model_step_ms", "model_fit", "cpu_inflation", "model_unprofiled_ms", "fast_cpu_scale"})
 
     profiled_step_ms: Optional[float] = None
     events_per_step: float = 0.0  # recorded CPU events per step
@@ -113,6 +113,9 @@ class Overhead(Record):
     cpu_inflation: Optional[float] = None  # 1 / cpu_scale
     step_ms: Optional[float] = None  # the step without the profiler
     model_unprofiled_ms: Optional[float] = None  # the trace replayed at cpu_scale
+    # where cpu_scale is the calibrated estimate: the scale at the costliest overhead per event measured on
+    # real workloads (recovery.PROFILER_US_PER_EVENT_HIGH), the other end of what the estimate may be
+    fast_cpu_scale: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,7 +21,13 @@ class UnfusedElementwise(Record):
     eager_ms: float = 0.0
     fused_ms: float = 0.0
     top_ops: list[str] = field(default_factory=list)  # the operators with the most time in the chains
+    # eager GEMMs with a misaligned dimension, which Inductor pads (shape_padding) when it compiles them: their
+    # time, and the time the aligned GEMMs' rate gives them (waste.compile_pads)
+    padded_gemm_ms: Optional[float] = None
+    padded_gemm_fixed_ms: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    WHEN_SET = frozenset({"padded_gemm_ms", "padded_gemm_fixed_ms"})
 
 
 @dataclass
@@ -222,8 +228,14 @@ class WhatIf(Record):
     """A candidate fix replayed (``summary.whatifs``): the time it recovers per step and its share of the
     step, without the profiler (the corrected CPU speed) and as profiled."""
 
+    WHEN_SET = frozenset({"ms_fast_cpu", "pct_fast_cpu"})
+
     ms: float = 0.0
     pct: float = 0.0
     ms_profiled: float = 0.0
     pct_profiled: float = 0.0
+    # a CPU-side fix where the profiler's overhead is estimated: the same replayed with the CPU as fast as
+    # the costliest profiler overhead per event measured on real workloads makes it (recovery.py)
+    ms_fast_cpu: Optional[float] = None
+    pct_fast_cpu: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
