@@ -104,7 +104,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     base_c, base_p = recorded(tl, scale), recorded(tl, 1.0)
     o = p.overhead or Overhead()
     fast = o.fast_cpu_scale
-    base_f = replay(tl, fast) if fast is not None and cpu_side else 0.0
+    base_f: float | None = None
     out: dict[str, WhatIf] = {}
     for name, sc in scenarios.items():
         rc, rp = base_c - replay(tl, scale, sc), base_p - replay(tl, 1.0, sc)
@@ -114,7 +114,9 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
             rc = min(rc, max(0.0, o.step_ms - p.busy_ms) * 1e3 * n)
         w = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
                    round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
-        if name in cpu_side and fast is not None:
+        if name in cpu_side and fast is not None and w.pct >= 1:
+            # (below 1% no CPU-side rule fires: the replays are spared on large traces)
+            base_f = replay(tl, fast) if base_f is None else base_f
             rf = max(0.0, base_f - replay(tl, fast, sc))
             w = replace(w, ms_fast_cpu=round(rf / 1e3 / n, 4), pct_fast_cpu=round(100 * rf / base_f, 1) if base_f else 0.0)
         out[name] = w
