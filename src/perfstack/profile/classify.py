@@ -45,7 +45,7 @@ _NCCL = re.compile(r"^(void )?nccl|ncclDevKernel|ncclKernel", re.I)
 _ATTN = re.compile(r"flash|fmha|_attn_|attention|sdpa|mha_", re.I)
 _CONV = re.compile(r"conv|dgrad|wgrad|fprop|implicit_gemm|implicit_convolve|winograd|nchwToNhwc|nhwcToNchw",
                    re.I)
-_NORM = re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|rms_?norm|group_norm|GammaBeta", re.I)
+_NORM = re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|rms_?norm|group_norm", re.I)
 _GEMM = re.compile(r"gemm|nvjet|gemv|xmma|cublas|cutlass|wgmma|splitKreduce|_mm_|triton_tem", re.I)
 _OPT = re.compile(r"multi_tensor_apply|fused_adam|FusedAdam|fused_sgd|_fused_sgd|lamb_kernel|adam_kernel", re.I)
 _COPY = re.compile(r"copy_kernel|_copy_|direct_copy|CatArrayBatchedCopy|transpose", re.I)

@@ -146,9 +146,9 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                step and phase, no GEMM between them). Kernels of a run that touch data of the same size are taken
                for one dataflow: fused, they read its largest tensor once and write it once (bytes at 90% of the
                HBM peak, at least 2.5 µs), everything in between staying in registers; kernels on data of other
-               sizes keep their own traffic. The layer norm's gamma/beta gradient reduction counts among them. Compiling
-               also pads GEMMs with a misaligned dimension (Inductor's shape padding): eager GEMMs that
-               gemm-misaligned finds are replayed at its aligned rate in the same scenario. The shorter kernels
+               sizes keep their own traffic. Compiling also pads GEMMs with a misaligned dimension (Inductor's
+               shape padding): eager GEMMs that gemm-misaligned finds faster at its aligned rate are replayed at
+               that rate in the same scenario. The shorter kernels
                are replayed through the step model; on a step bound by its GPU the fused ops also stop
                dispatching, while on a CPU-bound step only GPU time counts (compiled code has a per-call CPU
                cost the eager trace cannot show). Fires at ≥ 2%.""",

@@ -70,7 +70,9 @@ def compile_pads(found: list[Waste], A: Analysis) -> list[Waste]:
     if fused is None or bad is None:
         return found
     flags, att = A.att.ops.flags, A.att
-    eager = {i: d for i, d in bad.new_dur.items() if att.op[i] < 0 or not flags[att.op[i]] & COMPILED}
+    # the eager ones (compiled GEMMs kept their shapes) that padding makes faster (Inductor times both)
+    eager = {i: d for i, d in bad.new_dur.items()
+             if (att.op[i] < 0 or not flags[att.op[i]] & COMPILED) and d < 0.98 * A.gpu[i].dur}
     if not eager:
         return found
     n = max(1, len(A.windows))
