@@ -116,7 +116,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
                    round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
         if name in cpu_side and fast is not None and w.pct >= 1:
             # (below 1% no CPU-side rule fires: the replays are spared on large traces)
-            base_f = replay(tl, fast) if base_f is None else base_f
+            base_f = recorded(tl, fast) if base_f is None else base_f
             rf = max(0.0, base_f - replay(tl, fast, sc))
             w = replace(w, ms_fast_cpu=round(rf / 1e3 / n, 4), pct_fast_cpu=round(100 * rf / base_f, 1) if base_f else 0.0)
         out[name] = w
