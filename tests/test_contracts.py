@@ -2,11 +2,13 @@
 
 import ast
 import re
+from importlib import import_module
 from pathlib import Path
 
 import pytest
 from fakes import FakeHost
 
+from perfstack.checks import FAMILIES, LAYER_NAMES
 from perfstack.host.bundle import BundleHost
 from perfstack.model import LAYERS, Facts
 from perfstack.probes import PROBES, collect
@@ -15,6 +17,9 @@ from perfstack.rules import load, run_check
 
 CHECKS = load()
 load_probes()
+import_module("perfstack.profile.rules")  # registers the profile's checks
+import_module("perfstack.loadtest.findings")  # and the load test's
+EVERY = {i: c for family in FAMILIES.values() for i, c in family.items()}
 SRC = Path(__file__).parent.parent / "src" / "perfstack"
 REQUIRED = """thp-mode swappiness swap-enabled numa-balancing cpu-governor memlock-limit nofile-limit shm-size
 gpu-persistence-mode gpu-xid-errors gpu-ecc-errors gpu-clock-throttle gpu-power-cap mig-enabled
@@ -28,11 +33,20 @@ def test_required_checks_exist_and_there_are_enough():
     assert {c.layer for c in CHECKS.values()} == set(LAYERS)
 
 
-@pytest.mark.parametrize("cid", sorted(CHECKS))
+@pytest.mark.parametrize("cid", sorted(EVERY))
 def test_check_is_documented(cid):
-    c = CHECKS[cid]
+    """The documentation contract, over every family of the one registry (what 'perfstack explain' shows)."""
+    c = EVERY[cid]
     assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", c.id)
-    assert c.title and c.doc and c.why and c.fix and c.refs, f"{cid} lacks documentation"
+    assert c.layer in LAYER_NAMES and c.family in FAMILIES
+    assert c.title and c.doc and c.why and c.fix, f"{cid} lacks documentation"
+    # a profile check's knowledge is its recoverable-time model, in its doc; the others cite their sources
+    assert c.refs or c.family == "profile", f"{cid} cites no references"
+
+
+def test_every_family_is_in_the_contract():
+    assert {c.family for c in EVERY.values()} == set(FAMILIES)
+    assert len(EVERY) == sum(len(f) for f in FAMILIES.values()) >= 100
 
 
 @pytest.mark.parametrize("cid", sorted(CHECKS))

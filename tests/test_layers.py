@@ -54,6 +54,7 @@ FLOORS: dict[str, int] = {
     "perfstack.compare.stats": 4,  # standard library only; the diff's records default to its significance level
     # 5: the Run, made of the records below it
     "perfstack.model": 5,
+    "perfstack.checks": 5,  # the one finding registry: the doctor's (7), the profile's and the load test's (6) checks
     # 6: collect and analyse
     "perfstack.probes": 6,
     "perfstack.profile": 6,

@@ -1,8 +1,9 @@
-"""Every probe, check, profile check and benchmark defined in the source is registered, and ids are unique.
+"""Every probe, check, profile check, load-test check and benchmark defined in the source is registered, and
+ids are unique.
 
 The definitions are found by reading the source (any function decorated with ``@probe``, ``@check(...)``,
-``@profile_check(...)`` or ``@benchmark(...)``), not by importing it: a module the registry does not
-load, or a profile check missing from ``ORDER``, would otherwise be silently never run.
+``@profile_check(...)``, ``@register(...)`` or ``@benchmark(...)``), not by importing it: a module the registry
+does not load, or a profile check missing from ``ORDER``, would otherwise be silently never run.
 """
 
 import ast
@@ -12,6 +13,7 @@ import pytest
 
 from perfstack import bench, probes, rules
 from perfstack.bench import benchmark
+from perfstack.checks import FAMILIES, register
 from perfstack.probes.collector import PROBES, probe
 from perfstack.profile.registry import PROFILE_CHECKS, profile_check
 from perfstack.profile.rules import ORDER
@@ -20,8 +22,8 @@ from perfstack.rules.registry import check
 SRC = Path(__file__).parent.parent / "src" / "perfstack"
 
 
-def _defined(decorator: str) -> dict[str, str]:
-    """{id (the decorator's first argument, or the function's name for a bare decorator): file} over the source."""
+def _defined(decorator: str, arg: int = 0) -> dict[str, str]:
+    """{id (the decorator's argument ``arg``, or the function's name for a bare decorator): file} over the source."""
     out: dict[str, str] = {}
     for path in sorted(SRC.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -31,8 +33,8 @@ def _defined(decorator: str) -> dict[str, str]:
                 if isinstance(d, ast.Name) and d.id == decorator:
                     key = node.name
                 elif (isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == decorator
-                      and d.args and isinstance(d.args[0], ast.Constant)):
-                    key = d.args[0].value
+                      and len(d.args) > arg and isinstance(d.args[arg], ast.Constant)):
+                    key = d.args[arg].value
                 else:
                     continue
                 assert key not in out, f"{decorator} {key} defined in {out[key]} and {path}"
@@ -65,6 +67,13 @@ def test_every_profile_check_in_the_source_is_registered_and_ordered():
     assert len(ORDER) == len(set(ORDER))
 
 
+def test_every_load_test_check_in_the_source_is_registered():
+    import perfstack.loadtest.findings  # noqa: F401 — registers them
+    defined = _defined("register", arg=1)  # register(family, id, ...)
+    assert len(defined) >= 8
+    assert set(defined) == set(FAMILIES["loadtest"])
+
+
 def test_registries_reject_a_duplicate_id():
     rules.load()
     probes.load()
@@ -82,3 +91,5 @@ def test_registries_reject_a_duplicate_id():
     with pytest.raises(ValueError, match="registered twice"):
         profile_check(ORDER[0], "framework", "t", doc="d", why="w", fix="f", assumptions="a",
                       confidence="high")(lambda p, ctx: None)
+    with pytest.raises(ValueError, match="registered twice"):  # ids are unique across the families
+        register("loadtest", taken_check, "serving", "t", severity="info", doc="d", why="w", fix="f")(lambda lt: None)

@@ -167,7 +167,8 @@ def test_two_h100_bundle_reads_nvlink_between_its_gpus():
 def test_every_severity_found_is_on_its_checks_ladder(runs):
     """'perfstack explain' shows each check's ladder as read from its rule: every finding of every
     variant and healthy bundle must be on it, and the planted variants reach more than the defaults."""
-    from perfstack.rules.registry import CHECKS, ladder
+    from perfstack.checks import ladder
+    from perfstack.rules.registry import CHECKS
     seen: dict[str, set[str]] = {}
     for run in runs.values():
         for f in run.findings:

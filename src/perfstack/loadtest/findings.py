@@ -13,11 +13,12 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from perfstack.checks import SERVING, register
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request
 from perfstack.model import Finding, Severity
 
-LAYER = "serving"
+LAYER = SERVING
 QUEUE_SHARE = 0.5  # queueing is the story when it is most of TTFT
 SATURATED = 0.6  # a stream gets under this share of its lone token rate: requests wait for each other
 SPIKE = 3.0  # an ITL gap this many times the median is a spike
@@ -27,6 +28,10 @@ CLIENT_CPU = 0.85
 CLIENT_LAG_MS = 5.0
 CLIENT_WAIT = 0.05  # share of the level a client process spent runnable but without a CPU
 ERROR_SHARE = 0.01
+# where the checks' knowledge comes from (perfstack explain serve-...)
+METRICS_REFS = ("vLLM's serving benchmark (benchmark_serving: TTFT, TPOT, ITL, goodput), whose definitions the load "
+                "test follows")
+TUNING_REFS = "vLLM docs, Optimization and Tuning (chunked prefill, preemption, --max-num-seqs, --max-num-batched-tokens)"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,15 @@ def _mean(vals: list[Optional[float]]) -> Optional[float]:
     return sum(v) / len(v) if v else None
 
 
+@register("loadtest", "serve-slo-missed", LAYER, "SLO missed", severity="warning",
+          doc="""Reads the first level of the sweep whose requests, taken together, miss the SLO given with --slo
+          (TTFT, TPOT and E2E at p90, and the share of requests that must meet them); fires when one does, naming
+          each figure over its target and the highest load tried that meets it.""",
+          why="""A request that misses its latency objective is a user who waited too long; goodput counts only the
+          ones that did not.""",
+          fix="""see the other serve-* findings for the cause; meanwhile keep the load at or below the highest level
+          that meets the SLO""",
+          refs=METRICS_REFS)
 def slo_missed(lt: LoadTest) -> Optional[Finding]:
     if lt.slo is None:
         return None
@@ -103,6 +117,21 @@ def _host_busy(lv: Level) -> bool:
     return c is not None and (c.cpu_wait_fraction > CLIENT_WAIT or c.loop_lag_p99_ms > CLIENT_LAG_MS)
 
 
+@register("loadtest", "serve-queueing", LAYER, "Time to first token is mostly queueing", severity="warning",
+          doc="""Compares the median TTFT of the judged level (the first that misses the SLO, else the heaviest) with
+          the lightest level's, or with the fastest at that level; fires when at least half of it is waiting, and
+          the waiting is shown by the server's own count of waiting requests or by a TTFT that grew from a lighter
+          level on a client host that was not itself busy. It says the server is saturated only where each
+          stream's token rate fell well under what it got alone (or the server counted waiting requests), never
+          below a knee the sweep did not reach. Warning when the TTFT misses its SLO or waiting is over 80% of it,
+          else info.""",
+          why="""Past saturation a request's first token waits for a free batch slot, so latency grows with the
+          queue while throughput stays flat; below the knee, a first token that waits longer as load grows is
+          latency bought for throughput.""",
+          fix="""saturated: more replicas (or GPUs), or let each replica batch more (vLLM --max-num-seqs and
+          --max-num-batched-tokens, SGLang --max-running-requests) where KV-cache room allows; not yet saturated:
+          chunked prefill or a larger per-step token budget shortens the wait""",
+          refs=TUNING_REFS)
 def queueing(lt: LoadTest) -> Optional[Finding]:
     """TTFT mostly spent waiting. Waiting needs evidence of a queue: the server's own count of waiting
     requests, or a TTFT that grew from a lighter level. One level alone, without the server's count, shows
@@ -178,6 +207,19 @@ def _overlaps(starts: list[float], ends: list[float], a: float, b: float) -> boo
     return i >= 0 and ends[i] > a
 
 
+@register("loadtest", "serve-prefill-stalls", LAYER, "Token streams stall while other requests are prefilled",
+          severity="warning",
+          doc=f"""Reads the inter-token gaps of the judged level (at least 50); where the ITL p99 is over {SPIKE:g}x
+          the median, counts how many of the gaps over {SPIKE:g}x the median overlap another request's prefill
+          (its send to its first token), against windows of the same lengths placed at random over the level
+          (seeded, so a Run gives one verdict); fires when spikes overlap prefills {PREFILL_LINK * 100:.0f} percentage
+          points more often than chance.""",
+          why="""A prefill of a long prompt occupies the GPU for a whole batch step; every running stream waits for
+          it, which shows as inter-token spikes and a long ITL tail.""",
+          fix="""split long prefills so decodes keep running between their chunks: vLLM --enable-chunked-prefill with
+          --max-num-batched-tokens 2048-8192, SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens; at
+          scale, separate prefill and decode workers""",
+          refs=TUNING_REFS)
 def prefill_stalls(lt: LoadTest) -> Optional[Finding]:
     lv = judged(lt)
     if lv is None or lv.summary.itl is None or lv.summary.itl.n < 50:
@@ -248,6 +290,18 @@ def _plateau_cause(levels: list[Level], after: list[Level]) -> tuple[str, str, s
     return cause, ev, fix
 
 
+@register("loadtest", "serve-throughput-plateau", LAYER, "Throughput flat past the knee while latency grows",
+          severity="info",
+          doc="""Reads a concurrency sweep of three levels or more: past its knee, fires when output throughput gained
+          15% or less while the median E2E latency grew 1.5x or more. With the server's /metrics it names the
+          cause: a full KV cache (use at 90% or more), or the most requests that ran at once, and counts
+          preemptions.""",
+          why="""Past the knee, extra load only lengthens the queue; the batch the GPU runs each step no longer grows,
+          so the per-step cost is not spread over more tokens.""",
+          fix="""raise the server's batch limit (vLLM --max-num-seqs, SGLang --max-running-requests) if KV-cache
+          room allows; with a full KV cache give it more room (a higher --gpu-memory-utilization, an FP8 KV cache,
+          a shorter --max-model-len, tensor parallelism); otherwise more GPUs or replicas""",
+          refs=TUNING_REFS)
 def plateau(lt: LoadTest) -> Optional[Finding]:
     levels = sweep.candidates([lv for lv in lt.levels if lv.mode == "concurrency"])
     k = sweep.knee(levels) if len(levels) >= 3 else None
@@ -273,6 +327,18 @@ def plateau(lt: LoadTest) -> Optional[Finding]:
             "so the per-step cost is not spread over more tokens.")
 
 
+@register("loadtest", "serve-decode-below-bound", LAYER, "Decode runs below an engine-grade decode's speed",
+          severity="warning",
+          doc="""Given the served model and GPU (perfstack loadtest --model-spec), compares the median time per output
+          token of the lightest level with what an engine-grade decode of that batch takes (perfstack estimate
+          infer: weights and KV cache read at 90% of the memory bandwidth, plus each kernel's fixed cost); fires
+          under half that speed, warning under a quarter.""",
+          why="""A decode step must read the weights and the KV cache once, and each of its kernels has a fixed cost
+          of a few microseconds; an engine that replays the step as a CUDA graph pays little else.""",
+          fix="""serve with an engine that captures decode in CUDA graphs and fuses attention (vLLM, SGLang,
+          TensorRT-LLM), check the server is not running eager Python per token, and profile one decode step
+          (perfstack profile)""",
+          refs="perfstack estimate infer (the decode bound and its working); NVIDIA CUDA Programming Guide, CUDA Graphs")
 def decode_bound(lt: LoadTest, bound: Optional[Bound]) -> Optional[Finding]:
     if bound is None:
         return None
@@ -307,6 +373,16 @@ def decode_bound(lt: LoadTest, bound: Optional[Bound]) -> Optional[Finding]:
             "(perfstack estimate infer shows the working).")
 
 
+@register("loadtest", "serve-errors", LAYER, "Requests failed", severity="critical",
+          doc="""Counts the failed requests of every level by kind (HTTP status, timeout, stall, disconnect; an
+          interrupted run's unfinished requests are not failures); fires when at least 1% failed, critical over
+          10%, and quotes one failure of the worst level.""",
+          why="""A failed request is a user without an answer, and it leaves every latency figure looking better than
+          the service was.""",
+          fix="""by kind: HTTP 429, raise the server's queue/batch limits or add replicas; timeouts and stalls, the
+          server is past saturation or hung; 5xx and disconnects, read its log for out-of-memory errors and
+          crashes and lower the load""",
+          refs=METRICS_REFS)
 def errors(lt: LoadTest) -> Optional[Finding]:
     tot: dict[str, int] = {}
     n = 0
@@ -341,6 +417,21 @@ def errors(lt: LoadTest) -> Optional[Finding]:
             "the service was.")
 
 
+@register("loadtest", "serve-client-host-busy", LAYER, "The client's host was busy", severity="info",
+          doc=f"""Reads the same gauges as serve-client-saturated; fires when the client's timers fired over
+          {CLIENT_LAG_MS:g} ms late (p99) or its processes waited for a CPU over {CLIENT_WAIT:.0%} of the level
+          while the client itself was mostly idle: other processes held the host's cores.""",
+          why="TTFT and ITL are timed when the client's event loop gets to read the stream.",
+          fix="run the load client on a host (or cores, with taskset) that the server does not use",
+          refs=METRICS_REFS)
+@register("loadtest", "serve-client-saturated", LAYER, "The load client was saturated", severity="warning",
+          doc=f"""Reads the client's own gauges at each level: its CPU use, how late its event loop's timers fired, and
+          how long its processes waited for a CPU; fires when the client used over {CLIENT_CPU:.0%} of its core,
+          naming the client CPU spent per streamed chunk.""",
+          why="TTFT and ITL are timed when the client reads the stream; a client that is busy reads late.",
+          fix="""run the load from a host with a free core per client process, split the load over several client
+          processes, or lower the concurrency""",
+          refs=METRICS_REFS)
 def client_saturated(lt: LoadTest) -> Optional[Finding]:
     hot = [lv for lv in lt.levels if lv.client and (lv.client.cpu_fraction > CLIENT_CPU
                                                     or lv.client.loop_lag_p99_ms > CLIENT_LAG_MS

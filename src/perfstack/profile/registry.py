@@ -9,8 +9,8 @@
 A check is a pure function of one profile summary, read into its typed records (``records.Section``),
 and the ``Context``, returning a ``PHit`` (what it found and the time per step its fix would recover)
 or None; ``rules.evaluate`` runs them in its ``ORDER`` and turns each hit into a Finding. Profile
-checks have a registry of their own, apart from ``perfstack.rules.CHECKS``: ``perfstack doctor`` runs
-every check of that one, and these need a trace.
+checks are the family "profile" of the one registry (``perfstack.checks``), apart from the doctor's
+(``perfstack.rules.CHECKS``): ``perfstack doctor`` runs every check of that one, and these need a trace.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from perfstack.model import CONFIDENCE, LAYERS
+from perfstack.checks import FAMILIES, Check, register
+from perfstack.model import CONFIDENCE
 from perfstack.profile.records import Section
 
 
@@ -34,22 +35,12 @@ class PHit:
     confidence: str | None = None  # lower than the check's own where this trace leaves the model unsure
 
 
-@dataclass(frozen=True)
-class ProfileCheck:
-    id: str
-    layer: str
-    title: str
-    doc: str  # when it fires and the recoverable-time model
-    why: str
-    fix: str
-    fn: Callable[[Section, "Context"], PHit | None]
-    measure: tuple[str, ...] = ()  # the ``perfstack try --fix`` ids that time this fix without the profiler
-    # What the recoverable-time model takes for granted (its inputs are measured in the trace; these are
-    # not), shown by ``perfstack explain ID``.
-    assumptions: str = ""
-    # The model's confidence where its inputs are all in the trace (model.CONFIDENCE); a hit lowers it where
-    # this trace leaves the model unsure.
-    confidence: str = "medium"
+# A profile check is a record of the one finding registry (perfstack.checks), of the family "profile", with no
+# fixed severity (a finding's comes from the share of the step its fix would recover: severity_for), and with
+# what its recoverable-time model takes for granted (``assumptions``; its inputs are measured in the trace,
+# these are not) and the model's ``confidence`` where its inputs are all in the trace (model.CONFIDENCE; a hit
+# lowers it where this trace leaves the model unsure), both shown by ``perfstack explain ID``.
+ProfileCheck = Check
 
 
 @dataclass
@@ -59,7 +50,7 @@ class Context:
     claimed: dict[str, float] = field(default_factory=dict)
 
 
-PROFILE_CHECKS: dict[str, ProfileCheck] = {}
+PROFILE_CHECKS: dict[str, Check] = FAMILIES["profile"]
 
 
 CheckFn = Callable[[Section, "Context"], "PHit | None"]
@@ -69,21 +60,13 @@ def profile_check(id: str, layer: str, title: str, *, doc: str, why: str, fix: s
                   confidence: str, measure: tuple[str, ...] = ()) -> Callable[[CheckFn], CheckFn]:
     """``measure``: the fixes of ``perfstack try`` (trial/fixes.py ids) that measure this check's fix
     without the profiler; a finding whose verdict rests on the profiler-overhead correction ends with
-    'measure it: perfstack try --fix <ids>'. ``assumptions`` and ``confidence``: see ``ProfileCheck``;
+    'measure it: perfstack try --fix <ids>'. ``assumptions`` and ``confidence``: see ``ProfileCheck`` above;
     every check states both, so no figure comes without what it rests on."""
-    if layer not in LAYERS:
-        raise ValueError(f"profile check {id}: unknown layer {layer}")
     if confidence not in CONFIDENCE or not assumptions.strip():
         raise ValueError(f"profile check {id}: needs its assumptions and a confidence of {', '.join(CONFIDENCE)}")
 
-    def register(fn: CheckFn) -> CheckFn:
-        if id in PROFILE_CHECKS:
-            raise ValueError(f"profile check {id} registered twice")
-        PROFILE_CHECKS[id] = ProfileCheck(id, layer, title, " ".join(doc.split()), " ".join(why.split()),
-                                          fix.strip(), fn, tuple(measure), " ".join(assumptions.split()),
-                                          confidence)
-        return fn
-    return register
+    return register("profile", id, layer, title, severity=None, doc=doc, why=why, fix=fix, measure=measure,
+                    assumptions=" ".join(assumptions.split()), confidence=confidence)
 
 
 def severity_for(recoverable_ms: float, step_ms: float) -> str:

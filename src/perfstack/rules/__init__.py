@@ -67,8 +67,10 @@ def _finding(c: Check, hit: Hit, sources: list[str]) -> Finding:
     except UnsafeValue as e:
         # A value from the machine or a bundle that no quoting makes safe: no script line.
         commands, fix = [], f"{fix} (not scripted: {e}; do it by hand)"
+    severity = Severity(hit.severity) if hit.severity else c.severity
+    assert severity is not None  # a doctor check always names its default severity
     return Finding(
-        id=c.id, layer=c.layer, severity=Severity(hit.severity) if hit.severity else c.severity,
+        id=c.id, layer=c.layer, severity=severity,
         title=c.title, evidence=hit.evidence, fix=fix, why=hit.why or c.why,
         sources=sources, fix_commands=commands, subject=hit.subject, host_action=hit.host_action,
     )
