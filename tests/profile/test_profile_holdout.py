@@ -24,11 +24,6 @@ RUNS = {r["workload"]: r for r in DOC["runs"]}
 BY_ID = dict(FIXES)
 # the misses, each with why: the test asserts each is still the miss described, so a fix shows
 KNOWN = {
-    # the profiled all-reduce rounds run 52 ms each (NCCL through host memory, P2P disabled) and mostly
-    # with nothing beside them, while without the profiler the whole step takes 143 ms: the profiler's
-    # CPU overhead desynchronises the ranks and exposes rounds that backward hides when unprofiled.
-    # ddp-sync-per-microbatch claims 62% against 19.3% measured (no_sync); ranked first, 3.2x over.
-    "ddp-accum": "over-claimed",
     # compile-cudagraphs measured 39.4%; the top finding (unfused-elementwise) predicts 22.3% (0.57x)
     "resnet50": "under-claimed",
 }
