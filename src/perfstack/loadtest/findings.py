@@ -329,7 +329,7 @@ def plateau(lt: LoadTest) -> Optional[Finding]:
 
 @register("loadtest", "serve-decode-below-bound", LAYER, "Decode runs below an engine-grade decode's speed",
           severity="warning",
-          doc="""Given the served model and GPU (perfstack loadtest --model-spec), compares the median time per output
+          doc="""Given the served model and GPU (--model-config and --gpu), compares the median time per output
           token of the lightest level with what an engine-grade decode of that batch takes (perfstack estimate
           infer: weights and KV cache read at 90% of the memory bandwidth, plus each kernel's fixed cost); fires
           under half that speed, warning under a quarter.""",
