@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from perfstack.errors import InputError
-from perfstack.loadtest.workload import MAX_BAD_LINES_SHOWN, MAX_PROMPT_FILE, Prompt, Workload, _text
+from perfstack.loadtest.workload import MAX_BAD_LINES_SHOWN, Prompt, Workload, _text, read_text_file
 
 MAX_TOKENS = 1 << 20  # a length beyond this is not a request's
 MAX_ENTRIES = 1_000_000
@@ -89,14 +89,7 @@ def _items(raw: str, name: str) -> list[tuple[int, Any]]:
 def load(path: str, block: int = 512, seed: int = 0, tokenizer: Any = None) -> tuple[Workload, list[str]]:
     """The trace at ``path`` as a workload whose prompts carry their send times (``Workload.arrivals``)."""
     p = Path(path)
-    try:
-        if not p.is_file():
-            raise InputError(f"trace {p} does not exist or is not a regular file")
-        if p.stat().st_size > MAX_PROMPT_FILE:
-            raise InputError(f"trace {p} is larger than {MAX_PROMPT_FILE >> 20} MiB")
-        raw = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read trace {p}: {e}") from None
+    raw = read_text_file(p, "trace")
     if block < 1:
         raise InputError("--trace-block must be at least 1")
     rows, bad = [], []

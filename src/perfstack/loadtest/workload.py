@@ -150,14 +150,7 @@ def from_file(path: str, output_len: Optional[int], seed: int = 0, tokenizer: An
     prompt, the next answer's length the output length), shuffled by the seed and repeated as needed.
     Bad lines are counted, not fatal."""
     p = Path(path)
-    try:
-        if not p.is_file():
-            raise InputError(f"prompt file {p} does not exist or is not a regular file")
-        if p.stat().st_size > MAX_PROMPT_FILE:
-            raise InputError(f"prompt file {p} is larger than {MAX_PROMPT_FILE >> 20} MiB")
-        raw = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read prompt file {p}: {e}") from None
+    raw = read_text_file(p, "prompt file")
     entries, bad = _parse_entries(raw)
     notes = []
     if bad:
@@ -175,6 +168,19 @@ def from_file(path: str, output_len: Optional[int], seed: int = 0, tokenizer: An
     spec = {"kind": "file", "file": p.name, "entries": len(entries), "skipped": len(bad),
             "output_len": output_len, "seed": seed, "tokenizer": getattr(tokenizer, "name_or_path", None)}
     return Workload(prompts, spec, exact_counts=tokenizer is not None), notes
+
+
+def read_text_file(p: Path, what: str) -> str:
+    """A UTF-8 file the user named (a prompt file, a trace), refused whole when it is missing, not a
+    regular file, larger than MAX_PROMPT_FILE or not text."""
+    try:
+        if not p.is_file():
+            raise InputError(f"{what} {p} does not exist or is not a regular file")
+        if p.stat().st_size > MAX_PROMPT_FILE:
+            raise InputError(f"{what} {p} is larger than {MAX_PROMPT_FILE >> 20} MiB")
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {what} {p}: {e}") from None
 
 
 def _parse_entries(raw: str) -> tuple[list[tuple[str, str, Optional[int]]], list[int]]:
