@@ -57,3 +57,11 @@ def test_moe_layers_launch_a_kernel_set_per_expert_read():
     moe = config.ModelSpec(**{**dense.__dict__, "moe": config.MoE(n_routed=8, top_k=2, d_ff_expert=4096)})
     assert count(moe, 2).layers > count(dense).layers
     assert count(moe, 8).layers - count(moe, 2).layers == pytest.approx(4 * 3 * 6)
+
+
+def test_tensor_parallel_gpus_each_pay_every_kernels_fixed_cost():
+    r = next(r for c, r in ROWS if c == "h100" and r["config"] == "8b" and r["batch"] == 1)
+    hw = resolve("h100-sxm", "bf16")
+    one, two = (infer.estimate(spec(r), hw, infer.InferSettings(batch=1, prompt=1024, gen=128, tp=tp)) for tp in (1, 2))
+    assert (two.time or {})["kernel_floor_s"] == pytest.approx((one.time or {})["kernel_floor_s"])
+    assert (two.time or {})["itl_expected_s"] < (one.time or {})["itl_expected_s"]

@@ -193,7 +193,7 @@ def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> EstimateSheet:
     kc = kn.count(m, touched_e)
     host_us = hw.host_launch_us or kn.HOST_US
     k_step = kc.per_step
-    floor_s = k_step * kn.FLOOR_US * 1e-6 / tp
+    floor_s = k_step * kn.FLOOR_US * 1e-6  # every GPU of a tensor-parallel group launches every kernel
     host_s = kn.host_s(k_step, s.launch, host_us)
     pre_e = _expected(pre_x, floor_s, host_s)
     comm_s, comm_b = 0.0, 0.0
@@ -252,7 +252,7 @@ def estimate(m: ModelSpec, hw: Hardware, s: InferSettings) -> EstimateSheet:
                    if m.moe else [])
                 + ["an engine with fused add-norm and rotary-cache kernels runs 10-12 per layer"]))
     sheet.add("time",
-              q("kernel_floor_s", "fixed GPU cost of those kernels", floor_s, "s", "K · t_k / TP",
+              q("kernel_floor_s", "fixed GPU cost of those kernels", floor_s, "s", "K · t_k",
                 {"K": k_step, "t_k_us": kn.FLOOR_US},
                 ["t_k: a kernel's cost beyond its bytes (launch, memory latency, ramp and tail), 3.5-3.7 µs on "
                  "every row of the H100/H200 truth set"]),

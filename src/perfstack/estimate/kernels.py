@@ -42,7 +42,6 @@ LAUNCH_MODES = ("graph", "eager")
 class KernelCount:
     layers: float  # kernels of all the layers together (MoE and dense layers differ)
     outside: int
-    per_dense_layer: int
     items: tuple[tuple[str, int], ...]  # what one dense layer launches, for the working
 
     @property
@@ -68,9 +67,9 @@ def count(m: ModelSpec, experts_touched: float | None = None) -> KernelCount:
         moe_layer = n_attn + 4 + 3 * experts  # norm, router GEMM, top-k, residual; 3 per expert read
         n_moe = mo.n_moe_layers or m.n_layers
         layers = float(dense * (m.n_layers - n_moe) + moe_layer * n_moe)
-    return KernelCount(layers=layers, outside=OUTSIDE, per_dense_layer=dense, items=tuple(attn + mlp))
+    return KernelCount(layers=layers, outside=OUTSIDE, items=tuple(attn + mlp))
 
 
-def host_s(kernels: float, launch: str, host_us: float = HOST_US) -> float:
+def host_s(kernels: float, launch: str, host_us: float) -> float:
     """The host's time to issue ``kernels`` kernels: none inside a replayed graph."""
     return 0.0 if launch == "graph" else kernels * host_us * 1e-6
