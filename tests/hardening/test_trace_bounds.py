@@ -16,7 +16,7 @@ import pytest
 from perfstack.cli.main import main
 from perfstack.errors import InputError
 from perfstack.profile.trace import load
-from perfstack.profile.tracefile import LIMIT_ENV, max_trace_bytes
+from perfstack.profile.tracetext import LIMIT_ENV, max_trace_bytes
 
 REAL = Path(__file__).parent.parent / "fixtures" / "traces"
 
