@@ -15,6 +15,8 @@ workload whose outputs exist in DIR is skipped, so the same command continues an
 Tabulate whatever is there (missing workloads are listed as not run), on any machine:
 
     python benchmarks/fix_matrix.py table --out fixrun --md docs/validation.md
+    PYTHONPATH=$PWD/src python benchmarks/fix_matrix.py score --out benchmarks/results/fix-matrix-h200 \
+        --md docs/validation.md   # the predictions of this perfstack: kept traces profiled again
     python benchmarks/fix_matrix.py manifest      # the workloads, their fixes and halves
 
 Halves. The manifest is split into a "tune" half (look at it while adjusting how perfstack
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from perfstack.trial.fixes import FIXES, predicted_for
+from perfstack.trial.fixes import FIXES, predicted_for, replayed_fixes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -502,8 +504,8 @@ def pair_rows(e: Entry, r: Result) -> list[dict[str, Any]]:
                        verdict=str(a.get("verdict", "")), numerics=str(a.get("numerics") or ""),
                        predicted_by=list(a.get("predicted_by") or []), peak_mem_mb=_num(a.get("peak_mem_mb")))
         if row["predicted"] is None and r.profile is not None and fix in FIXES:
-            # the trial ran without --from: the profile of the same script predicts for it all the same
-            pct, by = predicted_for(FIXES[fix], findings_of(r.profile))
+            # the trial ran without --from (or is scored afresh): the profile of the same script predicts for it
+            pct, by = predicted_for(FIXES[fix], findings_of(r.profile), replayed_of(r.profile))
             row.update(predicted=pct, predicted_by=by)
         rows.append(row)
     return rows
@@ -525,10 +527,17 @@ def finding_errors(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def replayed_of(profile: Optional[dict[str, Any]]) -> dict[str, float]:
+    """The fixes a profile Run replayed as a whole (its what-ifs named after a fix), as fix id -> %."""
+    whatif = ((profile or {}).get("profile") or {}).get("whatif")
+    return replayed_fixes(whatif) if isinstance(whatif, dict) else {}
+
+
 def ranked_findings(profile: Optional[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The profile's findings, largest recoverable share first (ties keep the profile's order)."""
+    """The profile's findings as perfstack ranks them: largest recoverable share first, low-confidence ones
+    (a figure the trace cannot back) after the others (ties keep the profile's order)."""
     found = [f for f in (profile or {}).get("findings") or [] if isinstance(f, dict) and f.get("id")]
-    return sorted(found, key=lambda f: -(_num(f.get("recoverable_pct")) or -1.0))
+    return sorted(found, key=lambda f: (f.get("confidence") == "low", -(_num(f.get("recoverable_pct")) or -1.0)))
 
 
 def fixes_for(fid: str, by_id: dict[str, dict[str, Any]]) -> set[str]:
@@ -721,6 +730,63 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def rescore(results: dict[str, Result], library: Path,
+            profile: Optional[Callable[[list[Path], Optional[float]], dict[str, Any]]] = None) -> dict[str, Result]:
+    """The results with every prediction as this perfstack makes it, so that a change to the models shows in the
+    table without a GPU: a measured workload whose traces ``library`` keeps (its measured.json names them, with
+    the step measured without the profiler) is profiled again from them; the others keep their stored profile,
+    read with the current fixes' declarations. The trials' stored predictions (made when they ran) are dropped."""
+    doc = json.loads((library / "measured.json").read_text(encoding="utf-8"))
+    kept = {r["workload"]: r for r in doc.get("runs") or [] if isinstance(r, dict) and r.get("traces")}
+    profile = profile or _profile_traces
+    out = {}
+    for name, r in results.items():
+        prof = r.profile
+        if name in kept and r.trial is not None:
+            k = kept[name]
+            prof = profile([library / t for t in k["traces"]], _num(k.get("unprofiled_step_ms")))
+        trial = r.trial
+        if trial is not None:
+            section = dict(trial.get("try") or {})
+            section["arms"] = [{k: v for k, v in a.items() if k not in ("predicted_pct", "predicted_by")}
+                               if isinstance(a, dict) else a for a in section.get("arms") or []]
+            trial = {**trial, "try": section}
+        out[name] = dataclasses.replace(r, profile=prof, trial=trial)
+    return out
+
+
+def _profile_traces(paths: list[Path], step_ms: Optional[float]) -> dict[str, Any]:
+    from perfstack.profile.summary import profile_run
+    return json.loads(profile_run(paths, unprofiled_step_ms=step_ms).to_json())
+
+
+GENERATED = "Results read from "  # where the generated part of a Markdown file starts (the text above it is kept)
+
+
+def write_markdown(path: Path, md: str) -> None:
+    """Write the generated Markdown to ``path``, keeping what the file has above the generated part."""
+    head = ""
+    if path.exists():
+        old = path.read_text(encoding="utf-8")
+        if GENERATED in old:
+            head = old[:old.index(GENERATED)]
+            md = md[md.index(GENERATED):]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + md, encoding="utf-8")
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    results = rescore(load_results(out), Path(args.library))
+    md = render_markdown(out, MANIFEST, results)
+    if args.md:
+        write_markdown(Path(args.md), md)
+        print(f"wrote {args.md}")
+    else:
+        sys.stdout.write(md)
+    return 0
+
+
 def cmd_manifest(args: argparse.Namespace) -> int:
     for e in MANIFEST:
         env = " ".join(f"{k}={v}" for k, v in e.env)
@@ -759,6 +825,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     t.add_argument("--out", required=True, metavar="DIR")
     t.add_argument("--md", metavar="FILE", help="write here instead of standard output")
     t.set_defaults(func=cmd_table)
+    sc = sub.add_parser("score", help="the table with the predictions of this perfstack: kept traces profiled "
+                                      "again, stored profiles read with the current fix declarations")
+    sc.add_argument("--out", required=True, metavar="DIR")
+    sc.add_argument("--library", default=str(ROOT / "tests" / "fixtures" / "traces" / "validation" / "h200-holdout"),
+                    metavar="DIR", help="traces kept of the same workloads, with measured.json (default: the H200 "
+                                        "hold-out library)")
+    sc.add_argument("--md", metavar="FILE", help="write here (above the generated part, the file's text is kept)")
+    sc.set_defaults(func=cmd_score)
     m = sub.add_parser("manifest", help="list the workloads, their fixes and halves")
     m.set_defaults(func=cmd_manifest)
     args = p.parse_args(argv)

@@ -322,3 +322,37 @@ def test_table_cli_writes_markdown_for_an_empty_directory(tmp_path):
     text = md.read_text()
     assert text.startswith("# perfstack try: validation matrix")
     assert text.count(": not run") == len(fm.MANIFEST)
+
+
+def test_score_profiles_kept_traces_again_and_drops_the_trials_stored_predictions(tmp_path):
+    (tmp_path / "measured.json").write_text(json.dumps({"runs": [
+        {"workload": "kept", "traces": ["kept.pt.trace.json.gz"], "unprofiled_step_ms": 32.5}]}))
+    stored = _trial(_arm("compile-cudagraphs", 39.4, 22.3, ["unfused-elementwise"]))
+    results = {"kept": _res(_profile(("unfused-elementwise", "warning", 22.3)), stored),
+               "other": _res(_profile(("launch-bound", "critical", 87.1)), _trial(_arm("compile", -8.1, 87.1, ["launch-bound"])))}
+    seen = []
+
+    def profile(paths, step_ms):
+        seen.append(([p.name for p in paths], step_ms))
+        prof = _profile(("unfused-elementwise", "warning", 22.6))
+        prof["profile"] = {"whatif": {"unfused-elementwise": {"pct": 22.6}, "compile-cudagraphs": {"pct": 43.0}}}
+        return prof
+    out = fm.rescore(results, tmp_path, profile)
+    assert seen == [(["kept.pt.trace.json.gz"], 32.5)]
+    kept = {x["fix"]: x for x in fm.pair_rows(_entry(name="kept", fixes=("compile-cudagraphs",)), out["kept"])}
+    # the fix replayed as a whole (fusion and CUDA graphs together), not the finding's own figure
+    assert kept["compile-cudagraphs"]["predicted"] == 43.0 and kept["compile-cudagraphs"]["gain"] == 39.4
+    # a stored profile is read with today's declarations: launch-bound no longer predicts default compile
+    other = fm.pair_rows(_entry(name="other", fixes=("compile",)), out["other"])
+    assert other[0]["predicted"] is None and other[0]["gain"] == -8.1
+    assert results["kept"].trial["try"]["arms"][1]["predicted_pct"] == 22.3  # the stored Run is not changed
+
+
+def test_score_keeps_the_text_above_the_generated_part_of_a_markdown_file(tmp_path):
+    md = tmp_path / "validation.md"
+    md.write_text("# by hand\n\nwhat it shows\n\nResults read from `old`: stale\n\n## Tune half\n")
+    fm.write_markdown(md, "# perfstack try: validation matrix\n\nResults read from `new`: fresh\n")
+    assert md.read_text() == "# by hand\n\nwhat it shows\n\nResults read from `new`: fresh\n"
+    fresh = tmp_path / "new.md"
+    fm.write_markdown(fresh, "# title\n\nResults read from `x`\n")
+    assert fresh.read_text() == "# title\n\nResults read from `x`\n"

@@ -16,17 +16,14 @@ import pytest
 
 from perfstack.model import Severity
 from perfstack.profile.summary import profile_run
-from perfstack.trial.fixes import FIXES, predicted_for
+from perfstack.trial.fixes import FIXES, predicted_for, replayed_fixes
 
 LIB = Path(__file__).parents[1] / "fixtures" / "traces" / "validation" / "h200-holdout"
 DOC = json.loads((LIB / "measured.json").read_text())
 RUNS = {r["workload"]: r for r in DOC["runs"]}
 BY_ID = dict(FIXES)
 # the misses, each with why: the test asserts each is still the miss described, so a fix shows
-KNOWN = {
-    # compile-cudagraphs measured 39.4%; the top finding (unfused-elementwise) predicts 22.3% (0.57x)
-    "resnet50": "under-claimed",
-}
+KNOWN: dict[str, str] = {}
 
 
 def analyse(name: str):
@@ -61,7 +58,7 @@ def row(name: str) -> dict:
     works = {k: v["gain_pct"] for k, v in RUNS[name]["fixes"].items() if v["verdict"] == "works"}
     named = {k: g for k, g in works.items() if top in BY_ID[k].predicted_by}
     fix = max(named, key=lambda k: named[k]) if named else best
-    pred, ids = predicted_for(BY_ID[fix], found)
+    pred, ids = predicted_for(BY_ID[fix], found, replayed_fixes(run.profile.whatif))
     return {"workload": name, "kind": RUNS[name]["kind"], "best": best, "best_pct": best_gain, "fix": fix,
             "measured_pct": works.get(fix, best_gain), "predicted_pct": pred, "by": ids, "top": top,
             "first": bool(named) and best_gain - named[fix] <= 15,

@@ -68,16 +68,26 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--step-at {args.step_at}: expected MODULE:FUNCTION (e.g. mypkg.infer:decode_step)")
 
 
-def _findings_of(path: str) -> dict[str, float]:
-    """The profile findings of a saved Run, as finding id → recoverable % (hostile input: checked on load)."""
+Predicted = tuple[dict[str, float], dict[str, float]]  # finding id -> %, and fix id -> % replayed whole
+
+
+def _findings_of(path: str) -> Predicted:
+    """The profile findings of a saved Run, as finding id → recoverable %, and the fixes the profile replayed as a
+    whole, as fix id → recoverable % (hostile input: checked on load)."""
     run = Run.load(path)
     if run.profile is None:
         raise InputError(f"{path} is not a 'perfstack profile' Run (it has no profile section)",
                          hint="perfstack profile -o profile.json -- python train.py ARGS")
-    return {f.id: float(f.recoverable_pct or 0.0) for f in run.findings}
+    return _predicted(run)
 
 
-def _profile_first(cmd: list[str], err: Console) -> dict[str, float]:
+def _predicted(run: Run) -> Predicted:
+    from perfstack.trial.fixes import replayed_fixes
+    whatif = run.profile.whatif if run.profile is not None else {}
+    return {f.id: float(f.recoverable_pct or 0.0) for f in run.findings}, replayed_fixes(whatif)
+
+
+def _profile_first(cmd: list[str], err: Console) -> Predicted:
     """A short profile of the script (3 steps, then it is ended), for the findings that choose the fixes."""
     from perfstack.profile import capture
     from perfstack.profile.summary import profile_run
@@ -88,10 +98,10 @@ def _profile_first(cmd: list[str], err: Console) -> dict[str, float]:
         result = profile_run(res.trace_paths, telemetry=res.telemetry,
                              unprofiled_step_ms=u["step_ms"] if u else None,
                              unprofiled_note=capture.unprofiled_note(u, "capture mode") if u else None)
-    return {f.id: float(f.recoverable_pct or 0.0) for f in result.findings}
+    return _predicted(result)
 
 
-def _list(out: Console, predicted: Optional[dict[str, float]], nproc: int) -> int:
+def _list(out: Console, predicted: Optional[dict[str, float]], replayed: dict[str, float], nproc: int) -> int:
     from perfstack.trial.fixes import FIXES, predicted_for
     from perfstack.trial.runner import setting
     s = setting(dict(os.environ), nproc, frozenset(predicted) if predicted is not None else None)
@@ -102,7 +112,7 @@ def _list(out: Console, predicted: Optional[dict[str, float]], nproc: int) -> in
         why = f.applies(s)
         pred = ""
         if predicted is not None:
-            pct, by = predicted_for(f, predicted)
+            pct, by = predicted_for(f, predicted, replayed)
             pred = f"{pct:.0f}% ({', '.join(by)})" if pct is not None else "no finding of this profile"
         t.add_row(f.id, f.how, "yes" if why is None else f"no: {why}", "yes" if f.opt_in else "",
                   "changes them" if f.changes_numerics else "", pred or ", ".join(f.predicted_by))
@@ -138,9 +148,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     from perfstack.trial import runner
 
     _check(args)
-    predicted: Optional[dict[str, float]] = _findings_of(args.from_run) if args.from_run else None
+    predicted: Optional[dict[str, float]] = None
+    replayed: dict[str, float] = {}
+    if args.from_run:
+        predicted, replayed = _findings_of(args.from_run)
     if args.list:
-        return _list(out, predicted, args.nproc)
+        return _list(out, predicted, replayed, args.nproc)
     cmd = _command(args)
     if not cmd:
         raise UsageError("nothing to try", hint="perfstack try [--fix ID,...] -- python train.py ARGS")
@@ -150,7 +163,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if args.nproc > 1:
             raise UsageError("with --nproc, name the fixes (--fix ID,... or --all) or give a profile (--from)",
                              hint="a multi-process script cannot be profiled first here")
-        predicted = _profile_first(cmd, err)
+        predicted, replayed = _profile_first(cmd, err)
     s = runner.setting(dict(os.environ), args.nproc, frozenset(predicted or {}))
     fixes = _choose(args, predicted or {}, s, err)
     if not fixes:
@@ -159,7 +172,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                             hint="perfstack try --list shows every fix and why it applies or not")
     plan = runner.Plan(target=target, command=cmd, fixes=fixes, nproc=args.nproc, warmup=args.warmup,
                        steps=args.steps, rounds=args.rounds, budget_s=args.budget, step_at=args.step_at,
-                       combine=not args.no_combine, predicted=predicted or {}, profile_from=args.from_run)
+                       combine=not args.no_combine, predicted=predicted or {}, replayed=replayed,
+                       profile_from=args.from_run)
     err.print(f"trying {', '.join(f.id for f in fixes)} on {shlex.join(cmd)}: {1 + len(fixes)} arms × "
               f"{args.rounds} rounds", markup=False)
     trial = _with_progress(plan, err)

@@ -67,9 +67,13 @@ def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
                assumptions="""The whole step is graphed: every kernel replayed at ≈ 1 µs, all CPU time inside
                operators gone, the CPU work outside them (Python, data preparation) kept, kernels as long as in
                the trace. Graphing part of the step (forward and backward only, the loss, syncs and optimizer
-               eager) recovers less. A graph never makes the step shorter than the GPU's busy time. Inputs:
-               kernels and launches per step, CPU time inside operators, GPU busy time; the CPU's speed without
-               the profiler measured, or estimated between 3 and 7 µs per recorded event.""",
+               eager) recovers less. A graph never makes the step shorter than the GPU's busy time. The fixes that
+               do this are CUDA graphs and torch.compile(mode="reduce-overhead"), whose prediction also counts what
+               compiling fuses (the ``compile-cudagraphs`` what-if); default torch.compile removes only the launches
+               of the kernels it fuses away (unfused-elementwise's figure), not the launch cost of those that stay
+               nor the Python between them, so this finding predicts nothing for it. Inputs: kernels and launches
+               per step, CPU time inside operators, GPU busy time; the CPU's speed without the profiler measured,
+               or estimated between 3 and 7 µs per recorded event.""",
                confidence="medium")
 def launch_bound(p: Section, ctx: Context) -> PHit | None:
     L = p.launch or Launch()
@@ -144,14 +148,19 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
 @profile_check("unfused-elementwise", "framework", "Chains of unfused element-wise kernels",
                doc="""Finds runs of consecutive eager element-wise, reduction and copy kernels on a stream (same
                step and phase, no GEMM between them). Kernels of a run that touch data of the same size are taken
-               for one dataflow: fused, they read its largest tensor once and write it once (bytes at 90% of the
-               HBM peak, at least 2.5 µs), everything in between staying in registers; kernels on data of other
-               sizes keep their own traffic. Compiling also pads GEMMs with a misaligned dimension (Inductor's
-               shape padding): eager GEMMs that gemm-misaligned finds faster at its aligned rate are replayed at
-               that rate in the same scenario. The shorter kernels
-               are replayed through the step model; on a step bound by its GPU the fused ops also stop
-               dispatching, while on a CPU-bound step only GPU time counts (compiled code has a per-call CPU
-               cost the eager trace cannot show). Fires at ≥ 2%.""",
+               for one dataflow: fused, they write it once and read each input once (as many inputs as the member
+               that reads the most of that size; in training a batch norm's statistics take one more reading
+               pass), bytes at 90% of the HBM peak, at least 2.5 µs, everything in between staying in registers;
+               kernels on data of other sizes keep their own traffic. Compiling also pads GEMMs with a misaligned
+               dimension (Inductor's shape padding: eager GEMMs that gemm-misaligned finds faster at its aligned
+               rate are replayed at that rate) and runs convolutions in channels_last (its layout optimization:
+               the layout transposes around eager NCHW convolutions go). The shorter kernels are replayed through
+               the step model; on a step bound by its GPU the fused ops also stop dispatching, while on a
+               CPU-bound step only GPU time counts (compiled code has a per-call CPU cost the eager trace cannot
+               show): that is the figure of default torch.compile. torch.compile(mode="reduce-overhead") is the
+               same scenario with every launch replayed from a CUDA graph (``compile-cudagraphs`` in the what-ifs:
+               what perfstack try predicts for that fix), at most the measured step less the GPU work that
+               compiling leaves. Fires at ≥ 2%.""",
                why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
                    "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
                    "half of the GPU time on a busy GPU.",
@@ -159,12 +168,20 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                    "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).",
                measure=("compile",),
                assumptions="""Inductor fuses each chain of eager element-wise, reduction, norm and copy kernels
-               between two GEMMs: kernels of one chain on data of the same size are one dataflow, read once and
-               written once at 90% of the HBM peak (at least 2.5 µs a kernel); data of other sizes keeps its
-               traffic; the GEMMs and attention keep their time except the misaligned GEMMs Inductor pads.
-               Compiled code's own CPU cost (guards, launches) is not in an eager trace: on a CPU-bound step only
-               GPU time counts, and that cost can take back more (the CPU-bound validation step ran 9% slower
-               compiled).""",
+               between two GEMMs: kernels of one chain on data of the same size are one dataflow, written once and
+               each input read once at 90% of the HBM peak (at least 2.5 µs a kernel); the inputs are counted as
+               the most any one member reads (a trace does not name tensors: inputs shared between members count
+               once, distinct ones beyond that are missed); a batch norm in training reads its inputs once more
+               for its statistics (they span the batch), a layer norm's row stays on chip; data of other sizes
+               keeps its traffic; the GEMMs, convolutions and attention keep their time except the misaligned
+               GEMMs Inductor pads and the layout transposes its channels_last convolutions drop (what NHWC
+               kernels gain beyond that is not counted). Compiled code's own CPU cost (guards, launches) is not
+               in an eager trace: on a CPU-bound step only GPU time counts, and that cost can take back more (the
+               CPU-bound validation step ran 9% slower compiled). With CUDA graphs (mode="reduce-overhead") every
+               launch is replayed at ≈ 1 µs and the CPU time inside operators goes, as launch-bound assumes.
+               What else compiling changes (Inductor's GEMM choices, random-number generation, recomputation
+               in backward) is not in an eager trace: on the H200 hold-out's fp32 GPT-2 compiling gained 1.1%
+               where this model gives 8.7%.""",
                confidence="medium")
 def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "unfused-elementwise")
@@ -172,8 +189,11 @@ def unfused_elementwise(p: Section, ctx: Context) -> PHit | None:
     if e is None or pct < 2:
         return None
     ev = (f"{e.chains_per_step:g} chains of {e.kernels_per_step:g} eager element-wise/copy kernels per "
-          f"step take {fmt(e.eager_ms)} ms of GPU time; fused, they would move their largest tensors once: "
+          f"step take {fmt(e.eager_ms)} ms of GPU time; fused, each would write its data once and read its inputs once: "
           f"≈ {fmt(e.fused_ms)} ms (most time in {', '.join(e.top_ops[:4])})")
+    if e.layout_ms:
+        ev += (f"; compiling also runs the convolutions in channels_last (Inductor's layout optimization): the "
+               f"{fmt(e.layout_ms)} ms of layout transposes around them go")
     if e.padded_gemm_ms is not None and e.padded_gemm_fixed_ms is not None:
         ev += (f"; compiling also pads the misaligned GEMMs (Inductor's shape padding): {fmt(e.padded_gemm_ms)} ms "
                f"→ ≈ {fmt(e.padded_gemm_fixed_ms)} ms (see gemm-misaligned)")

@@ -101,6 +101,10 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     cpu_free = recorded(tl, scale) < recorded(tl, MIN_SCALE) * 1.05
     cpu_side = _cpu_scenarios(p)
     scenarios = {**cpu_side, **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
+    graphed = _compile_graphs(p, A, tl, found)
+    if graphed is not None:
+        scenarios[graphed.name] = graphed
+    saved_ms = {w.id: w.saved_us(A.gpu) / 1e3 / n for w in found if w.new_dur}
     base_c, base_p = recorded(tl, scale), recorded(tl, 1.0)
     o = p.overhead or Overhead()
     fast = o.fast_cpu_scale
@@ -112,6 +116,11 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
             # A CPU-side fix leaves the GPU's work as it is: the step cannot get shorter than the GPU's own
             # busy time, so the fix recovers at most the idle the measured step leaves the GPU
             rc = min(rc, max(0.0, o.step_ms - p.busy_ms) * 1e3 * n)
+        if name == COMPILE_GRAPHS and o.method == "measured" and o.step_ms:
+            # compiled and graphed, the step still runs the GPU work compilation leaves: at most the measured
+            # step less that (the GPU's busy time less what fusion saves)
+            left = p.busy_ms - saved_ms.get("unfused-elementwise", 0.0)
+            rc = min(rc, max(0.0, o.step_ms - left) * 1e3 * n)
         if name in COMM_SIDE and o.method == "measured" and o.step_ms:
             # Removing collectives leaves the compute: the step cannot get shorter than the GPU's busy time
             # outside communication. Under the profiler the ranks drift apart and collectives run exposed
@@ -120,7 +129,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
             rc = min(rc, max(0.0, o.step_ms - compute_busy_ms(p)) * 1e3 * n)
         w = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
                    round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
-        if name in cpu_side and fast is not None and w.pct >= 1:
+        if (name in cpu_side or name == COMPILE_GRAPHS) and fast is not None and w.pct >= 1:
             # (below 1% no CPU-side rule fires: the replays are spared on large traces)
             base_f = recorded(tl, fast) if base_f is None else base_f
             rf = max(0.0, base_f - replay(tl, fast, sc))
@@ -130,6 +139,21 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
 
 
 COMM_SIDE = frozenset({"ddp-sync-per-microbatch"})  # fixes that remove collectives and nothing else
+# A what-if named after a fix rather than a finding: torch.compile(mode="reduce-overhead") does what two findings
+# name (fusion, and CUDA-graph dispatch), and its gain is their replay together, not the larger of the two
+COMPILE_GRAPHS = "compile-cudagraphs"
+
+
+def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Waste]) -> Scenario | None:
+    """Compiled with CUDA graphs: the fusion scenario (what Inductor does to the kernels: chains fused, GEMMs
+    padded, convolutions in channels_last) with every launch replayed from a graph. None where neither part
+    applies (no fusion found, and a step too short of kernels or already graphed)."""
+    launch = p.launch or Launch()
+    graph = launch.kernels_per_step >= 50 and not launch.graph_launches_per_step
+    fused = next((w for w in found if w.id == "unfused-elementwise" and w.new_dur), None)
+    if fused is None:
+        return Scenario(COMPILE_GRAPHS, graph=True) if graph else None
+    return replace(_fix_scenario(fused, A, tl, True), name=COMPILE_GRAPHS, graph=graph)
 
 
 def compute_busy_ms(p: Section) -> float:

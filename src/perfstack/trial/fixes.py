@@ -94,11 +94,16 @@ FIXES: dict[str, Fix] = {f.id: f for f in (
         predicted_by=("optimizer-not-fused",)),
     Fix("foreach-optimizer", "Multi-tensor (foreach) optimizer step", "torch.optim.AdamW(params, ..., foreach=True)",
         predicted_by=("optimizer-not-fused",)),
+    # Default compile fuses: of a launch-bound step's launches it removes only those of the kernels it fuses
+    # away, which the fusion findings' replay already counts; the per-kernel launch cost of the rest, and the
+    # Python between them, stay (a launch-bound step measured -8% compiled by default, H200). So launch-bound
+    # predicts the CUDA-graph mode, not this one.
     Fix("compile", "torch.compile of the model", "model.compile()  (or model = torch.compile(model))",
-        predicted_by=("launch-bound", "unfused-elementwise", "attention-unfused", "large-vocab-loss"), opt_in=True),
+        predicted_by=("unfused-elementwise", "attention-unfused", "large-vocab-loss"), opt_in=True),
+    # it compiles first and then replays the whole graph: the profile replays both together (the what-if of this
+    # fix's id, summary.COMPILE_GRAPHS), which is its prediction where either finding fired
     Fix("compile-cudagraphs", "torch.compile with CUDA graphs (mode 'reduce-overhead')",
         "model.compile(mode='reduce-overhead')  (static shapes; no CPU work inside the graphed region)",
-        # it compiles first: what fusion recovers is its gain too, with the launches the graph removes
         predicted_by=("launch-bound", "unfused-elementwise", "attention-unfused", "large-vocab-loss"), opt_in=True),
     Fix("channels-last", "channels_last memory format for a convolutional model",
         "model = model.to(memory_format=torch.channels_last); x = x.to(memory_format=torch.channels_last)",
@@ -147,11 +152,27 @@ def parse(text: str) -> list[Fix]:
     return out
 
 
-def predicted_for(fix: Fix, findings: Mapping[str, float]) -> tuple[Optional[float], list[str]]:
-    """The gain a profile predicts for ``fix`` (the largest recoverable % among the findings that name it)
-    and those findings' ids; (None, []) when none does."""
+def predicted_for(fix: Fix, findings: Mapping[str, float],
+                  replayed: Optional[Mapping[str, float]] = None) -> tuple[Optional[float], list[str]]:
+    """The gain a profile predicts for ``fix`` and the ids of the findings that name it; (None, []) when none
+    does. The figure is the profile's replay of the fix as a whole where it made one (``replayed``: fix id ->
+    recoverable %, a fix that does what several findings name), else the largest of those findings'."""
     hits = {fid: pct for fid, pct in findings.items() if fid in fix.predicted_by}
-    return (max(hits.values()) if hits else None), sorted(hits)
+    if not hits:
+        return None, []
+    whole = (replayed or {}).get(fix.id)
+    return (max(hits.values()) if whole is None else whole), sorted(hits)
+
+
+def replayed_fixes(whatif: Mapping[str, object]) -> dict[str, float]:
+    """A profile's what-ifs (``profile.whatif``: by finding id, or by fix id for a fix replayed as a whole)
+    reduced to those of fixes, as fix id -> recoverable %; ``whatif`` as loaded records or their JSON."""
+    out: dict[str, float] = {}
+    for k, w in whatif.items():
+        pct = w.get("pct") if isinstance(w, Mapping) else getattr(w, "pct", None)
+        if k in FIXES and isinstance(pct, (int, float)) and not isinstance(pct, bool):
+            out[k] = float(pct)
+    return out
 
 
 def environment(fixes: list[Fix], s: Setting) -> dict[str, str]:

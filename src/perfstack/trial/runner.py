@@ -47,6 +47,7 @@ class Plan:
     keep: int = 5
     combine: bool = True
     predicted: dict[str, float] = field(default_factory=dict)  # finding id -> recoverable % (from a profile)
+    replayed: dict[str, float] = field(default_factory=dict)  # fix id -> % the profile replayed for it whole
     profile_from: Optional[str] = None
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -276,7 +277,7 @@ def _result(arm: str, fixes: list[Fix], runs: dict[str, list[ArmRun]], plan: Pla
     pred: Optional[float] = None
     by: list[str] = []
     if len(fixes) == 1:
-        pred, by = predicted_for(fixes[0], plan.predicted)
+        pred, by = predicted_for(fixes[0], plan.predicted, plan.replayed)
     peaks = [r.peak_mem_mb for r in rs if r.peak_mem_mb is not None]
     fastest = min(ok, key=lambda r: r.median_ms or 0.0) if ok else None
     return ArmResult(id=arm, title=fixes[0].title if len(fixes) == 1 else

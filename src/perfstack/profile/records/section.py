@@ -73,7 +73,7 @@ class Section(Record):
     # the summary's passes
     overhead: Optional[Overhead] = None
     waste: WasteFound = field(default_factory=WasteFound)  # by finding id: what the waste pass measured
-    whatif: dict[str, WhatIf] = field(default_factory=dict)  # by finding id
+    whatif: dict[str, WhatIf] = field(default_factory=dict)  # by finding id, or fix id (a fix replayed whole)
     gemm_flops_per_step: float = 0.0
     model_tflops: Optional[float] = None
     mfu: Optional[Mfu] = None

@@ -1,5 +1,6 @@
 """What the busy-GPU waste pass found (``profile.waste``: the evidence of each waste, by finding id) and
-what each candidate fix recovers (``profile.whatif``, by finding id).
+what each candidate fix recovers (``profile.whatif``, by finding id, or by fix id for a fix that does what
+several findings name: ``compile-cudagraphs``).
 
 The evidence records hold what ``profile/waste.py``'s detectors measure and the profile rules quote; times
 are milliseconds per step."""
@@ -25,9 +26,12 @@ class UnfusedElementwise(Record):
     # time, and the time the aligned GEMMs' rate gives them (waste.compile_pads)
     padded_gemm_ms: Optional[float] = None
     padded_gemm_fixed_ms: Optional[float] = None
+    # the layout transposes around eager convolutions, which Inductor's layout optimization removes
+    # (waste.compile_layout)
+    layout_ms: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    WHEN_SET = frozenset({"padded_gemm_ms", "padded_gemm_fixed_ms"})
+    WHEN_SET = frozenset({"padded_gemm_ms", "padded_gemm_fixed_ms", "layout_ms"})
 
 
 @dataclass
