@@ -85,11 +85,12 @@ def test_the_fused_traffic_counts_each_input_and_a_batch_norms_statistics_pass()
             self.name, self.dims = name, dims
 
     class Att:
-        op = [0, 1, 2, 3]
+        op = [0, 1, 2, 3, 4]
 
     class Trace:
         ops = [Op("aten::mul", [[8, 1024], []]), Op("aten::add", [[8, 1024], [8, 1024]]),
-               Op("aten::cudnn_batch_norm", [[8, 1024], [1024], [1024]]), Op("aten::add_", [[8, 1024], [1024]])]
+               Op("aten::cudnn_batch_norm", [[8, 1024], [1024], [1024]]), Op("aten::add_", [[8, 1024], [1024]]),
+               Op("aten::copy_", [[8, 1024], [8, 1024]])]
 
     class A:
         att, trace = Att(), Trace()
@@ -98,3 +99,4 @@ def test_the_fused_traffic_counts_each_input_and_a_batch_norms_statistics_pass()
     assert waste.passes(A, [2, 0], 8192, True) == 3  # training batch norm: its statistics read x once more
     assert waste.passes(A, [2, 0], 8192, False) == 2  # in inference it uses its running statistics
     assert waste.passes(A, [3], 8192, True) == 2  # a bias of another size is not a full read
+    assert waste.passes(A, [4], 8192, True) == 2  # copy_ writes its first tensor: a cast reads one

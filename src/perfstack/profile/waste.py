@@ -192,20 +192,21 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
 
 
 BATCH_NORM = re.compile(r"batch_norm")
+WRITES_FIRST = re.compile(r"::(copy_|fill_|zero_)$")  # their first tensor is written, not read
 
 
 def passes(A: Analysis, members: list[int], numel: int, training: bool) -> int:
     """How many times a fused kernel must move data of the size ``numel`` through HBM: it writes the result
     once and reads each input once, at least as many inputs as the member that reads the most of that size
-    takes (``add(x, y)``, ``threshold_backward(grad, y)``: two; tensors are not named in a trace, so inputs
-    shared between members count once). In training a batch norm's statistics span the whole batch, more than
+    takes (``add(x, y)``, ``threshold_backward(grad, y)``: two; ``copy_(dst, src)``: one; tensors are not named
+    in a trace, so inputs shared between members count once). In training a batch norm's statistics span the whole batch, more than
     a kernel holds on chip: they take a reading pass of their own before the normalisation reads the data again
     (Inductor emits a reduction, then the element-wise kernel); a layer norm's row stays on chip."""
     ops = A.trace.ops
     reads = stats = 0
     for i in members:
         o = A.att.op[i]
-        k = _same_size_inputs(ops[o].dims, numel) if o >= 0 else 1
+        k = _same_size_inputs(ops[o].dims, numel) - bool(WRITES_FIRST.search(ops[o].name)) if o >= 0 else 1
         reads = max(reads, k)
         if training and o >= 0 and BATCH_NORM.search(ops[o].name):
             stats = max(stats, k)
