@@ -27,6 +27,9 @@ class Analysis:
         self.notes: list[str] = [*device_notes, *window_notes, *no_gpu, *_attribution_notes(self)]
         self.cs = cpu.spans(trace)
         self.costs: dict[int, flops.Cost] = {}
+        # operators with the same name and arguments share the trace's lists of them, and so their cost:
+        # a large trace has millions of calls and a few hundred distinct ones
+        self._cost_of: dict[tuple, flops.Cost] = {}
         self._op_time: dict[int, float] | None = None
 
     def cost(self, o: int) -> flops.Cost | None:
@@ -35,7 +38,12 @@ class Analysis:
         c = self.costs.get(o)
         if c is None:
             op = self.trace.ops[o]
-            c = self.costs[o] = flops.cost(op.name, op.dims, op.types, getattr(op, "concrete", None))
+            concrete = getattr(op, "concrete", None)
+            key = (op.name, id(op.dims), id(op.types), id(concrete))  # the lists live as long as the trace
+            c = self._cost_of.get(key)
+            if c is None:
+                c = self._cost_of[key] = flops.cost(op.name, op.dims, op.types, concrete)
+            self.costs[o] = c
         return c
 
     def known_cost(self, o: int) -> flops.Cost:

@@ -11,9 +11,12 @@ timestamps (the GPU-side ``ProfilerStep`` spans Kineto writes, else the CPU wind
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
-from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import eq
+from typing import Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.trace import Trace
@@ -26,7 +29,7 @@ COMPILED, LOSS, ATTN_MATH, DATALOADER = 1, 2, 4, 8
 @dataclass
 class OpInfo:
     """What the ancestors of each op say (parallel lists, indexed like ``trace.ops``)."""
-    parent: list[int]
+    parent: Sequence[int]
     family: list[str | None]
     phase: list[str]
     flags: list[int]
@@ -41,7 +44,7 @@ class Attribution:
     op: list[int]  # innermost launching op (index into trace.ops), -1 when unknown
     category: list[str]
     phase: list[str]
-    runtime_parent: list[int]  # per runtime call: innermost enclosing op, -1 when none
+    runtime_parent: Sequence[int]  # per runtime call: innermost enclosing op, -1 when none
     ops: OpInfo
     method: str  # "launch" | "gpu annotations" | "timestamps"
     notes: list[str] = field(default_factory=list)
@@ -69,58 +72,72 @@ def _flags_of(name: str) -> int:
     return f
 
 
-def nest(trace: Trace) -> tuple[OpInfo, list[int]]:
+def nest(trace: Trace) -> tuple[OpInfo, Sequence[int]]:
     """Parent of every op and the innermost op enclosing every runtime call, per thread."""
     ops, rts = trace.ops, trace.runtime
     n_ops = len(ops)
-    parent = [-1] * n_ops
-    rparent = [-1] * len(rts)
-    by_tid: dict = defaultdict(list)
-    for i, o in enumerate(ops):
-        by_tid[o.tid].append((o.ts, -o.dur, 0, i))
-    for j, r in enumerate(rts):
-        by_tid[r.tid].append((r.ts, -r.dur, 1, j))
-    for items in by_tid.values():
-        items.sort()
-        stack: list[tuple[float, int]] = []  # (end, op index)
-        for ts, neg_dur, is_rt, i in items:
-            while stack and stack[-1][0] <= ts:
-                stack.pop()
-            top = stack[-1][1] if stack else -1
-            if is_rt:
-                rparent[i] = top
-            else:
-                parent[i] = top
-                stack.append((ts - neg_dur, i))
-    # a tuple per event: on a 1 GB trace, hundreds of MB to give back before the next pass
-    by_tid.clear()
-    items = []
-    # Ancestors before descendants: parents start no later than their children. By start, then
-    # longest first (two stable sorts: no key tuple per op).
-    order = sorted(range(n_ops), key=lambda i: -ops[i].dur)
-    order.sort(key=lambda i: ops[i].ts)
+    # One sweep over ops and runtime calls together, by start, longest first, ops before runtime calls,
+    # then by index; each thread keeps its own stack of open ops. Events are numbered ops first, runtime
+    # calls after (x >= n_ops). Both lists are sorted by start, so sorting by start alone merges two runs;
+    # only events that start at the same instant need the rest of the order.
+    ts = [o.ts for o in ops]
+    ts += [r.ts for r in rts]
+    tids = [o.tid for o in ops]
+    tids += [r.tid for r in rts]
+    order = sorted(range(len(ts)), key=ts.__getitem__)
+    _break_ties(order, ts, [-o.dur for o in ops] + [-r.dur for r in rts])
+    ends = [t + o.dur for t, o in zip(ts, ops)]
+    parent = array("q", [-1]) * n_ops  # (an array: millions of ints cost a tenth of a list of them)
+    rparent = array("q", [-1]) * len(rts)
     fam: list[str | None] = [None] * n_ops
     phase = ["forward"] * n_ops
     flags = [0] * n_ops
-    fam_cache: dict[str, str | None] = {}
-    for i in order:
-        name = ops[i].name
-        if name in fam_cache:
-            own = fam_cache[name]
+    own_of: dict[str, tuple[str | None, str | None, int]] = {}  # per name: family, phase, flags of its own
+    stacks: dict = {}  # per thread: (end, op index) of the open ops, innermost last
+    for x in order:
+        t = ts[x]
+        tid = tids[x]
+        stack = stacks.get(tid)
+        if stack is None:
+            stack = stacks[tid] = []
+        while stack and stack[-1][0] <= t:
+            stack.pop()
+        top = stack[-1][1] if stack else -1
+        if x >= n_ops:
+            rparent[x - n_ops] = top
+            continue
+        parent[x] = top
+        stack.append((ends[x], x))
+        # ancestors before descendants: the parent, open on the stack, was seen first
+        name = ops[x].name
+        own_ph_fl = own_of.get(name)
+        if own_ph_fl is None:
+            own_ph_fl = own_of[name] = (classify.family(name), _phase_of(name), _flags_of(name))
+        own, ph, fl = own_ph_fl
+        if top >= 0:
+            pf = fam[top]
+            fam[x] = pf if own is None or (pf is not None and _RANK[pf] <= _RANK[own]) else own
+            phase[x] = "optimizer" if phase[top] == "optimizer" else (ph or phase[top])
+            flags[x] = flags[top] | fl
         else:
-            own = fam_cache[name] = classify.family(name)
-        p = parent[i]
-        if p >= 0:
-            pf = fam[p]
-            fam[i] = pf if own is None or (pf is not None and _RANK[pf] <= _RANK[own]) else own
-            ph = _phase_of(name)
-            phase[i] = "optimizer" if phase[p] == "optimizer" else (ph or phase[p])
-            flags[i] = flags[p] | _flags_of(name)
-        else:
-            fam[i] = own
-            phase[i] = _phase_of(name) or "forward"
-            flags[i] = _flags_of(name)
+            fam[x] = own
+            phase[x] = ph or "forward"
+            flags[x] = fl
     return OpInfo(parent, fam, phase, flags), rparent
+
+
+def _break_ties(order: list[int], ts: list[float], neg_dur: list[float]) -> None:
+    """Order, in place, each run of ``order`` that starts at the same instant by (longest first, index)."""
+    t = [ts[x] for x in order]
+    same = list(compress(range(1, len(t)), map(eq, t[1:], t)))  # positions that start with the one before
+    k = 0
+    while k < len(same):
+        a = b = same[k]  # the run is order[a - 1 : b + 1]
+        k += 1
+        while k < len(same) and same[k] == b + 1:
+            b = same[k]
+            k += 1
+        order[a - 1:b + 1] = sorted(order[a - 1:b + 1], key=lambda x: (neg_dur[x], x))
 
 
 def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) -> Attribution:

@@ -46,26 +46,60 @@ class CpuSpans:
 
 
 def spans(trace: Trace) -> CpuSpans:
-    dl, alloc, sync, ops = [], [], [], []
+    dl: list[tuple[float, float]] = []
+    alloc: list[tuple[float, float]] = []
+    sync: list[tuple[float, float]] = []
+    # Dispatch: operators, and the user's record_function ranges (Optimizer.step#...) that a CUDA graph
+    # captures along with them; not the DataLoader nor the step markers. There is one per operator of
+    # the trace: merged as they come (the trace's ops are sorted by start), not held as millions of pairs.
+    starts: list[float] = []
+    ends: list[float] = []
+    last_s, last_e, in_order = -_INF, -_INF, True
+    roles: dict[str, tuple[list | None, bool]] = {}  # per name: the list it goes to, and dispatch as an annotation
     for o in trace.ops:
-        iv = (o.ts, o.ts + o.dur)
-        if o.name.startswith("enumerate(DataLoader)"):
-            dl.append(iv)
-        elif "empty_cache" in o.name:
-            alloc.append(iv)
-        elif o.name in SYNC_OPS:
-            sync.append(iv)
-        # dispatch: operators, and the user's record_function ranges (Optimizer.step#...) that a CUDA
-        # graph captures along with them; not the DataLoader nor the step markers
-        if o.cat == "op" or (o.cat == "annotation" and "#" in o.name and not o.name.startswith("enumerate(")):
-            ops.append(iv)
+        name = o.name
+        role = roles.get(name)
+        if role is None:
+            role = roles[name] = _role(name, dl, alloc, sync)
+        s = o.ts
+        e = s + o.dur
+        if role[0] is not None:
+            role[0].append((s, e))
+        if o.cat == "op" or (role[1] and o.cat == "annotation"):
+            in_order = in_order and s >= last_s
+            last_s = s
+            if e <= s or not in_order:
+                continue
+            if s <= last_e:
+                if e > last_e:
+                    last_e = ends[-1] = e
+            else:
+                starts.append(s)
+                ends.append(e)
+                last_e = e
     for r in trace.runtime:
         iv = (r.ts, r.ts + r.dur)
         if r.name in ALLOC_CALLS:
             alloc.append(iv)
         if r.name in SYNC_CALLS or r.name in BLOCKING_COPIES:
             sync.append(iv)
-    return CpuSpans(Spans(dl), Spans(alloc), Spans(sync), Spans(ops))
+    if in_order:
+        dispatch = Spans.of_merged(starts, ends)
+    else:  # a trace built by hand
+        dispatch = Spans((o.ts, o.ts + o.dur) for o in trace.ops
+                         if o.cat == "op" or (o.cat == "annotation" and roles[o.name][1]))
+    return CpuSpans(Spans(dl), Spans(alloc), Spans(sync), dispatch)
+
+
+_INF = float("inf")
+
+
+def _role(name: str, dl: list, alloc: list, sync: list) -> tuple[list | None, bool]:
+    """Which CPU span an op of this name makes (the DataLoader, allocator, sync, or none), and whether
+    it is dispatch when it is a user annotation."""
+    of = dl if name.startswith("enumerate(DataLoader)") else alloc if "empty_cache" in name else \
+        sync if name in SYNC_OPS else None
+    return of, "#" in name and not name.startswith("enumerate(")
 
 
 def gap_reason(a: float, b: float, launch: CpuEvent | None, cs: CpuSpans) -> str:

@@ -25,11 +25,22 @@ class Spans:
 
     def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
         merged = union(intervals)
-        self.starts = [s for s, _ in merged]
-        self.ends = [e for _, e in merged]
-        self.cum = [0.0]
-        for s, e in merged:
-            self.cum.append(self.cum[-1] + (e - s))
+        self._set([s for s, _ in merged], [e for _, e in merged])
+
+    @classmethod
+    def of_merged(cls, starts: list[float], ends: list[float]) -> Spans:
+        """Spans from intervals already disjoint and sorted (as ``union`` leaves them)."""
+        self = cls.__new__(cls)
+        self._set(starts, ends)
+        return self
+
+    def _set(self, starts: list[float], ends: list[float]) -> None:
+        self.starts, self.ends = starts, ends
+        cum = self.cum = [0.0]
+        total = 0.0
+        for s, e in zip(starts, ends):
+            total += e - s
+            cum.append(total)
 
     def __len__(self) -> int:
         return len(self.starts)

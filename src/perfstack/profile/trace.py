@@ -47,13 +47,13 @@ import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Callable, List, Optional, Union
+from typing import Annotated, Any, List, Optional, Union
 
 import msgspec
 from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
-from perfstack.profile.tracefile import _BAD, _ERRORS, _NULL, HINT, Events, _generic
+from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, Events, _generic
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -155,6 +155,23 @@ class _Event(msgspec.Struct, gc=False):
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     args: Optional[_Args] = None
+
+
+_NO_ARGS = _Args()  # what an event without args reads as
+
+
+class _Shapes(dict):
+    """Input Dims / Input type / Concrete Inputs by their text, decoded once per distinct text (the
+    first _MAX_CACHE of them kept); ``null`` (the field absent) is None."""
+
+    def __init__(self) -> None:
+        super().__init__({bytes(_NULL): None})
+
+    def __missing__(self, key: bytes) -> Any:
+        v = _shapes(_generic(key))
+        if len(self) < _MAX_CACHE:
+            self[key] = v
+        return v
 
 
 _EVENT = msgspec.json.Decoder(_Event)
@@ -292,7 +309,7 @@ class _Builder:
         self.names: dict[str, str] = {}
         self.tids: dict = {}
         self.cats: dict[str, tuple[str, int]] = {}
-        self.shapes: dict[bytes, Any] = {}
+        self.shapes = _Shapes()
 
     def add(self, kind: str, batch: Any) -> None:
         """One batch of events from tracefile.Events, in file order."""
@@ -337,22 +354,15 @@ class _Builder:
         self.typed(done)
 
     def typed(self, events: list) -> None:
-        """Decoded events: sorted by group, then each group's built. Each step is a loop over many
-        events rather than a call per event: this runs for each of a large trace's millions of
-        events, where a call apiece is most of the time."""
-        gpu, annotations, runtime, ops = self._grouped(events)
+        """Decoded events, each built into its list. One loop over the batch, with no call per event
+        but the struct's own: this runs for each of a large trace's millions of events, where a call
+        apiece is most of the time. An event without the fields every event needs is counted as
+        skipped; a ProfilerStep#N among the operators is a step window instead."""
         t = self.t
-        self._gpu_events(gpu, t.gpu.append)
-        self._gpu_events(annotations, t.gpu_annotations.append)
-        self._runtime_events(runtime)
-        self._op_events(ops)
-
-    def _grouped(self, events: list) -> tuple[list, list, list, list]:
-        """The usable events as (kind, name, event), sorted into GPU work, GPU spans, runtime calls
-        and operators. An event without the fields every event needs is counted as skipped."""
-        groups: tuple[list, list, list, list, list] = ([], [], [], [], [])  # by _category's group (0 unused)
-        add = [g.append for g in groups]
-        names, cats = self.names, self.cats
+        add_runtime, add_op, add_step = t.runtime.append, t.ops.append, t.steps.append
+        names, cats, tids, shapes = self.names, self.cats, self.tids, self.shapes
+        noargs = _NO_ARGS
+        gpu: list = []
         skipped = 0
         for e in events:
             if e.ph != "X":
@@ -361,29 +371,46 @@ class _Builder:
                     self.memory(a.device_type, a.device_id, a.allocated, a.reserved)
                 continue
             cat = e.cat
-            if cat is None:
-                continue
-            c = cats.get(cat)
-            if c is None:
-                c = cats[cat] = _category(cat)
-            kind, group = c
+            kind, group = cats.get(cat) or self._category(cat)
             if not group:
                 continue
             name, ts, dur = e.name, e.ts, e.dur
             if name is None or ts is None or dur is None or dur < 0:
                 skipped += 1
                 continue
-            n = names.get(name)
-            if n is None:
-                n = names[name] = name
-            add[group]((kind, n, e))
+            n = names.setdefault(name, name)
+            if group < 3:
+                gpu.append((kind, n, e))
+                continue
+            a = e.args
+            if a is None:
+                a = noargs
+            tid = e.tid
+            tid = tids.setdefault(tid, tid)
+            if group == 3:  # a CUDA runtime or driver call
+                add_runtime(CpuEvent(kind, n, ts, dur, tid, a.correlation, a.external_id))
+                continue
+            if n.startswith("ProfilerStep#"):
+                m = STEP_RE.match(n)
+                if m:
+                    add_step(Step(n, int(m.group(1)), ts, dur))
+                    continue
+            # Input Dims, Input type, Concrete Inputs: one list per distinct text (null: None)
+            add_op(CpuEvent(kind, n, ts, dur, tid, None, a.external_id, shapes[bytes(a.dims)],
+                            shapes[bytes(a.types)], shapes[bytes(a.concrete)]))
         self.skipped += skipped
-        return groups[1], groups[2], groups[3], groups[4]
+        self._gpu_events(gpu)
 
-    @staticmethod
-    def _gpu_events(rows: list, append: Callable[[GpuEvent], None]) -> None:
+    def _category(self, cat: str | None) -> tuple[str, int]:
+        if cat is None:
+            return "", 0
+        c = self.cats[cat] = _category(cat)
+        return c
+
+    def _gpu_events(self, rows: list) -> None:
         """GPU work or GPU spans; the device and stream fall back to the event's pid and tid, as the
         lenient path's do."""
+        gpu, spans = self.t.gpu.append, self.t.gpu_annotations.append
         for kind, n, e in rows:
             a = e.args
             if a is None:
@@ -394,40 +421,7 @@ class _Builder:
                 dev = _int(e.pid) or 0
             if stream is None:
                 stream = _int(e.tid) or 0
-            append(GpuEvent(kind, n, e.ts, e.dur, dev, stream, corr, ext, nbytes))
-
-    def _runtime_events(self, rows: list) -> None:
-        runtime, tids = self.t.runtime.append, self.tids
-        for kind, n, e in rows:
-            tid = e.tid
-            tid = tids.setdefault(tid, tid)
-            a = e.args
-            if a is None:
-                runtime(CpuEvent(kind, n, e.ts, e.dur, tid))
-            else:
-                runtime(CpuEvent(kind, n, e.ts, e.dur, tid, a.correlation, a.external_id))
-
-    def _op_events(self, rows: list) -> None:
-        """Operators and user annotations; a ProfilerStep#N among them is a step window instead."""
-        ops, steps, tids, shape = self.t.ops.append, self.t.steps.append, self.tids, self.shape
-        null = _NULL
-        for kind, n, e in rows:
-            ts, dur = e.ts, e.dur
-            if n.startswith("ProfilerStep#"):
-                m = STEP_RE.match(n)
-                if m:
-                    steps(Step(n, int(m.group(1)), ts, dur))
-                    continue
-            tid = e.tid
-            tid = tids.setdefault(tid, tid)
-            a = e.args
-            if a is None:
-                ops(CpuEvent(kind, n, ts, dur, tid))
-            else:
-                ops(CpuEvent(kind, n, ts, dur, tid, None, a.external_id,
-                             None if a.dims is null else shape(a.dims),
-                             None if a.types is null else shape(a.types),
-                             None if a.concrete is null else shape(a.concrete)))
+            (spans if kind == "annotation" else gpu)(GpuEvent(kind, n, e.ts, e.dur, dev, stream, corr, ext, nbytes))
 
     def memory(self, device_type: int | None, device: int | None, allocated: int | None,
                reserved: int | None) -> None:
@@ -439,15 +433,6 @@ class _Builder:
             t.peak_allocated[device] = allocated
         if reserved is not None and reserved > t.peak_reserved.get(device, -1):
             t.peak_reserved[device] = reserved
-
-    def shape(self, raw: Raw) -> Any:
-        key = bytes(raw)
-        v = self.shapes.get(key, _BAD)
-        if v is _BAD:
-            v = _shapes(_generic(key))
-            if len(self.shapes) < _MAX_CACHE:
-                self.shapes[key] = v
-        return v
 
     def loose(self, e: Any) -> None:
         """One event decoded to plain Python objects, checked field by field."""
