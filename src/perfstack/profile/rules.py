@@ -60,16 +60,16 @@ def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
                runs ahead) recovers nothing this way, and the rule stays silent.""",
                why="Eager PyTorch pays ~5-20 µs of CPU per op; when kernels are shorter than that the GPU waits "
                    "for the CPU. CUDA Graphs typically cut iteration time 20-30% and far more for tiny models.",
-               fix="Capture the step in a CUDA graph (torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), "
-                   "or torch.compile(model) to fuse the small kernels, or raise the batch size so each kernel does "
-                   "more work; use fused optimizers (fused=True).",
+               fix="Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead'), or torch.cuda.CUDAGraph / "
+                   "make_graphed_callables); default torch.compile alone keeps a launch per kernel it does not fuse "
+                   "away. Or launch fewer, larger kernels: fused optimizers (fused=True), a larger batch.",
                measure=("compile-cudagraphs",),
                assumptions="""The whole step is graphed: every kernel replayed at ≈ 1 µs, all CPU time inside
                operators gone, the CPU work outside them (Python, data preparation) kept, kernels as long as in
                the trace. Graphing part of the step (forward and backward only, the loss, syncs and optimizer
                eager) recovers less. A graph never makes the step shorter than the GPU's busy time. The fixes that
                do this are CUDA graphs and torch.compile(mode="reduce-overhead"), whose prediction also counts what
-               compiling fuses (the ``compile-cudagraphs`` what-if); default torch.compile removes only the launches
+               compiling fuses (the compile-cudagraphs what-if); default torch.compile removes only the launches
                of the kernels it fuses away (unfused-elementwise's figure), not the launch cost of those that stay
                nor the Python between them, so this finding predicts nothing for it. Inputs: kernels and launches
                per step, CPU time inside operators, GPU busy time; the CPU's speed without the profiler measured,
@@ -158,7 +158,7 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                the step model; on a step bound by its GPU the fused ops also stop dispatching, while on a
                CPU-bound step only GPU time counts (compiled code has a per-call CPU cost the eager trace cannot
                show): that is the figure of default torch.compile. torch.compile(mode="reduce-overhead") is the
-               same scenario with every launch replayed from a CUDA graph (``compile-cudagraphs`` in the what-ifs:
+               same scenario with every launch replayed from a CUDA graph (compile-cudagraphs in the what-ifs:
                what perfstack try predicts for that fix), at most the measured step less the GPU work that
                compiling leaves. Fires at ≥ 2%.""",
                why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
