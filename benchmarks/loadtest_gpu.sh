@@ -5,7 +5,8 @@
 #
 # peers: perfstack beside AIPerf (when the aiperf command is installed; else perfstack and the referee only) and a
 # minimal referee client, on single-turn, multi-turn and trace-replay workloads (benchmarks/loadtest_vs_aiperf.py).
-# Pin the clients apart from the server where the host has the cores: CLIENT_CPUS=8-15 (taskset).
+# Pin the clients apart from the server where the host has the cores: CLIENT_CPUS=8-15 (taskset); ROUNDS=N
+# alternating rounds per tool (default 3); PEERS="multi-turn trace" picks workloads (default: all three).
 #
 # Needs: torch + transformers with CUDA; the serving and client wheels in .whl/ (offline install). The model is
 # a random-weight ~1.2B Llama (benchmarks/loadtest_model.py), served by `transformers serve --continuous-batching`.
@@ -68,9 +69,9 @@ for s in $stages; do
         serve default || continue
         pin=${CLIENT_CPUS:+taskset -c $CLIENT_CPUS}
         peer_flags="--no-aiperf"; command -v aiperf > /dev/null && peer_flags=""
-        for w in single multi-turn trace; do
+        for w in ${PEERS:-single multi-turn trace}; do
             $pin python3 benchmarks/loadtest_vs_aiperf.py $url --model $model --tokenizer $model --workload $w \
-                --concurrency 8 --requests 96 --isl 256 --osl 64 --turns 4 --rate 6 --rounds 3 $peer_flags \
+                --concurrency 8 --requests 96 --isl 256 --osl 64 --turns 4 --rate 6 --rounds ${ROUNDS:-3} $peer_flags \
                 --out "$out/peers-$w" > "$out/peers-$w.txt" 2>&1
             echo "peers $w rc=$?"; tail -9 "$out/peers-$w.txt"
         done

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -84,10 +85,36 @@ def conversations(a: argparse.Namespace) -> list[list[Any]]:
 
 
 # -- AIPerf -----------------------------------------------------------------------------------
+HUB_NAME = "local/tokenizer"
+
+
+def hub_entry(folder: Path, cache: Path) -> str:
+    """A hub-cache entry for a local tokenizer folder (links to its files), and its repository id.
+
+    AIPerf 0.13 loads tokenizers in offline mode in some of its processes (the trace's prompt builder forces it),
+    and offline it looks the name up as a hub repository id, refusing a local folder; a cache entry is found
+    either way."""
+    snap = cache / f"models--{HUB_NAME.replace('/', '--')}" / "snapshots" / "local"
+    snap.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        if f.is_file() and not (snap / f.name).exists():
+            (snap / f.name).symlink_to(f.resolve())
+    refs = snap.parent.parent / "refs"
+    refs.mkdir(exist_ok=True)
+    (refs / "main").write_text("local")
+    return HUB_NAME
+
+
 def aiperf(exe: str, a: argparse.Namespace, data: Path, out: Path) -> dict:
+    env, tokenizer = dict(os.environ), a.tokenizer
+    if Path(a.tokenizer).is_dir():
+        env["HF_HUB_CACHE"] = str(out.parent / "hub")
+        tokenizer = hub_entry(Path(a.tokenizer), Path(env["HF_HUB_CACHE"]))
     cmd = [exe, "profile", "--model", a.model, "--url", a.url, "--endpoint-type", "chat", "--streaming",
-           "--tokenizer", a.tokenizer, "--artifact-dir", str(out), "--ui", "none", "--random-seed", "0",
-           "--input-file", str(data)]
+           "--tokenizer", tokenizer, "--artifact-dir", str(out), "--ui", "none", "--random-seed", "0",
+           "--input-file", str(data),
+           # the output length as `max_tokens`, which every server honours (not all read max_completion_tokens)
+           "--use-legacy-max-tokens"]
     if a.workload == "trace":
         cmd += ["--custom-dataset-type", "mooncake_trace", "--fixed-schedule"]
     elif a.workload == "multi-turn":
@@ -97,9 +124,9 @@ def aiperf(exe: str, a: argparse.Namespace, data: Path, out: Path) -> dict:
         cmd += ["--custom-dataset-type", "single_turn", "--concurrency", str(a.concurrency), "--request-count",
                 str(a.requests), "--warmup-request-count", str(a.concurrency), "--osl", str(a.osl),
                 "--osl-stddev", "0"]
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if p.returncode:
-        sys.exit(f"aiperf failed ({p.returncode}): {p.stderr[-2000:]}")
+        raise RuntimeError(f"aiperf failed ({p.returncode}; its log: {out}/logs/aiperf.log): {p.stderr[-2000:]}")
     d = json.loads((out / "profile_export_aiperf.json").read_text())
     return {"ttft_p50": d["time_to_first_token"]["p50"], "tpot_p50": d["inter_token_latency"]["p50"],
             "itl_p50": d["inter_chunk_latency"]["p50"], "e2e_p50": d["request_latency"]["p50"],
@@ -257,8 +284,13 @@ def main() -> None:
     tools = (["aiperf"] if a.aiperf_on else []) + ["perfstack"] + (["referee"] if a.referee else [])
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     for r in range(a.rounds):
-        if a.aiperf_on:
-            runs["aiperf"].append(aiperf(a.aiperf, a, data, work / f"aiperf{r}"))
+        if "aiperf" in tools:
+            try:
+                runs["aiperf"].append(aiperf(a.aiperf, a, data, work / f"aiperf{r}"))
+            except RuntimeError as e:  # the others still run: perfstack against the referee
+                print(e, flush=True)
+                tools.remove("aiperf")
+                del runs["aiperf"]
         runs["perfstack"].append(perfstack(a, data, work / f"perfstack{r}.json"))
         if a.referee:
             runs["referee"].append(referee(a, data))
@@ -272,6 +304,10 @@ def main() -> None:
         med = {t: statistics.median(x[k] for x in runs[t]) for t in tools}
         print(f"| {label} | " + " | ".join(f"{med[t]:.2f}" for t in tools) + " | "
               + " | ".join(f"{med[t] / med[ref]:.3f}" for t in tools if t != ref) + " |")
+    # the server's own speed drifts between runs; a tool's spread across its rounds shows how much
+    print("\nspread across rounds (max / min): " + "; ".join(
+        f"{t} " + ", ".join(f"{k} {max(x[k] for x in runs[t]) / min(x[k] for x in runs[t]):.2f}"
+                            for k in ("tpot_p50", "out_tok_s")) for t in tools))
     waits = [x.get("cpu_wait") for x in runs["perfstack"] if x.get("cpu_wait") is not None]
     if waits:
         print(f"\nperfstack's client waited for a CPU {max(waits):.1%} of a level at most (above a few percent the "
