@@ -268,35 +268,52 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     """Per-step CPU-side counts: launches, syncs, allocator calls, data waits, recorded events."""
     t = A.trace
     starts = [a for _, a, _ in A.windows]
+    ends = [b for _, _, b in A.windows]
     acc: list[dict[str, float]] = [defaultdict(float) for _ in A.windows]
-
-    def win(ts: float) -> int:
-        k = bisect_left(starts, ts + 1e-9) - 1
-        return k if k >= 0 and ts < A.windows[k][2] else -1
-
+    events = [0] * len(A.windows)  # recorded CPU events per step
+    # a loop over every runtime call and op of the trace: the step found inline, what a name counts
+    # as looked up once per name
+    counted: dict[str, bool] = {}
     for r in t.runtime:
-        k = win(r.ts)
-        if k >= 0:
-            _count_runtime(acc[k], r.name, r.dur)
-    for o in t.ops:
-        k = win(o.ts)
-        if k < 0:
+        ts = r.ts
+        k = bisect_left(starts, ts + 1e-9) - 1
+        if k < 0 or ts >= ends[k]:
             continue
-        acc[k]["cpu_events"] += 1
-        if o.name.startswith("enumerate(DataLoader)"):
+        events[k] += 1
+        name = r.name
+        c = counted.get(name)
+        if c is None:
+            c = counted[name] = name in _COUNTED_CALLS
+        if c:
+            _count_runtime(acc[k], name, r.dur)
+    waits: dict[str, int] = {}  # per name: 1 a DataLoader wait, 2 empty_cache, 0 neither
+    for o in t.ops:
+        ts = o.ts
+        k = bisect_left(starts, ts + 1e-9) - 1
+        if k < 0 or ts >= ends[k]:
+            continue
+        events[k] += 1
+        name = o.name
+        w = waits.get(name)
+        if w is None:
+            w = waits[name] = 1 if name.startswith("enumerate(DataLoader)") else 2 if "empty_cache" in name else 0
+        if w == 1:
             acc[k]["data_wait_ms"] += o.dur / 1e3
-        elif "empty_cache" in o.name:
+        elif w == 2:
             acc[k]["alloc_ms"] += o.dur / 1e3
     return [CpuCounts(int(a["launches"]), int(a["graph_launches"]), int(a["syncs"]), int(a["alloc_calls"]),
-                      int(a["cpu_events"]), round(a["launch_cpu_ms"], 4), round(a["sync_wait_ms"], 4),
+                      n, round(a["launch_cpu_ms"], 4), round(a["sync_wait_ms"], 4),
                       round(a["alloc_ms"], 4), round(a["data_wait_ms"], 4),
                       round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0)
-            for a in acc]
+            for a, n in zip(acc, events)]
+
+
+_COUNTED_CALLS = (cpu.KERNEL_LAUNCHES | cpu.GRAPH_LAUNCHES | cpu.SYNC_CALLS | cpu.BLOCKING_COPIES
+                  | cpu.ALLOC_CALLS)  # the runtime calls _count_runtime counts more than an event of
 
 
 def _count_runtime(a: dict[str, float], name: str, dur: float) -> None:
-    """Count one CUDA runtime call into its step's accumulator."""
-    a["cpu_events"] += 1
+    """Count one CUDA runtime call that launches, syncs or allocates into its step's accumulator."""
     if name in cpu.KERNEL_LAUNCHES or name in cpu.GRAPH_LAUNCHES:
         a["launches"] += 1
         a["launch_cpu_ms"] += dur / 1e3

@@ -144,33 +144,29 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
     """Attribute the GPU events ``gpu`` (one device, sorted by start) to launches, ops and steps."""
     info, rparent = nest(trace)
     rts = trace.runtime
-    rt_by_corr: dict[int, int] = {}
-    for j, r in enumerate(rts):
-        if r.correlation is not None and r.correlation not in rt_by_corr:
-            rt_by_corr[r.correlation] = j
-    op_by_ext: dict[int, int] = {}
-    for i, op in enumerate(trace.ops):
-        if op.external_id is not None and op.cat == "op" and op.external_id not in op_by_ext:
-            op_by_ext[op.external_id] = i
+    # the first call of each correlation id (later ones written first, then overwritten)
+    rt_by_corr = {r.correlation: j for j, r in zip(range(len(rts) - 1, -1, -1), reversed(rts))}
+    rt_by_corr.pop(None, None)
+    op_by_ext: dict[int, int] | None = None  # built when an event needs it: a pass over every op
     starts = [a for _, a, _ in windows]
     ends = [b for _, _, b in windows]
-
-    def window_of(t: float) -> int:
-        k = bisect_right(starts, t) - 1
-        return k if k >= 0 and t < ends[k] else -1
-
     n = len(gpu)
     step, launch, opi = [-1] * n, [-1] * n, [-1] * n
     linked = 0
     for i, g in enumerate(gpu):
-        found = rt_by_corr.get(g.correlation) if g.correlation is not None else None
-        if found is not None:
-            j = found
+        j = rt_by_corr.get(g.correlation)
+        if j is not None:
             linked += 1
             launch[i] = j
-            opi[i] = rparent[j]
-            step[i] = window_of(rts[j].ts)
-        if opi[i] < 0 and g.external_id is not None:
+            o = opi[i] = rparent[j]
+            t = rts[j].ts
+            k = bisect_right(starts, t) - 1
+            step[i] = k if k >= 0 and t < ends[k] else -1
+            if o >= 0:
+                continue
+        if g.external_id is not None:
+            if op_by_ext is None:
+                op_by_ext = _ops_by_external_id(trace)
             opi[i] = op_by_ext.get(g.external_id, -1)
     notes: list[str] = []
     method = "launch"
@@ -198,6 +194,14 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
         phases.append(ph)
     unattributed = sum(1 for s in step if s < 0)
     return Attribution(gpu, step, launch, opi, cats, phases, rparent, info, method, notes, unattributed)
+
+
+def _ops_by_external_id(trace: Trace) -> dict[int, int]:
+    """The first operator (cat op) of each External id."""
+    ops = trace.ops
+    by = {o.external_id: i for i, o in zip(range(len(ops) - 1, -1, -1), reversed(ops)) if o.cat == "op"}
+    by.pop(None, None)
+    return by  # type: ignore[return-value]
 
 
 def _by_timestamp(trace: Trace, gpu: list, windows: list, step: list[int], launch: list[int]) -> str:

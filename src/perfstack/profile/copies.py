@@ -62,6 +62,7 @@ COPY_OPS = CAT_OPS | INDEX_OPS | CLONE_OPS
 CASTS = {"aten::to", "aten::_to_copy", "aten::type_as"}
 MIN_LINKS = 2  # calls that concatenate onto the previous one's output, for a series to be growing
 REPORT_SHARE = 0.25  # copies of tensors that do not grow are reported from this share of the GPU time
+_MEMO_MAX = 1 << 16  # ops remembered by _root: a large trace's millions would hold a hundred MB
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 _DTYPE_IN_NAME = (("BFloat16", 2), ("Half", 2), ("float", 4), ("double", 8), ("long", 8), ("int", 4))
 
@@ -155,6 +156,9 @@ def _root(A: Analysis, o: int, memo: dict[int, tuple[bool, int]]) -> int:
     or compiled code encloses ``o``. ``memo``: per op, (a cast or compiled code at or above it, the
     outermost copy operator at or above it)."""
     ops, parent, flags = A.trace.ops, A.att.ops.parent, A.att.ops.flags
+    if len(memo) > _MEMO_MAX:
+        # the events come in time order and their ancestors with them: what is forgotten is behind
+        memo.clear()
     chain, x = [], o
     while x >= 0 and x not in memo:
         chain.append(x)

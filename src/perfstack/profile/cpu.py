@@ -128,9 +128,13 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
     if att.method != "launch" or not windows:
         return None
     by_launch: dict[int, list[int]] = {}
-    for i, j in enumerate(att.launch):
-        if j >= 0 and att.step[i] >= 0:
-            by_launch.setdefault(j, []).append(i)
+    for i, (j, k) in enumerate(zip(att.launch, att.step)):
+        if j >= 0 and k >= 0:
+            lst = by_launch.get(j)
+            if lst is None:
+                by_launch[j] = [i]
+            else:
+                lst.append(i)
     t0, t_end = windows[0][1], windows[-1][2]
     cand = _actions(trace.runtime, att.gpu, by_launch, t0, t_end)
     tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
@@ -158,9 +162,10 @@ def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list
         if j in by_launch:
             # a call that returns only after its GPU work began (a pageable copy, a blocking memcpy) also
             # waits for the queue ahead of it: a launch followed by a sync
-            began = min(gpu[i].ts for i in by_launch[j])
+            evs = by_launch[j]
+            began = gpu[evs[0]].ts if len(evs) == 1 else min(gpu[i].ts for i in evs)
             blocking = r.name in BLOCKING_COPIES or (began < r.ts + r.dur and r.dur > 20.0
-                                                     and r.name not in KERNEL_LAUNCHES | GRAPH_LAUNCHES)
+                                                     and r.name not in KERNEL_LAUNCHES and r.name not in GRAPH_LAUNCHES)
             kind = COPY_SYNC if blocking else LAUNCH
         elif r.name in SYNC_CALLS or r.name in BLOCKING_COPIES or r.name in ALLOC_SYNCS:
             kind = SYNC
@@ -174,42 +179,44 @@ def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list
 def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> dict[int, int]:
     """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
     dependencies are filled by ``_bubbles``); their position there by index into ``gpu``."""
-    idx = {e: k for k, e in enumerate(i for evs in by_launch.values() for i in evs)}
-    order = sorted(idx, key=lambda i: gpu[i].ts)
-    remap = {}
-    for i in order:
-        remap[i] = len(tl.g_dur)
-        tl.g_dur.append(gpu[i].dur)
-        tl.g_stream.append(gpu[i].stream)
-        tl.g_bubble.append(0.0)
-        tl.g_dep.append(False)
-        tl.g_index.append(i)
-        tl.g_action.append(-1)
-    return remap
+    starts = [g.ts for g in gpu]
+    order = sorted((i for evs in by_launch.values() for i in evs), key=starts.__getitem__)
+    first = len(tl.g_dur)
+    tl.g_dur.extend([gpu[i].dur for i in order])
+    tl.g_stream.extend([gpu[i].stream for i in order])
+    tl.g_bubble.extend([0.0] * len(order))
+    tl.g_dep.extend([False] * len(order))
+    tl.g_index.extend(order)
+    tl.g_action.extend([-1] * len(order))
+    return {i: first + k for k, i in enumerate(order)}
 
 
 def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[int, int]) -> None:
     """Each GPU event's bubble: the idle before it that neither its launch nor its stream explains."""
-    gpu, lat = att.gpu, tl.latency_us
+    gpu, lat, launch, bubble, dep = att.gpu, tl.latency_us, att.launch, tl.g_bubble, tl.g_dep
     prev_end: dict[int, float] = {}
     pending: list[float] = []  # ends of started events, soonest first
+    push, pop = heapq.heappush, heapq.heappop
     last_done = -1e300  # the latest end, on any stream, at or before the current start
     for i, g in enumerate(gpu):  # all events of the device, so pre-window work occupies its stream
-        while pending and pending[0] <= g.ts + 1.0:
-            last_done = max(last_done, heapq.heappop(pending))
-        j = att.launch[i]
+        ts, stream = g.ts, g.stream
+        while pending and pending[0] <= ts + 1.0:
+            last_done = max(last_done, pop(pending))
         k = remap.get(i)
+        before = prev_end.get(stream, -1e300)
         if k is not None:
-            own = max(prev_end.get(g.stream, -1e300), rts[j].ts + rts[j].dur + lat)
+            r = rts[launch[i]]
+            own = max(before, r.ts + r.dur + lat)
             if last_done > own:
                 # it waited for another stream's work (an event dependency): replayed after whatever ran
                 # last on the device, with only the idle that followed that as its own bubble
-                tl.g_dep[k] = True
-                tl.g_bubble[k] = max(0.0, g.ts - last_done)
+                dep[k] = True
+                bubble[k] = max(0.0, ts - last_done)
             else:
-                tl.g_bubble[k] = max(0.0, g.ts - own)
-        prev_end[g.stream] = max(prev_end.get(g.stream, -1e300), g.ts + g.dur)
-        heapq.heappush(pending, g.ts + g.dur)
+                bubble[k] = max(0.0, ts - own)
+        end = ts + g.dur
+        prev_end[stream] = max(before, end)
+        push(pending, end)
 
 
 def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launch: dict[int, list[int]],
@@ -230,13 +237,18 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
         gap_a, gap_b = cursor, max(cursor, ts)
         k = bisect_left(starts, ts + 1e-9) - 1
         step = max(0, k)
-        evs = sorted(remap[i] for i in by_launch.get(j, ()))
+        launched = by_launch.get(j)
+        evs = [] if launched is None else [remap[launched[0]]] if len(launched) == 1 else \
+            sorted(remap[i] for i in launched)
         for e in evs:
             tl.g_action[e] = len(tl.kind)
         dur = min(r.dur, cap[r.name]) if kind == LAUNCH else min(r.dur, 8.0)
-        tl.add(kind, dur, step, gap_b - gap_a, cs.dataloader.overlap(gap_a, gap_b), cs.alloc.overlap(gap_a, gap_b),
-               max(0.0, cs.ops.overlap(gap_a, gap_b) - cs.dataloader.overlap(gap_a, gap_b)), evs,
-               alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
+        if gap_b > gap_a:
+            dl = cs.dataloader.overlap(gap_a, gap_b)
+            tl.add(kind, dur, step, gap_b - gap_a, dl, cs.alloc.overlap(gap_a, gap_b),
+                   max(0.0, cs.ops.overlap(gap_a, gap_b) - dl), evs, alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
+        else:  # no CPU work before it (an empty interval overlaps nothing)
+            tl.add(kind, dur, step, gap_b - gap_a, 0.0, 0.0, 0.0, evs, alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
         cursor = max(cursor, ts + r.dur)
     return cursor
 

@@ -90,8 +90,9 @@ class _Rows:
             self.triton_us += g.dur
         if g.kind == "memcpy":
             key = classify.memcpy_kind(g.name)
-            m = self.memcpy.setdefault(key, {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0,
-                                             "time_us": 0.0})
+            m = self.memcpy.get(key)
+            if m is None:
+                m = self.memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
             m["count"] += 1
             m["bytes"] += g.bytes or 0
             m["time_us"] += g.dur
@@ -107,9 +108,11 @@ class _Rows:
         b = cost.bytes * share if cost and cost.bytes else None
         opname = self.A.trace.ops[o].name if o >= 0 else "(no operator)"
         dtype = cost.dtype if cost else None
-        row = self.ops.setdefault((opname, c, dtype), {
-            "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
-            "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()})
+        row = self.ops.get((opname, c, dtype))
+        if row is None:
+            row = self.ops[(opname, c, dtype)] = {
+                "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
+                "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
         row["kernels"] += 1
         row["time_us"] += g.dur
         row["calls"].add(o)
@@ -146,10 +149,14 @@ def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
     starts = [a for _, a, _ in A.windows]
     from bisect import bisect_right
     regions, spans, frames = 0, [], set()
+    kinds: dict[str, tuple[bool, bool]] = {}  # per name: a compiled region, compilation (a trace has millions of ops)
     for o in A.trace.ops:
         name = o.name
-        is_region = name.startswith("Torch-Compiled Region")
-        is_compile = "(dynamo_timed)" in name or name.startswith(("_compile.compile_inner", "compile_inner"))
+        kind = kinds.get(name)
+        if kind is None:
+            kind = kinds[name] = (name.startswith("Torch-Compiled Region"), "(dynamo_timed)" in name
+                                  or name.startswith(("_compile.compile_inner", "compile_inner")))
+        is_region, is_compile = kind
         if not (is_region or is_compile):
             continue
         k = bisect_right(starts, o.ts) - 1
