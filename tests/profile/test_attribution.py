@@ -149,3 +149,35 @@ def test_operator_family_wins_over_the_kernel_name():
 def test_gemv_is_never_misaligned():
     assert classify.misaligned((1, 1, 2048, 2048), "bf16") == []
     assert classify.misaligned((1, 4095, 4096, 4096), "bf16") == ["M=4095"]
+
+
+def test_an_op_that_starts_with_its_parent_nests_under_it_whatever_the_file_order():
+    # Kineto writes an op and its first child at the same microsecond; the longer is the parent, and a
+    # runtime call starting then belongs to the innermost op that is not shorter than it
+    from perfstack.profile.attribute import nest
+    from perfstack.profile.trace import CpuEvent, Trace
+
+    child = CpuEvent("op", "aten::addmm", 10.0, 5.0, 1)
+    parent = CpuEvent("op", "aten::linear", 10.0, 20.0, 1)
+    other = CpuEvent("op", "Optimizer.step#AdamW.step", 10.0, 30.0, 2)  # another thread
+    launch = CpuEvent("runtime", "cudaLaunchKernel", 10.0, 5.0, 1)
+    for ops in ([child, parent, other], [other, parent, child]):
+        t = Trace(path="t", ops=ops, runtime=[launch])
+        info, rparent = nest(t)
+        c, p = ops.index(child), ops.index(parent)
+        assert info.parent[c] == p and info.parent[p] == -1 and info.parent[ops.index(other)] == -1
+        assert rparent[0] == c  # same start and length: the op holds the call
+        assert info.family[c] == "gemm" and info.phase[ops.index(other)] == "optimizer"
+
+
+def test_cpu_spans_do_not_depend_on_the_order_of_the_ops():
+    from perfstack.profile import cpu
+    from perfstack.profile.trace import Trace
+
+    t = load(REAL)
+    ref = cpu.spans(t)
+    shuffled = Trace(path="t", ops=list(reversed(t.ops)), runtime=t.runtime)
+    got = cpu.spans(shuffled)
+    for a, b in zip((ref.dataloader, ref.alloc, ref.sync, ref.ops), (got.dataloader, got.alloc, got.sync, got.ops)):
+        assert (a.starts, a.ends) == (b.starts, b.ends)
+    assert len(ref.ops) > 10
