@@ -48,6 +48,7 @@ FLOORS: dict[str, int] = {
     "perfstack.profile.records": 4,  # the record base and the profile's records
     "perfstack.estimate.record": 4,
     "perfstack.loadtest.record": 4,
+    "perfstack.loadtest.vocabulary": 4,  # the load test's fixed sets of words (mode, api): the records name them too
     "perfstack.fleet.record": 4,
     "perfstack.trial.record": 4,  # the "try" section
     "perfstack.compare.record": 4,  # the diff's records

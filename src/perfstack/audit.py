@@ -8,7 +8,8 @@ from typing import Any, Callable
 from perfstack.host import Host
 from perfstack.model import Fact, Facts, Measurement, Run, Severity, run_meta
 from perfstack.probes import collect
-from perfstack.rules import Check, evaluate
+from perfstack.checks import Check
+from perfstack.rules import evaluate
 
 BenchFn = Callable[[Facts], "list[Measurement]"]
 FAIL_ON = ("critical", "warning", "info", "never")

@@ -243,7 +243,7 @@ def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float) -> int | None:
+def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> int | None:
     """Wait for every worker; the rank that failed (or timed out) first, else None. Stragglers of a
     failed run get FAIL_GRACE_S to exit and are then killed (only our own children, by handle)."""
     failed: int | None = None
@@ -272,12 +272,13 @@ def _wait(procs: list[subprocess.Popen], deadline: float) -> int | None:
 
 def _status(tmp: str, rank: int) -> dict[str, Any] | None:
     try:
-        return json.loads(Path(tmp, f"rank{rank}.json").read_text())
+        status = json.loads(Path(tmp, f"rank{rank}.json").read_text())
     except (OSError, ValueError):
         return None
+    return status if isinstance(status, dict) else None
 
 
-def _first_failure(tmp: str, procs: list[subprocess.Popen], fallback: int) -> int:
+def _first_failure(tmp: str, procs: list[subprocess.Popen[bytes]], fallback: int) -> int:
     """The rank whose error was written first: once one rank dies, its peers fail too (connection
     reset, NCCL abort), and the first error is the cause."""
     written = []
@@ -290,7 +291,7 @@ def _first_failure(tmp: str, procs: list[subprocess.Popen], fallback: int) -> in
     return min(failed)[1] if failed else fallback
 
 
-def _why(tmp: str, rank: int, procs: list[subprocess.Popen]) -> str:
+def _why(tmp: str, rank: int, procs: list[subprocess.Popen[bytes]]) -> str:
     st = _status(tmp, rank)
     others = [r for r, p in enumerate(procs) if r != rank and p.returncode not in (0, None)]
     then = f" (ranks {others} stopped after it)" if others else ""

@@ -212,7 +212,8 @@ def _numa_child_run(device: int, cpus: list[int], suite: Suite) -> list[float] |
     if p.returncode != 0 or not lines:
         tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return f"the NUMA-bound child failed (exit {p.returncode}): {tail}"[:400]
-    return json.loads(lines[-1])["samples"]
+    samples: list[float] = json.loads(lines[-1])["samples"]  # written by our own child (the lines above)
+    return samples
 
 
 def numa_child() -> None:

@@ -29,7 +29,7 @@ from perfstack.rules import select_checks
 from perfstack.rules.measured import MEASURED
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bench", parents=[common], help="microbenchmarks against the SKU's physical peak",
                        description="Measure GEMM per dtype, HBM, host<->device copies, launch overhead, "
                                    "GPU<->GPU copies, collectives, host memory and storage.")

@@ -15,7 +15,7 @@ from perfstack.host.live import LiveHost
 from perfstack.probes import collect
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("capture", parents=[common], help="record this machine into a bundle directory",
                        description="Record everything the doctor reads into DIR, redacted: the values of the "
                                    "environment variables, kernel parameters and mount options the checks read are "

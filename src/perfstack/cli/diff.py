@@ -15,7 +15,7 @@ from perfstack.report import html, markdown
 from perfstack.report.diff import render_diff
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("diff", parents=[common], help="compare two Runs: drifted facts, findings, benchmark deltas",
                        description="What changed between two Runs: facts that drifted, findings fixed or "
                                    "introduced, benchmark figures improved, regressed or within noise, profile "

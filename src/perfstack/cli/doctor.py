@@ -26,7 +26,7 @@ def _ids(values: list[str] | None) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("doctor", parents=[common], help="audit this machine (or a bundle), bottom-up",
                        description="Audit the stack layer by layer: findings with evidence and the fix.")
     p.add_argument("--bundle", metavar="DIR", help="audit a recorded bundle instead of this machine")

@@ -53,7 +53,7 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("estimate", parents=[common], help="memory, latency and throughput a model needs",
                        description="Closed-form memory / FLOPs / latency / communication estimates, each number "
                                    "with its formula, inputs and assumptions.")
@@ -98,7 +98,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     pt.set_defaults(func=run)
     pm = esub.add_parser("models", parents=[common], help="list the built-in model configs")
     pm.set_defaults(func=run_models)
-    p.set_defaults(func=lambda args, out, err: (p.print_help(), 2)[1])
+
+    def usage(args: argparse.Namespace, out: Console, err: Console) -> int:
+        """``perfstack estimate`` without a subcommand: its help, as a usage error."""
+        p.print_help()
+        return 2
+    p.set_defaults(func=usage)
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:

@@ -17,7 +17,7 @@ from perfstack.rules import select_checks
 from perfstack.sources import name_book
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("explain", parents=[common], help="document one check, or list them all")
     p.add_argument("id", nargs="?", help="a check id, e.g. pcie-link-downgraded")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -9,6 +9,7 @@ import tempfile
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -48,7 +49,7 @@ def _ray_args(p: argparse.ArgumentParser, what: str) -> None:
                                                       "reads them back)")
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("fleet", parents=[common], help="doctor/bench on every node (Ray) or over gathered Runs; "
                                                        "drift and outliers",
                        description="Run the doctor or the benchmarks on every node of a Ray cluster, or read Runs "
@@ -176,7 +177,7 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     timeout = args.timeout or DEFAULT_TIMEOUT[what]
     shipped: list[str] = []
 
-    def env(build: Path) -> dict | None:
+    def env(build: Path) -> dict[str, Any] | None:
         made = ship.runtime_env(not args.no_ship, build)
         shipped.extend(Path(p).name for p in (made or {}).get("py_modules", []))
         return made

@@ -19,6 +19,7 @@ from perfstack.extras import install_hint
 from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
+from perfstack.loadtest.vocabulary import Mode
 from perfstack.model import Run, run_meta
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from perfstack.loadtest.run import Plan
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("loadtest", parents=[common], help="load-test an OpenAI-compatible inference server",
                        description="Stream completions from an OpenAI-compatible server (vLLM, SGLang, TGI, "
                                    "TensorRT-LLM, llama.cpp, transformers serve) at fixed concurrency or request "
@@ -193,7 +194,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     from perfstack.loadtest.metrics import parse_slo
     from perfstack.loadtest.run import Plan
 
-    mode = "trace" if args.trace else "rate" if args.rate else "concurrency"
+    mode: Mode = "trace" if args.trace else "rate" if args.rate else "concurrency"
     loads = (_loads(args.trace_speed or "1", "trace-speed") if args.trace else
              _loads(args.rate, "rate") if args.rate else _loads(args.concurrency or "1", "concurrency"))
     return Plan(url=args.url, api=args.api, model=args.model, mode=mode, loads=loads, sweep=args.sweep,

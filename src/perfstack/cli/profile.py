@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from perfstack.profile.capture import CaptureResult
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("profile", parents=[common], help="analyse a torch.profiler trace or profile a script",
                        description="Read Kineto traces (--trace FILE...; one per rank) or run "
                                    "'perfstack profile -- python train.py ARGS' under the profiler; print the per-step "

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from perfstack.loadtest.record import LoadTest
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("report", parents=[common], help="render a saved Run (text, Markdown, HTML, JSON)",
                        description="Render a saved Run: terminal text, Markdown for issues and pull requests, "
                                    "or one self-contained HTML file with charts.")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from perfstack.trial.runner import Plan
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("try", parents=[common], help="apply each fix to your script and measure it",
                        description="Run 'perfstack try -- python train.py ARGS': the script unmodified and once per "
                                    "fix, each in a fresh process, rounds alternating, timed without the profiler; "

@@ -69,7 +69,7 @@ def plan(members: list[RayNode]) -> list[Stage]:
 
 def bench(ray: Any, suite: str, names: tuple[str, ...], timeout_s: float,
           progress: Callable[[NodeResult], None] = lambda _r: None,
-          job_for: Callable[[str], Callable | None] | None = None) -> list[NodeResult]:
+          job_for: Callable[[str], Callable[..., Any] | None] | None = None) -> list[NodeResult]:
     """The stages of ``plan``; ``job_for(part)`` is the job of a part, or None where the suite has
     nothing in it (default: ``BenchJob``)."""
     def bench_job(part: str) -> BenchJob | None:

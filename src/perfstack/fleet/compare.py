@@ -11,7 +11,7 @@ without singling any node out. So is the all-reduce between machines where both 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 from perfstack.fleet.record import FleetAnalysis
 
@@ -103,7 +103,11 @@ def _comms_diff(d: FleetDiff, before: FleetAnalysis, after: FleetAnalysis) -> No
     d.comms_suspects_new, d.comms_suspects_gone = _split(sb, sa)
 
 
-def _split(b: dict, a: dict) -> tuple[list, list]:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _split(b: Mapping[K, V], a: Mapping[K, V]) -> tuple[list[V], list[V]]:
     return [a[k] for k in a if k not in b], [b[k] for k in b if k not in a]
 
 

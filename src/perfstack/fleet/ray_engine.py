@@ -264,7 +264,7 @@ def _reason(e: BaseException) -> str:
     return (f"{type(e).__name__}: {lines[-1].strip()}" if lines else type(e).__name__)[:400]
 
 
-def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[str, Any]:
+def _task(job: Callable[[Target], list[Any]], target: Target, node_id: str) -> dict[str, Any]:
     """Runs on the node: the job, its Runs as dicts labelled with the fleet's names, and its time."""
     t0 = time.perf_counter()
     runs = job(target)
@@ -277,7 +277,7 @@ def _task(job: Callable[[Target], list], target: Target, node_id: str) -> dict[s
     return {"runs": out, "job_s": time.perf_counter() - t0}
 
 
-def fan_out(ray: Any, job: Callable[[Target], list], targets: list[tuple[RayNode, int | None]], timeout_s: float,
+def fan_out(ray: Any, job: Callable[[Target], list[Any]], targets: list[tuple[RayNode, int | None]], timeout_s: float,
             progress: Callable[[NodeResult], None] = lambda _r: None, one_per_machine: bool = False) -> list[NodeResult]:
     """Run ``job`` once per (node, GPU or None): all at once, or with ``one_per_machine`` one task at a
     time on each machine (in the order given; machines in parallel). Each task gets ``timeout_s`` from

@@ -273,7 +273,7 @@ class BundleHost:
         return {str(k): str(v) for k, v in env.items()}
 
     def nvml(self) -> dict[str, Any]:
-        data = self._json("nvml.json", None, expect=dict)
+        data: dict[str, Any] | None = self._json("nvml.json", None, expect=dict)
         if data is None:
             raise self._missing("nvml.json")
         if "error" in data:
@@ -281,7 +281,7 @@ class BundleHost:
         return data
 
     def python_info(self) -> dict[str, Any]:
-        data = self._json("python.json", None, expect=dict)
+        data: dict[str, Any] | None = self._json("python.json", None, expect=dict)
         if data is None:
             raise self._missing("python.json")
         return data

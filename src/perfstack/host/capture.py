@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from perfstack import redact
 from perfstack.errors import InputError, UsageError
@@ -35,6 +35,8 @@ REDACTED = "REDACTED"
 NOT_KEPT = redact.NOT_KEPT
 MOUNT_FILES = {"proc/self/mountinfo": (5, -1), "proc/self/mounts": (3,), "proc/mounts": (3,), "etc/mtab": (3,)}
 CMDLINE_FILE = "proc/cmdline"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class RecordingHost:
     def bad_file(self, name: str, detail: str) -> InputError | None:
         return self.inner.bad_file(name, detail)
 
-    def _keep(self, rel: str, fn: Any) -> Any:
+    def _keep(self, rel: str, fn: Callable[[], T]) -> T:
         try:
             value = fn()
         except Unavailable as e:

@@ -60,7 +60,8 @@ def _arch_list(torch: Any) -> list[str]:
     # depend on the driver, and the arch check needs them most when CUDA is failing.
     flags = getattr(torch._C, "_cuda_getArchFlags", None)
     raw = flags() if flags is not None else None
-    return raw.split() if raw else torch.cuda.get_arch_list()
+    arch: list[str] = raw.split() if raw else torch.cuda.get_arch_list()
+    return arch
 
 
 def _versions(info: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
 import aiohttp
@@ -22,6 +23,7 @@ import msgspec
 
 from perfstack import redact
 from perfstack.loadtest.record import Request
+from perfstack.loadtest.vocabulary import Api
 
 DETAIL_MAX = 200  # characters of server text a record keeps
 RAW_MAX = 4096  # characters of server text held before it is scrubbed and cut (a secret cut in half is not found)
@@ -30,11 +32,26 @@ BYTES_MIN = 4 << 20
 CHUNKS_SLACK = 64  # text chunks beyond max_tokens a server may send (a role or reasoning chunk, a split token)
 
 
+@dataclass
+class Target:
+    """Where and how requests go; the same for every level of a run."""
+
+    url: str  # full endpoint URL
+    api: Api
+    model: str
+    headers: dict[str, str]
+    ignore_eos: bool = True
+    usage: bool = True  # ask for usage in the last chunk (stream_options.include_usage)
+    timeout_s: float = 600.0
+    stall_s: float = 60.0
+    metrics_url: Optional[str] = None
+
+
 class Chunk(msgspec.Struct):
     """The fields of a streamed completion chunk that matter here (the rest is skipped unread)."""
 
-    choices: Optional[list] = None
-    usage: Optional[dict] = None
+    choices: Optional[list[Any]] = None
+    usage: Optional[dict[str, Any]] = None
     error: Any = None
 
 
@@ -67,15 +84,15 @@ def excerpt(text: Any, secrets: tuple[str, ...] = ()) -> str:
     """The one way text from a server is kept: on one line, without the request's own credentials
     (``secrets``: a server may echo the Authorization header), scrubbed of anything that looks like a
     credential, and cut to DETAIL_MAX characters."""
-    text = " ".join(str(text)[:RAW_MAX].split())
+    line = " ".join(str(text)[:RAW_MAX].split())
     for s in secrets:
         if s:
-            text = text.replace(s, redact.MASK)
-    text = redact.text(text)
-    return text[:DETAIL_MAX] + ("…" if len(text) > DETAIL_MAX else "")
+            line = line.replace(s, redact.MASK)
+    line = redact.text(line)
+    return line[:DETAIL_MAX] + ("…" if len(line) > DETAIL_MAX else "")
 
 
-def credentials(headers: dict) -> tuple[str, ...]:
+def credentials(headers: dict[str, str]) -> tuple[str, ...]:
     """The values of a request's headers that a server must not see recorded back: each header value,
     and the token after an Authorization scheme (``Bearer KEY``: a server may echo the key alone)."""
     out = []
@@ -146,7 +163,7 @@ class _Tap:
 
     def __init__(self) -> None:
         self.pieces: list[tuple[float, bytes]] = []
-        self.waiter: Optional[asyncio.Future] = None
+        self.waiter: Optional[asyncio.Future[None]] = None
         self.t_end: Optional[float] = None
 
     def wake(self) -> None:
@@ -170,7 +187,7 @@ class _Stream:
         self.max_chunks = max_tokens + CHUNKS_SLACK if max_tokens > 0 else 1 << 20
         self.last: Optional[float] = None
         self.chunks = 0
-        self.usage: Optional[dict] = None
+        self.usage: Optional[dict[str, Any]] = None
         self.done = False
         self.t_done: Optional[float] = None
         self.tail = b""
@@ -326,13 +343,14 @@ async def _consume(resp: aiohttp.ClientResponse, rec: Request, t0: float, stall_
         raise Failed("empty", "the server streamed no text")
 
 
-async def send(session: aiohttp.ClientSession, url: str, body: dict, headers: dict, t_level: float,
-               timeout_s: float, stall_s: float, sink: list[Request], warmup: bool = False,
+async def send(session: aiohttp.ClientSession, target: Target, body: dict[str, Any], t_level: float,
+               sink: list[Request], warmup: bool = False,
                reader: Optional[Callable[..., Awaitable[None]]] = None) -> Request:
-    """POST one streaming request and time it. The record goes into ``sink`` before the request is
+    """POST one streaming request to ``target`` and time it, within its deadlines. The record goes into ``sink`` before the request is
     sent, so that an interrupted run still holds it; errors are recorded in it, never raised (a
     cancellation marks it "interrupted" and propagates). ``reader`` reads an answer of another shape
     (an unstreamed one: ``embed.read``) with the same deadlines and error kinds."""
+    url, headers, timeout_s, stall_s = target.url, target.headers, target.timeout_s, target.stall_s
     t0 = time.perf_counter()
     rec = Request(start_s=t0 - t_level, warmup=warmup)
     sink.append(rec)

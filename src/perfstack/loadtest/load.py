@@ -21,22 +21,29 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Optional
 import aiohttp
 
 from perfstack.loadtest import client, embed, metrics, scrape, workload
+from perfstack.loadtest.client import Target
 from perfstack.loadtest.record import ClientLoad, Level, Request, ServerSample, Slo
+from perfstack.loadtest.vocabulary import Mode
 
 
-@dataclass
-class Target:
-    """Where and how requests go; the same for every level of a run."""
+@dataclass(frozen=True)
+class LevelSpec:
+    """The load of one level: what is sent, how many, and when. Where it goes is the Target; the clock and
+    the stop event are the caller's."""
 
-    url: str  # full endpoint URL
-    api: str
-    model: str
-    headers: dict
-    ignore_eos: bool = True
-    usage: bool = True  # ask for usage in the last chunk (stream_options.include_usage)
-    timeout_s: float = 600.0
-    stall_s: float = 60.0
-    metrics_url: Optional[str] = None
+    mode: Mode
+    load: float  # streams (concurrency), requests/s (rate; inf: all at once), or the trace's replay speed
+    n: int  # measured requests
+    warmup: int  # requests sent before them, left out of every figure
+    seed: int = 0  # of the open loop's arrivals
+    burstiness: float = 1.0  # the gamma shape of the open loop's gaps (1: Poisson; below 1: burstier)
+    max_concurrency: Optional[int] = None  # an open loop's cap on requests in flight
+    ramp_s: float = 0.0  # the rate climbs from 0 (open loop), or the streams start one after another (closed)
+    at_s: Optional[tuple[float, ...]] = None  # the send times outright (a replayed trace)
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.n
 
 
 def event_loop() -> asyncio.AbstractEventLoop:
@@ -118,7 +125,7 @@ async def _open_loop(one: Callable[[int, workload.Prompt], Awaitable[None]], rea
     """Rate mode: request i sent at t_level + its arrival time, whether or not earlier ones finished (at
     most ``max_concurrency`` in flight when set); waits for all, and cancels what is left on the way out."""
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    tasks: list[asyncio.Future] = []
+    tasks: list[asyncio.Future[None]] = []
     try:
         for i, at in enumerate(at_s):
             delay = t_level + at - time.perf_counter()
@@ -157,15 +164,11 @@ async def _until_done_or_stopped(main: asyncio.Future[Any], stop: asyncio.Event)
 
 
 async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],
-                    mode: str, load: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
-                    burstiness: float = 1.0, max_concurrency: Optional[int] = None,
-                    slo: Optional[Slo] = None, t_level: Optional[float] = None, ramp_s: float = 0.0,
-                    at_s: Optional[list[float]] = None) -> Level:
-    """Send ``warmup`` + ``n`` requests at the given load; ``stop`` ends the level early (Ctrl-C).
-    ``t_level`` is the level's start on the monotonic clock when several processes share one level.
-    ``ramp_s`` ramps the load up: the rate climbs from 0 (open loop), or the streams start one after
-    another over that time (closed loop). ``at_s`` gives the send times outright (a replayed trace)."""
-    total = warmup + n
+                    spec: LevelSpec, stop: asyncio.Event, slo: Optional[Slo] = None,
+                    t_level: Optional[float] = None) -> Level:
+    """Send the level's warm-up and measured requests; ``stop`` ends the level early (Ctrl-C).
+    ``t_level`` is the level's start on the monotonic clock when several processes share one level."""
+    warmup, total, ramp_s = spec.warmup, spec.total, spec.ramp_s
     # prompts are made before the clock starts: making one in the loop would delay every stream meanwhile
     ready = iter([next(prompts) for _ in range(total)])
     records: list[Request] = []
@@ -180,16 +183,16 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
 
     async def one(i: int, p: workload.Prompt) -> None:
         if target.api == "embeddings":
-            await client.send(session, target.url, embed.body(target.model, p.text), target.headers, t_level,
-                              target.timeout_s, target.stall_s, records, warmup=i < warmup, reader=embed.read)
+            await client.send(session, target, embed.body(target.model, p.text), t_level, records,
+                              warmup=i < warmup, reader=embed.read)
             return
-        await client.send(session, target.url, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
-                          target.headers, t_level, target.timeout_s, target.stall_s, records, warmup=i < warmup)
+        await client.send(session, target, workload.body(target.api, target.model, p, target.ignore_eos, target.usage),
+                          t_level, records, warmup=i < warmup)
 
     async def worker(k: int) -> None:
         if ramp_s > 0 and k:
             try:
-                await asyncio.wait_for(stop.wait(), ramp_s * k / int(load))
+                await asyncio.wait_for(stop.wait(), ramp_s * k / int(spec.load))
             except asyncio.TimeoutError:
                 pass
         while not stop.is_set():
@@ -205,12 +208,13 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     try:
         main: asyncio.Future[Any]  # the workers' gather, or the open-loop dispatcher
         workers: list[asyncio.Future[Any]] = []
-        if mode == "concurrency":
-            workers = [asyncio.ensure_future(worker(k)) for k in range(int(load))]
+        if spec.mode == "concurrency":
+            workers = [asyncio.ensure_future(worker(k)) for k in range(int(spec.load))]
             main = asyncio.ensure_future(asyncio.gather(*workers))
         else:
-            sends = at_s[:total] if at_s is not None else arrivals(load, total, burstiness, seed, ramp_s)
-            main = asyncio.ensure_future(_open_loop(one, ready, sends, t_level, stop, max_concurrency))
+            sends = spec.at_s[:total] if spec.at_s is not None else arrivals(spec.load, total, spec.burstiness,
+                                                                              spec.seed, ramp_s)
+            main = asyncio.ensure_future(_open_loop(one, ready, sends, t_level, stop, spec.max_concurrency))
         interrupted = await _until_done_or_stopped(main, stop)
         stopped = _fault(main, workers)
     finally:
@@ -219,7 +223,7 @@ async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Ite
     done.set()
     await asyncio.gather(*side, *workers, return_exceptions=True)
     chunks = sum(len(r.itl_ms) + (r.ttft_ms is not None) for r in records)
-    return Level(mode=mode, load=load, requests=records, summary=metrics.summarize(records, slo),
+    return Level(mode=spec.mode, load=spec.load, requests=records, summary=metrics.summarize(records, slo),
                  server=server, client=mon.result(chunks), interrupted=interrupted or bool(stopped), stopped=stopped)
 
 

@@ -249,7 +249,7 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float,
         raise ValueError("no values")
 
     def coverage(k: int) -> float:
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / (1 << n)  # 2**n, as an int
     k = 1
     while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
         k += 1

@@ -157,7 +157,7 @@ def _loads_in(v: Any) -> Any:
 
 
 def to_builtins(lt: LoadTest) -> dict[str, Any]:
-    out = msgspec.to_builtins(lt)
+    out: dict[str, Any] = msgspec.to_builtins(lt)
     for lv in out.get("levels", []):
         lv["load"] = _loads_out(lv["load"])
     out["sweep"] = {k: _loads_out(v) for k, v in out.get("sweep", {}).items()}

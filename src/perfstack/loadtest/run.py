@@ -11,16 +11,18 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import aiohttp
 
 
 from perfstack.errors import UsageError
 from perfstack.loadtest import metrics, server, sweep
-from perfstack.loadtest.load import Target, event_loop, new_session
+from perfstack.loadtest.client import Target
+from perfstack.loadtest.load import LevelSpec, event_loop, new_session
 from perfstack.loadtest.workers import auto_procs, run_level
 from perfstack.loadtest.record import Level, LoadTest, Slo
+from perfstack.loadtest.vocabulary import Api, Mode
 from perfstack.loadtest.workload import Prompt, Workload
 
 MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's file limit binds first)
@@ -29,9 +31,9 @@ MAX_STREAMS = 100_000  # connections the client keeps open at once (the OS's fil
 @dataclass
 class Plan:
     url: str
-    api: str = "chat"
+    api: Api = "chat"
     model: Optional[str] = None
-    mode: str = "concurrency"  # or "rate"
+    mode: Mode = "concurrency"
     loads: list[float] = field(default_factory=lambda: [1.0])
     sweep: bool = False
     sweep_max: float = 512  # the highest concurrency an automatic sweep tries
@@ -51,7 +53,7 @@ class Plan:
     arrivals: Optional[list[float]] = None  # mode "trace": the trace's send times; loads are replay speeds
 
 
-def _warmup(plan: Plan, mode: str, load: float) -> int:
+def _warmup(plan: Plan, mode: Mode, load: float) -> int:
     if mode == "trace":
         return plan.warmup or 0  # the trace is the workload: a warm-up is its first requests, if asked
     if plan.warmup is not None:
@@ -61,10 +63,18 @@ def _warmup(plan: Plan, mode: str, load: float) -> int:
     return max(1, min(50, round(plan.requests * 0.05)))
 
 
-def _n(plan: Plan, mode: str, load: float) -> int:
+def _n(plan: Plan, mode: Mode, load: float) -> int:
     if mode == "trace":
         return len(plan.arrivals or []) - _warmup(plan, mode, load)
     return max(plan.requests, 3 * int(load)) if mode == "concurrency" else plan.requests
+
+
+def _spec(plan: Plan, load: float, seed: int) -> LevelSpec:
+    """One run of a level at ``load``, as the plan asks for it."""
+    mode = plan.mode
+    at_s = tuple(t / load for t in plan.arrivals) if mode == "trace" and plan.arrivals else None
+    return LevelSpec(mode=mode, load=load, n=_n(plan, mode, load), warmup=_warmup(plan, mode, load), seed=seed,
+                     burstiness=plan.burstiness, max_concurrency=plan.max_concurrency, ramp_s=plan.ramp_s, at_s=at_s)
 
 
 def _note_crowded_cpus(procs: int, notes: list[str]) -> None:
@@ -97,7 +107,7 @@ async def _run(plan: Plan, wl: Workload, progress: Callable[[str], None], stop: 
             notes.append("the server has no Prometheus /metrics: findings rest on latencies alone")
         runner = _Levels(plan, session, target, wl.cycle(), notes, progress, stop)
         stopped, cap = await _sweep(plan, runner)
-        return _record(plan, addr.shown, target, model, wl, runner.levels, ident, notes, stop.is_set(), stopped, cap)
+        return _record(runner, addr.shown, wl, ident, stopped, cap)
 
 
 @dataclass
@@ -127,11 +137,8 @@ class _Levels:
                 break
             if plan.repeat > 1:
                 progress(f"  run {k + 1} of {plan.repeat}…")
-            at_s = [t / load for t in plan.arrivals] if mode == "trace" and plan.arrivals else None
-            parts.append(await run_level(self.session, self.target, self.prompts, mode, load, _n(plan, mode, load),
-                                         _warmup(plan, mode, load), self.stop, seed=seed + 7919 * k,
-                                         burstiness=plan.burstiness, max_concurrency=plan.max_concurrency,
-                                         slo=plan.slo, procs=procs, ramp_s=plan.ramp_s, at_s=at_s))
+            parts.append(await run_level(self.session, self.target, self.prompts, _spec(plan, load, seed + 7919 * k),
+                                         self.stop, slo=plan.slo, procs=procs))
         lv = merged(parts, plan.slo)
         for name, v in mark.items():
             setattr(lv, name, v)
@@ -197,10 +204,10 @@ def _faulted(levels: list[Level]) -> bool:
     return bool(levels and levels[-1].stopped)
 
 
-def _procs(plan: Plan, mode: str, load_: float) -> int:
+def _procs(plan: Plan, mode: Mode, load_: float) -> int:
     if plan.client_procs is not None:
         return plan.client_procs
-    return auto_procs(mode, load_, plan.burstiness, _usable_cpus())
+    return auto_procs(mode, load_, _usable_cpus())
 
 
 def _loads(plan: Plan) -> list[float]:
@@ -221,8 +228,10 @@ def _line(lv: Level) -> str:
     return f"  {s.completed} done{fail} · {s.output_throughput:.0f} tok/s · {ttft} · {itl}"
 
 
-def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, levels: list[Level], ident: dict,
-            notes: list[str], interrupted: bool, stopped: Optional[str], cap: Optional[float] = None) -> LoadTest:
+def _record(runner: _Levels, shown: str, wl: Workload, ident: dict[str, Any], stopped: Optional[str],
+            cap: Optional[float] = None) -> LoadTest:
+    """The load test's record: the levels the runner ran, with what was noted on the way."""
+    plan, target, levels, notes, interrupted = runner.plan, runner.target, runner.levels, runner.notes, runner.stop.is_set()
     if interrupted:
         notes.append("interrupted: the last level is partial and its unanswered requests are marked 'interrupted'")
     for i, lv in enumerate(levels):
@@ -236,7 +245,7 @@ def _record(plan: Plan, shown: str, target: Target, model: str, wl: Workload, le
                 **({"repeat": plan.repeat} if plan.repeat > 1 else {}),
                 **({"ramp_s": plan.ramp_s} if plan.ramp_s > 0 else {}))
     sw = sweep.summary(levels, plan.slo, stopped, cap) if plan.sweep or len(levels) > 1 else {}
-    return LoadTest(url=shown, api=plan.api, model=model, workload=spec, levels=levels, slo=plan.slo,
+    return LoadTest(url=shown, api=plan.api, model=target.model, workload=spec, levels=levels, slo=plan.slo,
                     server=ident, sweep=sw, notes=notes, interrupted=interrupted)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,7 +19,7 @@ import msgspec
 
 from perfstack.errors import InputError, UsageError
 from perfstack.loadtest import client, embed, scrape, workload
-from perfstack.loadtest.load import Target
+from perfstack.loadtest.client import Target
 
 VERSION_HEADERS = ("server", "x-vllm-version", "x-sglang-version", "x-tgi-version", "x-powered-by")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": embed.PATH}
@@ -60,7 +60,7 @@ def headers(api_key_env: Optional[str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, hdrs: dict) -> tuple[int, Any, dict]:
+async def _get_json(session: aiohttp.ClientSession, url: str, hdrs: dict[str, str]) -> tuple[int, Any, dict[str, Any]]:
     async with session.get(url, headers={**hdrs, "Accept-Encoding": "identity"},
                            timeout=aiohttp.ClientTimeout(total=15)) as resp:
         raw = await resp.content.read(1 << 20)
@@ -71,7 +71,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str, hdrs: dict) -> tup
         return resp.status, data, {k.lower(): v for k, v in resp.headers.items()}
 
 
-async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, model: Optional[str] = None,
+async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict[str, str], model: Optional[str] = None,
                    notes: Optional[list[str]] = None) -> dict[str, Any]:
     """The server's identity from /v1/models, its headers and /version; an InputError when nothing
     OpenAI-compatible answers there. With ``model`` given, a broken /v1/models is only a note: some
@@ -116,9 +116,10 @@ async def identify(session: aiohttp.ClientSession, addr: Address, hdrs: dict, mo
 async def probe(session: aiohttp.ClientSession, target: Target, notes: list[str], first: workload.Prompt) -> None:
     """One short streamed request made of the workload's first prompt; drop the optional fields the server
     refuses. An InputError when the server cannot stream a completion at all."""
+    short = replace(target, timeout_s=min(target.timeout_s, 120))  # a probe waits two minutes at most
     if target.api == "embeddings":
-        rec = await client.send(session, target.url, embed.body(target.model, first.text), target.headers,
-                                time.perf_counter(), min(target.timeout_s, 120), target.stall_s, [], reader=embed.read)
+        rec = await client.send(session, short, embed.body(target.model, first.text), time.perf_counter(), [],
+                                reader=embed.read)
         if not rec.ok:
             raise InputError(f"the server did not answer an embedding from {target.url}: {rec.error} ({rec.detail})",
                              hint="check --model: an embedding model, served with its embeddings endpoint")
@@ -128,9 +129,8 @@ async def probe(session: aiohttp.ClientSession, target: Target, notes: list[str]
     for ignore_eos, usage in ((target.ignore_eos, True), (False, True), (False, False)):
         if not target.ignore_eos and ignore_eos:
             continue
-        sink: list = []
-        rec = await client.send(session, target.url, workload.body(target.api, target.model, prompt, ignore_eos, usage),
-                                target.headers, time.perf_counter(), min(target.timeout_s, 120), target.stall_s, sink)
+        rec = await client.send(session, short, workload.body(target.api, target.model, prompt, ignore_eos, usage),
+                                time.perf_counter(), [])
         if rec.ok:
             if target.ignore_eos and not ignore_eos:
                 notes.append("the server refused ignore_eos/min_tokens: output lengths are the model's own choice")

@@ -26,12 +26,14 @@ import aiohttp
 import msgspec
 
 from perfstack.loadtest import client, load, metrics, workload
+from perfstack.loadtest.client import Target
 from perfstack.loadtest.record import ClientLoad, Level, Slo
+from perfstack.loadtest.vocabulary import Mode
 
 STREAMS_PER_PROCESS = 100  # a burst of this many chunks is stamped within ~1 ms by one loop (docs/loadtest.md)
 
 
-def auto_procs(mode: str, load_: float, burstiness: float, cpus: int) -> int:
+def auto_procs(mode: Mode, load_: float, cpus: int) -> int:
     """Processes for a level: one per STREAMS_PER_PROCESS streams, at most one per CPU but one."""
     if mode != "concurrency" or math.isinf(load_):
         return 1
@@ -57,8 +59,8 @@ def _init(stop: Any, start: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us through the event
 
 
-def _child(args: tuple) -> bytes:
-    target, prompts, mode, load_, n, warmup, seed, burstiness, t_level = args
+def _child(args: tuple[Target, list[workload.Prompt], load.LevelSpec, float]) -> bytes:
+    target, prompts, spec, t_level = args
     stop_flag = _STOP
 
     async def main() -> Level:
@@ -81,8 +83,7 @@ def _child(args: tuple) -> bytes:
                     # The level starts when the barrier lets every process go (the same monotonic clock in all
                     # of them: the release reaches them within a fraction of a millisecond of each other).
                     start = time.perf_counter()
-                return await load.run_level(session, target, iter(prompts), mode, load_, n, warmup, stop, seed=seed,
-                                            burstiness=burstiness, t_level=start)
+                return await load.run_level(session, target, iter(prompts), spec, stop, t_level=start)
         finally:
             stop.set()
             await asyncio.gather(w, return_exceptions=True)
@@ -94,25 +95,24 @@ def _child(args: tuple) -> bytes:
         loop.close()
 
 
-async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts: Iterator[workload.Prompt],
-                    mode: str, load_: float, n: int, warmup: int, stop: asyncio.Event, seed: int = 0,
-                    burstiness: float = 1.0, max_concurrency: Optional[int] = None, slo: Optional[Slo] = None,
-                    procs: int = 1, ramp_s: float = 0.0, at_s: Optional[list[float]] = None) -> Level:
+async def run_level(session: aiohttp.ClientSession, target: Target, prompts: Iterator[workload.Prompt],
+                    spec: load.LevelSpec, stop: asyncio.Event, slo: Optional[Slo] = None, procs: int = 1) -> Level:
     # a ramp or a replayed trace is one timeline: one process keeps it
-    if procs <= 1 or max_concurrency or (mode == "rate" and burstiness != 1.0) or ramp_s > 0 or at_s is not None:
-        return await load.run_level(session, target, prompts, mode, load_, n, warmup, stop, seed=seed,
-                                    burstiness=burstiness, max_concurrency=max_concurrency, slo=slo, ramp_s=ramp_s,
-                                    at_s=at_s)
-    procs, loads, warm, ns = _shares(mode, load_, n, warmup, procs)
-    flat = [next(prompts) for _ in range(n + warmup)]
+    if (procs <= 1 or spec.max_concurrency or (spec.mode == "rate" and spec.burstiness != 1.0) or spec.ramp_s > 0
+            or spec.at_s is not None):
+        return await load.run_level(session, target, prompts, spec, stop, slo=slo)
+    procs, loads, warm, ns = _shares(spec.mode, spec.load, spec.n, spec.warmup, procs)
+    flat = [next(prompts) for _ in range(spec.total)]
     ctx = multiprocessing.get_context("spawn")
     flag, start = ctx.Event(), ctx.Barrier(procs)
     t_level = time.perf_counter()
     jobs, at = [], 0
     for i in range(procs):
         take = ns[i] + warm[i]
-        jobs.append((replace(target, metrics_url=target.metrics_url if i == 0 else None), flat[at:at + take], mode,
-                     loads[i], ns[i], warm[i], seed * 1000 + i, burstiness, t_level))
+        # each process its share of the level, its own slice of the prompts and its own arrivals' seed
+        share = replace(spec, load=loads[i], n=ns[i], warmup=warm[i], seed=spec.seed * 1000 + i)
+        jobs.append((replace(target, metrics_url=target.metrics_url if i == 0 else None), flat[at:at + take], share,
+                     t_level))
         at += take
     loop = asyncio.get_running_loop()
     with ProcessPoolExecutor(max_workers=procs, mp_context=ctx, initializer=_init, initargs=(flag, start)) as ex:
@@ -134,12 +134,12 @@ async def run_level(session: aiohttp.ClientSession, target: load.Target, prompts
     faults += [p.stopped for p in parts if p.stopped]
     records = [r for p in parts for r in p.requests]
     stopped = client.excerpt("; ".join(faults)) if faults else ""
-    return Level(mode=mode, load=load_, requests=records, summary=metrics.summarize(records, slo),
+    return Level(mode=spec.mode, load=spec.load, requests=records, summary=metrics.summarize(records, slo),
                  server=parts[0].server if parts else [], client=_client_load(parts, procs),
                  interrupted=any(p.interrupted for p in parts) or bool(stopped), stopped=stopped)
 
 
-def _shares(mode: str, load_: float, n: int, warmup: int, procs: int) -> tuple[int, list[float], list[int], list[int]]:
+def _shares(mode: Mode, load_: float, n: int, warmup: int, procs: int) -> tuple[int, list[float], list[int], list[int]]:
     """Each process's part of a level: (processes, load, warm-up requests, measured requests) — streams
     split as evenly as whole numbers allow (never more processes than streams), a rate split equally."""
     if mode == "concurrency":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from perfstack.errors import InputError, UsageError
+from perfstack.loadtest.vocabulary import Api
 
 MAX_PROMPT_FILE = 256 << 20  # a prompt file is read whole; beyond this it is not a prompt file
 MAX_BAD_LINES_SHOWN = 3
@@ -229,7 +230,7 @@ def _entry(item: Any) -> Optional[tuple[str, str, Optional[int]]]:
     return text, "", out
 
 
-def body(api: str, model: str, prompt: Prompt, ignore_eos: bool, usage: bool = True) -> dict[str, Any]:
+def body(api: Api, model: str, prompt: Prompt, ignore_eos: bool, usage: bool = True) -> dict[str, Any]:
     """The request body; ``ignore_eos``/``min_tokens`` are extensions most open servers accept, and
     ``stream_options`` an OpenAI field some servers lack: each is dropped when a server refuses it."""
     b: dict[str, Any] = {"model": model, "stream": True, "max_tokens": prompt.max_tokens, "temperature": 0.0}

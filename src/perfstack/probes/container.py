@@ -97,7 +97,7 @@ def parse_size(option: str) -> int:
     m = re.fullmatch(r"size=(\d+)([kmgt]?)", option.lower())
     if not m:
         raise Malformed(f"not a size option: {option[:30]!r}")
-    return int(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+    return int(m.group(1)) << (10 * " kmgt".index(m.group(2) or " "))  # times 1024 per step of the unit
 
 
 def _dirs(root: str, path: str) -> list[str]:

@@ -468,6 +468,7 @@ def main() -> int:
     else:
         sys.meta_path.insert(0, _TorchFinder())
     child = _child()
+    code: int  # _child.run's exit code (the module is loaded by path, so untyped here)
     try:
         code, _ = child.run(cfg, WindowDone, (__file__,))
     finally:

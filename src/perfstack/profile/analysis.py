@@ -6,6 +6,7 @@ read it; it lives apart from them so that each pass can name it without importin
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from perfstack.profile import classify, cpu, flops
 from perfstack.profile.attribute import attribute
@@ -29,7 +30,7 @@ class Analysis:
         self.costs: dict[int, flops.Cost] = {}
         # operators with the same name and arguments share the trace's lists of them, and so their cost:
         # a large trace has millions of calls and a few hundred distinct ones
-        self._cost_of: dict[tuple, flops.Cost] = {}
+        self._cost_of: dict[tuple[Any, ...], flops.Cost] = {}
         self._op_time: dict[int, float] | None = None
 
     def cost(self, o: int) -> flops.Cost | None:

@@ -25,7 +25,7 @@ from perfstack.profile.analysis import Analysis
 from perfstack.profile.timeline import gaps, sweep, union
 from perfstack.profile.records import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
                                        Section, Step, Sync, Timeline)
-from perfstack.profile.trace import Trace
+from perfstack.profile.trace import GpuEvent, Trace
 
 GAP_LIST_US = 50.0
 MAX_GAPS = 40
@@ -113,7 +113,8 @@ class _Means:
     def __call__(self, key: str) -> float:
         if not self.steps:
             return 0.0
-        return round(sum(getattr(s, key) for s in self.steps) / len(self.steps), 4)
+        total: float = sum(getattr(s, key) for s in self.steps)
+        return round(total / len(self.steps), 4)
 
 
 def _categories(steps: list[Step]) -> tuple[dict[str, float], dict[str, float]]:
@@ -177,7 +178,7 @@ def _launch(A: Analysis, m: _Means, delays: list[float]) -> Launch:
 class _GpuTimeline:
     """The device's busy intervals and start times, for gap queries."""
 
-    def __init__(self, gpu: list) -> None:
+    def __init__(self, gpu: list[GpuEvent]) -> None:
         self.gpu = gpu
         self.busy = union((g.ts, g.ts + g.dur) for g in gpu)
         self.busy_ends = [e for _, e in self.busy]
@@ -340,7 +341,7 @@ def _per_step_names(A: Analysis, names: set[str]) -> dict[str, float]:
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def _neighbour(gpu: list, ts: list[float], t: float, before: bool) -> str:
+def _neighbour(gpu: list[GpuEvent], ts: list[float], t: float, before: bool) -> str:
     i = bisect_left(ts, t)
     j = i - 1
     while j >= 0 and gpu[j].ts + gpu[j].dur > t + 1.0:

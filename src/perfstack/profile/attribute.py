@@ -16,10 +16,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import eq
-from typing import Sequence
+from typing import Any, Sequence
 
 from perfstack.profile import classify
-from perfstack.profile.trace import Trace
+from perfstack.profile.trace import GpuEvent, Trace
 
 PHASES = ("forward", "backward", "optimizer")
 _RANK = {"attention": 0, "conv": 1, "gemm": 2, "copy": 3}
@@ -38,7 +38,7 @@ class OpInfo:
 @dataclass
 class Attribution:
     """Per GPU event of the analysed device (parallel lists, indexed like ``gpu``)."""
-    gpu: list  # the analysed device's events, in start order
+    gpu: list[GpuEvent]  # the analysed device's events, in start order
     step: list[int]  # index into the step windows, -1 when launched outside every step
     launch: list[int]  # index into trace.runtime, -1 when unknown
     op: list[int]  # innermost launching op (index into trace.ops), -1 when unknown
@@ -93,7 +93,7 @@ def nest(trace: Trace) -> tuple[OpInfo, Sequence[int]]:
     phase = ["forward"] * n_ops
     flags = [0] * n_ops
     own_of: dict[str, tuple[str | None, str | None, int]] = {}  # per name: family, phase, flags of its own
-    stacks: dict = {}  # per thread: (end, op index) of the open ops, innermost last
+    stacks: dict[Any, list[tuple[float, int]]] = {}  # per thread: (end, op index) of the open ops, innermost last
     for x in order:
         t = ts[x]
         tid = tids[x]
@@ -140,7 +140,7 @@ def _break_ties(order: list[int], ts: list[float], neg_dur: list[float]) -> None
         order[a - 1:b + 1] = sorted(order[a - 1:b + 1], key=lambda x: (neg_dur[x], x))
 
 
-def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) -> Attribution:
+def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float, float]]) -> Attribution:
     """Attribute the GPU events ``gpu`` (one device, sorted by start) to launches, ops and steps."""
     info, rparent = nest(trace)
     rts = trace.runtime
@@ -182,7 +182,7 @@ def attribute(trace: Trace, gpu: list, windows: list[tuple[int, float, float]]) 
         notes.append(f"{n - linked} of {n} GPU events have no matching CUDA runtime call (their launch was not "
                      "recorded); they count in the GPU timeline but not in any step's launch figures")
     cats, phases = [], []
-    cat_cache: dict[tuple, str] = {}
+    cat_cache: dict[tuple[Any, ...], str] = {}
     for i, g in enumerate(gpu):
         o = opi[i]
         fam, ph = (info.family[o], info.phase[o]) if o >= 0 else (None, "")
@@ -204,7 +204,7 @@ def _ops_by_external_id(trace: Trace) -> dict[int, int]:
     return by  # type: ignore[return-value]
 
 
-def _by_timestamp(trace: Trace, gpu: list, windows: list, step: list[int], launch: list[int]) -> str:
+def _by_timestamp(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float, float]], step: list[int], launch: list[int]) -> str:
     spans: dict[int, tuple[float, float]] = {}
     for a in getattr(trace, "gpu_annotations", ()):
         if a.name.startswith("ProfilerStep#"):

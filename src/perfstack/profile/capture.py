@@ -413,9 +413,10 @@ class _Child:
 def _read_status(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:
-            return json.loads(f.read() or "{}")
+            status = json.loads(f.read() or "{}")
     except (OSError, ValueError):
         return {}
+    return status if isinstance(status, dict) else {}
 
 
 def _merge_status(ranks: list[dict[str, Any]]) -> dict[str, Any]:

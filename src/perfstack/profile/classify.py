@@ -17,7 +17,7 @@ correlation ids, a kernel replayed from a CUDA graph, Triton kernels of compiled
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "copy", "optimizer", "memcpy", "memset", "comm", "other")
 # When kernels of several categories run at once (several streams), the instant is counted once,
@@ -27,7 +27,7 @@ COMPUTE = ("gemm", "conv", "attention")  # the categories whose FLOPs MFU counts
 
 # Operator families, most specific first: an operator inside an attention op is attention even
 # when it is a bmm or a softmax; a copy inside a convolution is part of the convolution.
-_FAMILIES: tuple[tuple[str, re.Pattern], ...] = (
+_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("attention", re.compile(r"scaled_dot_product|flash_attention|efficient_attention|_attention_math|"
                              r"cudnn_attention|ScaledDotProduct|FlashAttention|EfficientAttention|flex_attention", re.I)),
     ("conv", re.compile(r"convolution|conv\d?d|cudnn_conv|ConvolutionBackward|mkldnn_conv|conv_transpose", re.I)),
@@ -207,7 +207,7 @@ GEMM_OPERANDS: dict[str, tuple[int, int | None, Callable[[Dims, Dims], Gemm | No
 }
 
 
-def gemm_shape(op: str, dims_: Sequence | None) -> Gemm | None:
+def gemm_shape(op: str, dims_: Sequence[Any] | None) -> Gemm | None:
     """(batch, M, N, K) of a GEMM operator from its Input Dims, or None."""
     operands = GEMM_OPERANDS.get(op)
     if not dims_ or operands is None:
@@ -224,7 +224,7 @@ def itemsize(dtype: str | None) -> int:
     return ITEMSIZE.get(dtype or "", 2)
 
 
-def op_dtype(types: Sequence | None) -> str | None:
+def op_dtype(types: Sequence[Any] | None) -> str | None:
     """The first floating dtype among an op's input types (what its math runs in)."""
     if not types:
         return None

@@ -53,7 +53,7 @@ def _groups(A: Analysis) -> tuple[list[int], dict[int, float]]:
     instance of the same kernel moving the same bytes."""
     gpu, att = A.gpu, A.att
     comm = [i for i in range(len(gpu)) if att.category[i] == "comm" and att.step[i] >= 0]
-    by_key: dict[tuple, list[int]] = defaultdict(list)
+    by_key: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for i in comm:
         by_key[(gpu[i].name, _bytes(A, i))].append(i)
     transfer: dict[int, float] = {}

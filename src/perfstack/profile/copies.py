@@ -43,7 +43,7 @@ import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import COMPILED
@@ -176,7 +176,7 @@ def _root(A: Analysis, o: int, memo: dict[int, tuple[bool, int]]) -> int:
     return outer
 
 
-def _cast(types: list | None) -> bool:
+def _cast(types: list[Any] | None) -> bool:
     ts = [t for t in (types or [])[:2] if isinstance(t, str) and t]
     return len(ts) == 2 and ts[0] != ts[1]
 
@@ -225,7 +225,7 @@ def _describe(A: Analysis, r: int) -> _Call:
     return c
 
 
-def _dim(concrete: list | None, pos: int, nd: int) -> int | None:
+def _dim(concrete: list[Any] | None, pos: int, nd: int) -> int | None:
     """The integer argument at ``pos`` (Concrete Inputs, as a string) as a dimension of a rank-``nd``
     tensor; 0 when the trace does not record it (cat's default)."""
     v = concrete[pos] if concrete and len(concrete) > pos else ""
@@ -255,7 +255,7 @@ def _itemsize_from_kernels(A: Analysis, events: list[int]) -> int:
 def _growth(calls: list[_Call]) -> list[_Call]:
     """The calls of growing series, each with ``fraction`` (of its bytes a preallocated tensor would still
     write) and ``growth`` set."""
-    series: dict[tuple, list[_Call]] = defaultdict(list)
+    series: dict[tuple[Any, ...], list[_Call]] = defaultdict(list)
     for c in calls:
         if not c.shape or c.op < 0 or c.grow_dim is None:
             continue

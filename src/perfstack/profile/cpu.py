@@ -55,7 +55,7 @@ def spans(trace: Trace) -> CpuSpans:
     starts: list[float] = []
     ends: list[float] = []
     last_s, last_e, in_order = -_INF, -_INF, True
-    roles: dict[str, tuple[list | None, bool]] = {}  # per name: the list it goes to, and dispatch as an annotation
+    roles: dict[str, tuple[list[tuple[float, float]] | None, bool]] = {}  # per name: the list it goes to, and dispatch as an annotation
     for o in trace.ops:
         name = o.name
         role = roles.get(name)
@@ -94,7 +94,7 @@ def spans(trace: Trace) -> CpuSpans:
 _INF = float("inf")
 
 
-def _role(name: str, dl: list, alloc: list, sync: list) -> tuple[list | None, bool]:
+def _role(name: str, dl: list[tuple[float, float]], alloc: list[tuple[float, float]], sync: list[tuple[float, float]]) -> tuple[list[tuple[float, float]] | None, bool]:
     """Which CPU span an op of this name makes (the DataLoader, allocator, sync, or none), and whether
     it is dispatch when it is a user annotation."""
     of = dl if name.startswith("enumerate(DataLoader)") else alloc if "empty_cache" in name else \

@@ -69,9 +69,9 @@ class _Rows:
                 if att.category[i] in classify.COMPUTE:
                     self.op_compute[att.op[i]] += g.dur
         self.names: dict[str, dict[str, Any]] = {}
-        self.ops: dict[tuple, dict[str, Any]] = {}
-        self.gemms: dict[tuple, dict[str, Any]] = {}
-        self.memcpy: dict[tuple, dict[str, Any]] = {}
+        self.ops: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.gemms: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.memcpy: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.phases: dict[str, float] = defaultdict(float)
         self.triton_us = 0.0
         self.busy_us = 0.0
@@ -173,7 +173,7 @@ def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
                     round(compile_us / n / 1e3, 3))
 
 
-def _gemm_row(gemms: dict, g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,
+def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,
               precision: str | None) -> None:
     dtype, shape = cost.dtype, cost.gemm
     if shape is None:
@@ -194,7 +194,7 @@ def _gemm_row(gemms: dict, g: GpuEvent, cat: str, cost: Cost, f: float | None, b
     row["shapes"][cost.shape] = row["shapes"].get(cost.shape, 0) + 1
 
 
-def _finish_gemms(gemms: dict, n: int) -> list[dict]:
+def _finish_gemms(gemms: dict[tuple[Any, ...], dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """The GEMM classes per step, by time, with their achieved TFLOP/s and GB/s and their commonest shapes."""
     out = []
     for row in gemms.values():

@@ -8,14 +8,14 @@ output written once), the x axis of a roofline. Unknown shapes give ``None``, ne
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from perfstack.profile import classify
 
 # An op's recorded arguments: "Input Dims", "Input type" and "Concrete Inputs" as the trace holds them.
-Dims = Optional[Sequence]
-Types = Optional[Sequence]
-Concrete = Optional[Sequence]
+Dims = Optional[Sequence[Any]]
+Types = Optional[Sequence[Any]]
+Concrete = Optional[Sequence[Any]]
 
 _FLASH = re.compile(r"_flash_attention|_efficient_attention|_cudnn_attention|flash_attn|_scaled_dot_product_flash|"
                     r"_scaled_dot_product_efficient|_scaled_dot_product_cudnn", re.I)
@@ -34,7 +34,7 @@ class Cost(NamedTuple):  # one per operator of a trace: a tuple keeps them small
     big_numel: int | None = None  # its element count (ops on the same data share it, whatever the dtype)
 
 
-def _tensors(dims: Sequence | None, types: Sequence | None) -> list[tuple[tuple[int, ...], str | None]]:
+def _tensors(dims: Sequence[Any] | None, types: Sequence[Any] | None) -> list[tuple[tuple[int, ...], str | None]]:
     out = []
     for i, d in enumerate(dims or ()):
         shape = classify.dims(d)
@@ -61,7 +61,7 @@ def _int_list(v: object) -> list[int] | None:
     return None
 
 
-def cost(name: str, dims: Sequence | None, types: Sequence | None, concrete: Sequence | None = None) -> Cost:
+def cost(name: str, dims: Sequence[Any] | None, types: Sequence[Any] | None, concrete: Sequence[Any] | None = None) -> Cost:
     """The cost of one op call. ``concrete``: Kineto's "Concrete Inputs" (scalar arguments) when present."""
     dtype = classify.op_dtype(types)
     if name in classify.GEMM_OPS or name in ("aten::_int_mm",):

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run, run_meta
 from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, waste
-from perfstack.profile.analyze import Analysis, analyze
+from perfstack.profile.analysis import Analysis
+from perfstack.profile.analyze import analyze
 from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
 from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
 from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, solve_scale
 from perfstack.profile.straggler import straggler
+from perfstack.profile.registry import Context
+from perfstack.profile.telemetry import telemetry_summary
 from perfstack.profile.trace import load
 
 if TYPE_CHECKING:
@@ -279,7 +282,7 @@ def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms
 
 
 def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None = None,
-                telemetry: list[dict] | None = None, command: str = "profile", *,
+                telemetry: list[dict[str, Any]] | None = None, command: str = "profile", *,
                 unprofiled_step_ms: float | None = None, unprofiled_note: str | None = None) -> Run:
     """``unprofiled_step_ms``: the step time measured without the profiler (capture mode measures it
     around the profiled window; ``--step-ms`` gives it in trace mode); ``unprofiled_note`` says how."""
@@ -288,7 +291,7 @@ def profile_run(paths: Iterable[str | Path], model_flops_per_step: float | None 
         raise InputError("no trace files given", hint="perfstack profile --trace FILE [FILE...]")
     summaries, spec = _ranks(files, unprofiled_step_ms, unprofiled_note, model_flops_per_step)
     main = _combined(summaries, spec, telemetry)
-    findings = _findings(summaries, main, rules.Context(spec=spec, model_flops_per_step=model_flops_per_step))
+    findings = _findings(summaries, main, Context(spec=spec, model_flops_per_step=model_flops_per_step))
     meta = run_meta(command, traces=[str(p) for p in files], gpu=summaries[0].device_name)
     warnings = [w for s in summaries for w in s.warnings]
     if warnings:
@@ -322,7 +325,7 @@ def _rank_row(s: Section) -> RankRow:
     return RankRow(**{k: getattr(s, k) for k in RANK_FIELDS})
 
 
-def _combined(summaries: list[Section], spec: GpuSpec | None, telemetry: list[dict] | None) -> Section:
+def _combined(summaries: list[Section], spec: GpuSpec | None, telemetry: list[dict[str, Any]] | None) -> Section:
     """The Run's profile section: the first rank's summary, with every rank's row, the straggler and
     the files where there are several, and the GPU telemetry sampled during a capture."""
     main = summaries[0]
@@ -330,11 +333,11 @@ def _combined(summaries: list[Section], spec: GpuSpec | None, telemetry: list[di
         ranks = [_rank_row(s) for s in summaries]
         main = replace(main, ranks=ranks, straggler=straggler(summaries), files=[s.file for s in summaries])
     if telemetry:
-        main = replace(main, telemetry=rules.telemetry_summary(telemetry, spec))
+        main = replace(main, telemetry=telemetry_summary(telemetry, spec))
     return main
 
 
-def _findings(summaries: list[Section], main: Section, ctx: rules.Context) -> list[Finding]:
+def _findings(summaries: list[Section], main: Section, ctx: Context) -> list[Finding]:
     """Every rank's findings (the straggler and telemetry are the run's); where ranks share an id, the
     one that recovers most."""
     by_id: dict[str, Finding] = {}

@@ -10,7 +10,7 @@ THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slow
                  0x80: "HW power brake"}
 
 
-def telemetry_summary(samples: list[dict], spec: Any = None) -> Telemetry | None:
+def telemetry_summary(samples: list[dict[str, Any]], spec: Any = None) -> Telemetry | None:
     """Throttle statistics of NVML samples: t, sm_clock_mhz, power_w, temperature_c,
     clocks_event_reasons (bitmask or list of names), utilization_gpu."""
     rows = [s for s in samples if isinstance(s, dict)]
@@ -33,7 +33,7 @@ def telemetry_summary(samples: list[dict], spec: Any = None) -> Telemetry | None
                      max(power) if power else None)
 
 
-def _values(rows: list[dict], key: str, nonzero: bool = False) -> list[float]:
+def _values(rows: list[dict[str, Any]], key: str, nonzero: bool = False) -> list[float]:
     """The numbers the samples hold under ``key`` (with ``nonzero``: those that are not 0)."""
     vs = [_num(s.get(key)) for s in rows]
     return [v for v in vs if v is not None and (v or not nonzero)]

@@ -83,9 +83,9 @@ class CpuEvent(msgspec.Struct, gc=False):
     tid: Any
     correlation: Optional[int] = None
     external_id: Optional[int] = None
-    dims: Optional[list] = None  # Input Dims of an operator, as in the trace; shared: do not modify
-    types: Optional[list] = None  # Input type of an operator; shared: do not modify
-    concrete: Optional[list] = None  # Concrete Inputs (scalar and int-list arguments as strings); shared
+    dims: Optional[List[Any]] = None  # Input Dims of an operator, as in the trace; shared: do not modify
+    types: Optional[List[Any]] = None  # Input type of an operator; shared: do not modify
+    concrete: Optional[List[Any]] = None  # Concrete Inputs (scalar and int-list arguments as strings); shared
 
 
 @dataclass
@@ -160,7 +160,7 @@ class _Event(msgspec.Struct, gc=False):
 _NO_ARGS = _Args()  # what an event without args reads as
 
 
-class _Shapes(dict):
+class _Shapes(dict[bytes, Any]):
     """Input Dims / Input type / Concrete Inputs by their text, decoded once per distinct text (the
     first _MAX_CACHE of them kept); ``null`` (the field absent) is None."""
 
@@ -220,7 +220,7 @@ def _load(p: Path, lenient: bool = False) -> Trace:
     return t
 
 
-def _metadata(head: dict, t: Trace) -> None:
+def _metadata(head: dict[str, Any], t: Trace) -> None:
     props = head.get("deviceProperties")
     if isinstance(props, list):
         for i, d in enumerate(props):
@@ -280,7 +280,7 @@ def _tid(v: Any) -> Any:
     return v if isinstance(v, (int, str, float)) and not isinstance(v, bool) else None
 
 
-def _shapes(v: Any) -> list | None:
+def _shapes(v: Any) -> list[Any] | None:
     """Input Dims / Input type as the trace has them (nested lists); a value that is not a list is None."""
     return v if isinstance(v, list) else None
 
@@ -307,7 +307,7 @@ class _Builder:
         self.lenient = lenient
         self.skipped = 0
         self.names: dict[str, str] = {}
-        self.tids: dict = {}
+        self.tids: dict[Any, Any] = {}
         self.cats: dict[str, tuple[str, int]] = {}
         self.shapes = _Shapes()
 
@@ -338,12 +338,12 @@ class _Builder:
         for lst in (t.gpu, t.gpu_annotations, t.runtime, t.ops):
             lst.sort(key=_TS)
 
-    def raw(self, batch: list) -> None:
+    def raw(self, batch: list[Raw]) -> None:
         """Raw events, each decoded on its own: one the typed decoder rejects goes through the
         lenient path in its turn, after the events before it are built, so every list keeps the
         file's order."""
         dec = _EVENT.decode
-        done: list = []
+        done: list[Any] = []
         for r in batch:
             try:
                 done.append(dec(r))
@@ -353,7 +353,7 @@ class _Builder:
                 self.loose(_generic(r))
         self.typed(done)
 
-    def typed(self, events: list) -> None:
+    def typed(self, events: list[Any]) -> None:
         """Decoded events, each built into its list. One loop over the batch, with no call per event
         but the struct's own: this runs for each of a large trace's millions of events, where a call
         apiece is most of the time. An event without the fields every event needs is counted as
@@ -362,7 +362,7 @@ class _Builder:
         add_runtime, add_op, add_step = t.runtime.append, t.ops.append, t.steps.append
         names, cats, tids, shapes = self.names, self.cats, self.tids, self.shapes
         noargs = _NO_ARGS
-        gpu: list = []
+        gpu: list[Any] = []
         skipped = 0
         for e in events:
             if e.ph != "X":
@@ -407,7 +407,7 @@ class _Builder:
         c = self.cats[cat] = _category(cat)
         return c
 
-    def _gpu_events(self, rows: list) -> None:
+    def _gpu_events(self, rows: list[Any]) -> None:
         """GPU work or GPU spans; the device and stream fall back to the event's pid and tid, as the
         lenient path's do."""
         gpu, spans = self.t.gpu.append, self.t.gpu_annotations.append

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, Generator, Iterator, List, Optional, Union
+from typing import Any, Dict, Generator, Iterator, List, NoReturn, Optional, Union
 
 import msgspec
 from msgspec import Raw
@@ -183,7 +183,7 @@ class Events:
     metadata, ``n_events`` the length of its event list, ``warnings`` what was recovered from.
     Unreadable input raises InputError naming the file."""
 
-    def __init__(self, p: Path, typed: Optional[msgspec.json.Decoder]) -> None:
+    def __init__(self, p: Path, typed: Optional[msgspec.json.Decoder[Any]]) -> None:
         self.p = p
         self.typed = typed
         self.head: dict[str, Any] = {}
@@ -475,7 +475,7 @@ class Events:
         of the list or the first event that does not parse. Returns as _batch does."""
         fixed, stop = _utf8(buf, stop)
         text = str(memoryview(fixed)[:stop], "utf-8")
-        events: list = []
+        events: list[Any] = []
         i, why = 1, None
         while True:
             i = _skip(text, i)
@@ -510,7 +510,7 @@ class Events:
         return True
 
 
-def _salvage(buf: bytearray, limit: int) -> Optional[list]:
+def _salvage(buf: bytearray, limit: int) -> Optional[list[Any]]:
     """The events of buf (a list from buf[0]) that end before limit, the list closed in place
     after the last of them. Empty when none does; None when none of the cuts tried decodes."""
     hi, tries = limit, 0
@@ -534,7 +534,7 @@ def _salvage(buf: bytearray, limit: int) -> Optional[list]:
     return None
 
 
-def _not_a_trace(p: Path, buf: Any) -> None:
+def _not_a_trace(p: Path, buf: Any) -> NoReturn:
     try:
         keys = list(_KEYS.decode(buf))
     except _ERRORS:

@@ -24,6 +24,7 @@ from perfstack.profile.records import (AttentionUnfused, Fp32Conv, Fp32Matmul, G
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
+    from perfstack.profile.trace import GpuEvent
     from perfstack.specs.table import GpuSpec
 
 HBM_PRACTICAL = 0.90  # a streaming kernel reaches ~90% of the HBM peak (specs.practical hbm_copy)
@@ -46,7 +47,7 @@ class Waste:
     merged: set[int] = field(default_factory=set)  # events fused into another: their launches go away too
     evidence: Record = field(default_factory=Record)  # the record of records.waste its finding quotes
 
-    def saved_us(self, gpu: list) -> float:
+    def saved_us(self, gpu: list[GpuEvent]) -> float:
         return sum(gpu[i].dur - d for i, d in self.new_dur.items())
 
 

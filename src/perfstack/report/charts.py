@@ -156,7 +156,7 @@ def _log_fmt(v: float) -> str:
 
 
 # -- charts -----------------------------------------------------------------------------------
-def fraction_bars(rows: Sequence[dict], title: str, kind: str = "peak-bars") -> str:
+def fraction_bars(rows: Sequence[dict[str, Any]], title: str, kind: str = "peak-bars") -> str:
     """Horizontal bars of a fraction of peak (0..1+), with the practical ceiling as a tick.
 
     Each row: label, fraction, expected (or None), text (shown right of the bar), verdict.

@@ -20,13 +20,13 @@ from perfstack.report.html_blocks import Section, code, delta_row, e, finding, p
 from perfstack.report.loadtest_diff import render_html as loadtest_diff_html
 from perfstack.report.loadtest_html import render_loadtest_html
 from perfstack.report.loadtest_view import loadtest_view
+from perfstack.report.estimate_view import EstimateView
 from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
     DELTA_NUMERIC,
     BenchView,
     DoctorView,
-    EstimateView,
     ProfileView,
     RooflineView,
     RunView,

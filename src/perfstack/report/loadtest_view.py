@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from perfstack.loadtest.metrics import figure
 from perfstack.loadtest.sweep import tput
@@ -181,7 +181,7 @@ class LoadtestView:
     interrupted: bool = False
 
 
-def _series(levels: list[Level], name: str, dist: str, stat: str, dashed: bool) -> tuple[str, list, bool]:
+def _series(levels: list[Level], name: str, dist: str, stat: str, dashed: bool) -> tuple[str, list[Any], bool]:
     pts = []
     for lv in levels:
         d = getattr(lv.summary, dist)

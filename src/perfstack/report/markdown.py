@@ -15,13 +15,13 @@ from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
 from perfstack.report.loadtest_diff import render_md as loadtest_diff_md
 from perfstack.report.md_blocks import delta_row, t, table
+from perfstack.report.estimate_view import EstimateView
 from perfstack.report.try_view import HEAD, TryView
 from perfstack.report.views import (
     DELTA_COLUMNS,
     DELTA_NUMERIC,
     BenchView,
     DoctorView,
-    EstimateView,
     ProfileView,
     RooflineView,
     RunView,

@@ -17,7 +17,8 @@ from perfstack.model import (
     Severity,
     layer_rank,
 )
-from perfstack.rules.registry import CHECKS, Check, Hit
+from perfstack.checks import Check
+from perfstack.rules.registry import CHECKS, Hit
 from perfstack.rules.shell import UnsafeValue, lines
 
 

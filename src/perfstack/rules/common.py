@@ -25,7 +25,8 @@ def gpu_list(f: Facts) -> list[dict[str, Any]]:
         raise NotApplicable(f"no NVIDIA driver/GPU found: {fact.reason}")
     if count == 0:
         raise NotApplicable("no NVIDIA GPU")
-    return f.need("gpu.list")
+    gpus: list[dict[str, Any]] = f.need("gpu.list")
+    return gpus
 
 
 def cpu_nodes(f: Facts) -> list[dict[str, Any]]:
@@ -56,7 +57,7 @@ def require_gpu(f: Facts) -> None:
         raise NotApplicable("no NVIDIA GPU")
 
 
-class Env(dict):
+class Env(dict[str, Any]):
     """The env fact as the rules read it: a variable whose value a capture did not keep (bundles keep only
     the values the checks read; older or hand-made ones may lack one) makes the check not checked, by name,
     rather than judged on a placeholder."""
@@ -111,7 +112,7 @@ def gpus(f: Facts) -> list[Gpu]:
 
 def cuda_torch(f: Facts) -> str:
     """torch's CUDA version; NotApplicable for a CPU-only torch (torch-cpu-build reports that)."""
-    v = f.need("python.torch_cuda")
+    v: str | None = f.need("python.torch_cuda")
     if v is None:
         raise NotApplicable(f"torch {f.value('python.torch', '')} is a CPU-only build")
     return v

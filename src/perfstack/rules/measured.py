@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from perfstack.model import Facts, NotApplicable
 from perfstack.rules.registry import Hit, Hits, SeverityName, check
 from perfstack.rules.common import env_or_empty
@@ -10,26 +12,26 @@ MEASURED = ("h2d-bandwidth-low", "gemm-throughput-low", "hbm-bandwidth-low", "co
 NO_BENCH = "no benchmark results (run 'perfstack doctor --bench quick' or 'perfstack bench')"
 
 
-def result(f: Facts, name: str) -> dict:
+def result(f: Facts, name: str) -> dict[str, Any]:
     results = f.value("bench.results")
     if not results:
         raise NotApplicable(NO_BENCH)
-    r = results.get(name)
+    r: dict[str, Any] | None = results.get(name)
     if r is None or r.get("value") is None:
         raise NotApplicable(f"benchmark figure {name} was not measured")
     return r
 
 
-def _gpu(f: Facts, index: int = 0) -> dict:
+def _gpu(f: Facts, index: int = 0) -> dict[str, Any]:
     gpus = f.value("gpu.list") or []
     return gpus[index] if index < len(gpus) else {}
 
 
-def _pct(r: dict) -> str:
+def _pct(r: dict[str, Any]) -> str:
     return f"{r['fraction']:.0%} of {r['peak']:,.0f} {r['unit']}" if r.get("fraction") is not None else "no reference peak"
 
 
-def _low(r: dict) -> SeverityName | None:
+def _low(r: dict[str, Any]) -> SeverityName | None:
     """'warning' below ~70% of the practical ceiling, 'critical' below 35%; None when fine."""
     if r.get("fraction") is None:
         return None

@@ -85,7 +85,8 @@ class GpuSpec:
         Returns None when the SKU has no such figure; raises ValueError for an unknown dtype name,
         so a typo cannot pass as "not supported".
         """
-        return getattr(self, normalize_dtype(dtype))
+        peak: float | None = getattr(self, normalize_dtype(dtype))
+        return peak
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -162,7 +162,7 @@ class Arm:
         if not self._cuda():
             return None
         try:
-            return round(self.torch.cuda.max_memory_allocated() / 2**20, 1)
+            return round(int(self.torch.cuda.max_memory_allocated()) / 2**20, 1)
         except Exception:
             return None
 
@@ -285,6 +285,7 @@ def main() -> int:
         mod, _, qual = cfg["step_at"].partition(":")
         on_import(mod, lambda m: _wrap_step_at(m, qual))
     child = _load("_child.py")
+    code: int  # _child.run's exit code (the module is loaded by path, so untyped here)
     try:
         code, err = child.run(cfg, StepsDone, (__file__,))
         if err is not None:

@@ -160,7 +160,7 @@ def _optimizer(torch: Any, names: tuple[str, ...], fix: str, flag: str) -> None:
                 _note(fix, f"{_name}({flag}=True)")
             elif flag == "fused" and not fits and not kwargs.get(flag):
                 _skip(fix, f"{_name} has parameters that are not floating-point CUDA tensors")
-            return _init(self, params, *args, **kwargs)
+            _init(self, params, *args, **kwargs)
 
         cls.__init__ = functools.wraps(init)(patched)
 
