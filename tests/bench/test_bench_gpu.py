@@ -70,7 +70,8 @@ def test_nccl_collectives_are_correct_and_fast(ctx):
     n = torch.cuda.device_count()
     if n < 2:
         pytest.skip("needs 2 GPUs")
-    results, why = collectives.launch(n, collectives.OPS, (16 * 2**20,), 0.05, "nccl", deadline_s=180)
+    results, why = collectives.launch(collectives.Job(world=n, ops=collectives.OPS, sizes=(16 * 2**20,), budget_s=0.05),
+                                     deadline_s=180)
     assert why == ""
     ms = collectives.to_measurements(results, n)
     assert all(m.status == "ok" for m in ms), [m.reason for m in ms if m.status != "ok"]
@@ -78,12 +79,14 @@ def test_nccl_collectives_are_correct_and_fast(ctx):
 
 
 def test_one_rank_collectives_replay_from_a_cuda_graph_and_time_nccl_not_python():
-    results, why = collectives.launch(1, collectives.OPS, (4 * 2**10, 2**20), 0.05, "nccl", deadline_s=180)
+    results, why = collectives.launch(collectives.Job(world=1, ops=collectives.OPS, sizes=(4 * 2**10, 2**20), budget_s=0.05),
+                                     deadline_s=180)
     assert why == ""
     for row in results["rows"]:
         assert row["wrong_ranks"] == [] and row["mode"] == "graph", row
         assert row["ops_per_batch"] > 1  # a small call is far shorter than the 1 ms batch target
-    eager, why = collectives.launch(1, ("all_reduce",), (4 * 2**10,), 0.05, "nccl", deadline_s=180, graph=False)
+    eager, why = collectives.launch(collectives.Job(world=1, ops=("all_reduce",), sizes=(4 * 2**10,), budget_s=0.05,
+                                                     graph=False), deadline_s=180)
     assert why == "" and eager["rows"][0]["mode"] == "eager" and "issue_s_per_op" in eager["rows"][0]
 
 
@@ -93,7 +96,8 @@ def test_direct_nccl_and_torch_paths_agree_on_results_and_the_direct_one_is_not_
     import torch
 
     n = torch.cuda.device_count()
-    runs = {via: collectives.launch(n, collectives.OPS, (4 * 2**10,), 0.05, "nccl", deadline_s=180, via=via)
+    runs = {via: collectives.launch(collectives.Job(world=n, ops=collectives.OPS, sizes=(4 * 2**10,), budget_s=0.05, via=via),
+                                         deadline_s=180)
             for via in ("nccl", "torch")}
     for via, (results, why) in runs.items():
         assert why == "" and results["meta"]["via"] == via, (via, results and results["meta"])

@@ -134,7 +134,7 @@ def test_graph_workers_turn_nccls_graph_mixing_off_unless_the_user_chose():
 
 def test_gloo_run_on_cpu_checks_and_times_every_op():
     pytest.importorskip("torch")
-    results, why = c.launch(2, c.OPS, (4 * KIB,), 0.01, backend="gloo", deadline_s=90)
+    results, why = c.launch(c.Job(world=2, ops=c.OPS, sizes=(4 * KIB,), budget_s=0.01, backend="gloo"), deadline_s=90)
     assert why == "" and len(results["rows"]) == len(c.OPS)
     for row in results["rows"]:
         assert row["wrong_ranks"] == [] and len(row["samples"]) >= rank.MIN_REPS and min(row["samples"]) > 0
@@ -143,7 +143,8 @@ def test_gloo_run_on_cpu_checks_and_times_every_op():
 def test_a_failing_rank_is_an_error_not_a_hang(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr(c, "FAIL_GRACE_S", 1.0)
-    results, why = c.launch(2, ("all_reduce",), (4 * KIB,), 0.01, backend="gloo", deadline_s=60, fail_rank=1)
+    results, why = c.launch(c.Job(world=2, ops=("all_reduce",), sizes=(4 * KIB,), budget_s=0.01, backend="gloo",
+                                  fail_rank=1), deadline_s=60)
     assert results is None and why.startswith("rank 1 failed: RuntimeError: injected failure")
 
 

@@ -171,8 +171,8 @@ def test_cli_capture_calls_capture_run(monkeypatch, tmp_path, capsys):
     import perfstack.profile.capture as cap
     seen = {}
 
-    def fake(argv, out_dir, steps, window, skip_first, stop_after_window=False, nproc=1):
-        seen.update(argv=argv, steps=steps, window=window, skip_first=skip_first)
+    def fake(argv, out_dir, plan, nproc=1):
+        seen.update(argv=argv, steps=plan.steps, window=plan.window, skip_first=plan.skip_first)
         return cap.CaptureResult(trace_paths=[REAL], telemetry=[
             {"t": i, "sm_clock_mhz": 1400, "power_w": 700, "temperature_c": 88, "clocks_event_reasons": 0x20,
              "utilization_gpu": 100} for i in range(10)], returncode=0, steps_seen=3, stderr_tail="")

@@ -56,8 +56,7 @@ def step_names(trace: Path) -> list[str]:
 def test_run_records_a_window_of_steps(tmp_path, capfd):
     s = script(tmp_path, MLP.format(n=10))
     marker = tmp_path / "ran.json"
-    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", steps=3, skip_first=2,
-                    gpus=[0, 1], sample=fake_sample)
+    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[0, 1], sample=fake_sample)
     assert r.returncode == 0 and not r.interrupted
     assert r.steps_seen == 10  # >= steps
     assert [p.name for p in r.trace_paths] == ["train.pt.trace.json.gz"]
@@ -105,7 +104,7 @@ def test_window_records_one_span_without_optimizer(tmp_path):
             time.sleep(0.01)
     """, name="infer.py")
     t0 = time.monotonic()
-    r = capture.run([str(s)], tmp_path / "out", window=1, gpus=[])
+    r = capture.run([str(s)], tmp_path / "out", capture.Plan(window=1), gpus=[])
     assert r.returncode == 0 and r.steps_seen == 0
     assert step_names(r.trace_paths[0]) == ["ProfilerStep#0"]
     assert time.monotonic() - t0 < 60
@@ -114,12 +113,12 @@ def test_window_records_one_span_without_optimizer(tmp_path):
 def test_script_ending_before_the_window(tmp_path):
     s = script(tmp_path, MLP.format(n=3))
     with pytest.raises(InputError, match="after 3 optimizer steps, before the profile window"):
-        capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+        capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[])
 
 
 def test_crash_inside_the_window_keeps_what_was_recorded(tmp_path):
     s = script(tmp_path, MLP.format(n=5).replace("opt.zero_grad()", "opt.zero_grad()\n    if i == 4: raise SystemExit(3)"))
-    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[])
     assert r.returncode == 3 and r.steps_seen == 5
     assert step_names(r.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4"]
 
@@ -127,8 +126,7 @@ def test_crash_inside_the_window_keeps_what_was_recorded(tmp_path):
 def test_stop_after_window_ends_the_script(tmp_path):
     s = script(tmp_path, MLP.format(n=100000))
     marker = tmp_path / "ran.json"
-    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", steps=2, skip_first=1,
-                    stop_after_window=True, gpus=[])
+    r = capture.run(["python", str(s), str(marker)], tmp_path / "out", capture.Plan(steps=2, skip_first=1, stop_after_window=True), gpus=[])
     # 1 skipped, 1 warm-up, 2 recorded, then 5 timed without the profiler before the script ends
     assert r.returncode == 0 and r.steps_seen == 9 and r.trace_paths
     assert not marker.exists()
@@ -158,8 +156,7 @@ def test_step_markers_of_an_inference_loop_are_its_steps(tmp_path, mode):
     # perfstack.step() marks a loop that no optimizer steps; without it the window never starts
     # and --stop-after-window never ends the script
     s = script(tmp_path, DECODE)
-    r = capture.run(["python", str(s), mode], tmp_path / "out", steps=2, skip_first=1, stop_after_window=True,
-                    gpus=[])
+    r = capture.run(["python", str(s), mode], tmp_path / "out", capture.Plan(steps=2, skip_first=1, stop_after_window=True), gpus=[])
     assert r.returncode == 0 and r.steps_seen == 9 and r.trace_paths
     assert step_names(r.trace_paths[0]) == ["ProfilerStep#2", "ProfilerStep#3"]
     assert not Path(str(s) + ".ran").exists()
@@ -181,8 +178,7 @@ for i in range(100000):
 
 def test_nproc_profiles_every_rank(tmp_path):
     s = script(tmp_path, DDP)
-    r = capture.run(["python", str(s)], tmp_path / "out", steps=2, skip_first=1, stop_after_window=True,
-                    timed_steps=2, nproc=2, gpus=[])
+    r = capture.run(["python", str(s)], tmp_path / "out", capture.Plan(steps=2, skip_first=1, stop_after_window=True, timed_steps=2), nproc=2, gpus=[])
     assert r.returncode == 0 and r.steps_seen >= 4
     names = sorted(p.name for p in r.trace_paths)
     assert names == ["train.rank0.pt.trace.json.gz", "train.rank1.pt.trace.json.gz"]
@@ -206,7 +202,7 @@ for i in range(int(sys.argv[1])):
 
 def test_step_time_is_measured_without_the_profiler_before_and_after(tmp_path):
     s = script(tmp_path, SLEEPY)
-    r = capture.run(["python", str(s), "25"], tmp_path / "out", steps=3, gpus=[])
+    r = capture.run(["python", str(s), "25"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
     u = r.unprofiled
     assert set(u) == set(capture.UNPROFILED_KEYS)
     # the default: 2 warm-up steps, 5 timed, then the profiler (warm-up 8, recorded 9-11), then 5 timed
@@ -219,14 +215,14 @@ def test_step_time_is_measured_without_the_profiler_before_and_after(tmp_path):
 
 def test_windows_cut_short_keep_what_they_have(tmp_path):
     s = script(tmp_path, SLEEPY)
-    r = capture.run(["python", str(s), "13"], tmp_path / "out", steps=3, gpus=[])
+    r = capture.run(["python", str(s), "13"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
     assert (r.unprofiled["before_steps"], r.unprofiled["after_steps"]) == (5, 2)  # steps 12 and 13
     # an explicit skip of 2 times step 2 only (the first holds the script's start-up)
-    r = capture.run(["python", str(s), "6"], tmp_path / "out", steps=3, skip_first=2, gpus=[])
+    r = capture.run(["python", str(s), "6"], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[])
     assert r.trace_paths and r.unprofiled["before_steps"] == 1 and r.unprofiled["after_ms"] is None
     assert r.unprofiled["step_ms"] == r.unprofiled["before_ms"]
     # nothing to time: no step before the profiler, none after the window
-    r = capture.run(["python", str(s), "5"], tmp_path / "out", steps=3, skip_first=1, gpus=[])
+    r = capture.run(["python", str(s), "5"], tmp_path / "out", capture.Plan(steps=3, skip_first=1), gpus=[])
     assert r.trace_paths and r.returncode == 0 and r.unprofiled is None
 
 
@@ -234,7 +230,7 @@ def test_default_skip_says_so_when_the_script_is_too_short(tmp_path):
     s = script(tmp_path, SLEEPY)
     with pytest.raises(InputError, match=r"after 4 optimizer steps, before the profile window \(steps 9-11, "
                                          r"after up to 7 skipped \(2 warm-up, then up to 5 timed"):
-        capture.run(["python", str(s), "4"], tmp_path / "out", steps=3, gpus=[])
+        capture.run(["python", str(s), "4"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
 
 
 def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
@@ -247,8 +243,7 @@ def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
         seen.extend(paths)
         os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C at the terminal reaches perfstack
 
-    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", steps=2, skip_first=1,
-                    gpus=[], on_trace=interrupt)
+    r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", capture.Plan(steps=2, skip_first=1), gpus=[], on_trace=interrupt)
     assert r.interrupted and r.returncode == 130
     assert seen == r.trace_paths and r.trace_paths[0].exists()
     assert "KeyboardInterrupt" in r.stderr_tail
@@ -290,7 +285,7 @@ def test_step_clock_plan(skip_first, budget_s, started_at, before_steps):
 @pytest.mark.gpu
 def test_gpu_example_is_slower_under_the_profiler(tmp_path):
     example = Path(__file__).parents[2] / "examples" / "train_mlp.py"
-    r = capture.run([sys.executable, str(example), "--steps", "30"], tmp_path / "out", stop_after_window=True)
+    r = capture.run([sys.executable, str(example), "--steps", "30"], tmp_path / "out", capture.Plan(stop_after_window=True))
     u = r.unprofiled
     assert r.returncode == 0 and u["before_steps"] >= 1 and u["after_steps"] >= 1
     assert u["step_ms"] < u["profiled_ms"]

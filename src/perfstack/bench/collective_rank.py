@@ -11,8 +11,9 @@ import sys
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from perfstack.bench import _gpu, batched, nccl_lib, timing
 from perfstack.bench.collectives import (ELEM, buffer_elems, bytes_needed, correct, count_for,
@@ -184,10 +185,11 @@ def _work(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
         comm, why = open_direct(torch, dist, device, rank, n)
         meta["via_why_not_nccl"] = why or None
     meta["via"] = "nccl" if comm else "torch"
+    here = Rank(torch=torch, dist=dist, timer=timer, cfg=cfg, rank=rank, n=n, device=device, comm=comm)
     rows = []
     for op in cfg["ops"]:
         for nbytes in cfg["sizes"]:
-            rows.append(time_size(torch, dist, timer, cfg, op, nbytes, rank, n, device, comm))
+            rows.append(time_size(here, op, nbytes))
     if comm:
         torch.cuda.synchronize()
         comm.close()
@@ -208,12 +210,28 @@ def _flags(torch: Any, dist: Any, value: bool, device: Any) -> list[bool]:
     return [bool(x.item()) for x in out]
 
 
-def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, nbytes: int, rank: int, n: int,
-              device: Any, comm: nccl_lib.Comm | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rank:
+    """This rank of a collective run, as every size it times sees it: torch and its process group, the
+    timer, the run's settings, where it stands (``rank`` of ``n``, on ``device``) and, when the calls go
+    straight to NCCL, its communicator."""
+
+    torch: Any
+    dist: Any
+    timer: Any
+    cfg: dict[str, Any]
+    rank: int
+    n: int
+    device: Any
+    comm: Optional[nccl_lib.Comm] = None
+
+
+def time_size(r: Rank, op: str, nbytes: int) -> dict[str, Any]:
     """One op at one size on this rank, as the module's docstring says: the check, the batch plan from
     rank 0, the timed batches; the row rank 0 reports (its ``samples`` the slowest rank's per batch).
-    The calls go straight to NCCL on ``comm`` when given, else through ``dist``.
+    The calls go straight to NCCL on ``r.comm`` when given, else through ``r.dist``.
     Also the fleet's all-reduce between machines (``fleet.allreduce_ray``), with one rank per machine."""
+    torch, dist, rank, n, device, comm = r.torch, r.dist, r.rank, r.n, r.device, r.comm
     count = count_for(nbytes, n)
     row: dict[str, Any] = {"op": op, "requested_bytes": nbytes, "bytes": count * ELEM}
     need = bytes_needed(op, count, n)
@@ -232,15 +250,15 @@ def time_size(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, n
         if why_not:
             row["why_not_nccl_memory"] = why_not
     try:
-        return _timed(torch, dist, timer, cfg, op, rank, n, count, device, comm, inp, out, row)
+        return _timed(r, op, count, inp, out, row)
     finally:
         if comm:
             free_nccl_memory(torch, comm, held)
 
 
-def _timed(torch: Any, dist: Any, timer: Any, cfg: dict[str, Any], op: str, rank: int, n: int, count: int,
-           device: Any, comm: nccl_lib.Comm | None, inp: Any, out: Any, row: dict[str, Any]) -> dict[str, Any]:
+def _timed(r: Rank, op: str, count: int, inp: Any, out: Any, row: dict[str, Any]) -> dict[str, Any]:
     """time_size's check and timed batches on buffers already in place."""
+    torch, dist, timer, cfg, rank, n, device, comm = r.torch, r.dist, r.timer, r.cfg, r.rank, r.n, r.device, r.comm
     fn = direct(torch, comm, op, inp, out) if comm else (lambda: call(dist, op, inp, out))
     got = fn()
     good = _flags(torch, dist, correct(torch, op, rank, n, count, got, device), device)

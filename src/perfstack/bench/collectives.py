@@ -39,8 +39,9 @@ import sys
 import tempfile
 import time
 from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 from perfstack.bench import BenchContext, Suite, _gpu, batched, benchmark, regime, timing
 from perfstack.bench.p2p import peer_peak
@@ -209,18 +210,34 @@ def child_env(base: dict[str, str], rank: int, n: int, cfg_path: str, graph: boo
     return env
 
 
-def launch(world: int, ops: tuple[str, ...], sizes_: tuple[int, ...], budget_s: float, backend: str = "nccl",
-           deadline_s: float = 600.0, timeout_s: int = INIT_TIMEOUT_S,
-           fail_rank: int | None = None, graph: bool = True,
-           batch_s: float = batched.TARGET_BATCH_S, via: str = "nccl") -> tuple[dict[str, Any] | None, str]:
-    """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank).
-    ``graph``: capture each batch in a CUDA graph (GPU only); ``batch_s``: target duration of a batch;
-    ``via``: "nccl" calls NCCL directly where it can (as nccl-tests), "torch" through torch.distributed."""
+Backend = Literal["nccl", "gloo"]  # gloo: the CPU stand-in the tests run
+Via = Literal["nccl", "torch"]  # NCCL called directly where it can be (as nccl-tests), or through torch.distributed
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the collectives: what every worker is told (the config file each one reads)."""
+
+    world: int  # ranks, one process (and one GPU) each
+    ops: tuple[str, ...]
+    sizes: tuple[int, ...]  # bytes
+    budget_s: float  # timing budget per op and size
+    backend: Backend = "nccl"
+    timeout_s: int = INIT_TIMEOUT_S  # for the process group to form
+    fail_rank: Optional[int] = None  # the tests' way to make one rank fail
+    graph: bool = True  # capture each batch in a CUDA graph (GPU only)
+    batch_s: float = batched.TARGET_BATCH_S  # target duration of a batch
+    via: Via = "nccl"
+
+
+def launch(job: Job, deadline_s: float = 600.0) -> tuple[dict[str, Any] | None, str]:
+    """Run the workers; (rank 0's results, "") or (None, what went wrong, naming the rank)."""
+    world, graph, backend = job.world, job.graph, job.backend
     tmp = tempfile.mkdtemp(prefix="perfstack-coll-")
     try:
-        cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(ops),
-               "sizes": list(sizes_), "budget_s": budget_s, "timeout_s": timeout_s, "dir": tmp,
-               "fail_rank": fail_rank, "graph": graph, "batch_s": batch_s, "via": via}
+        cfg = {"world_size": world, "backend": backend, "port": free_port(), "ops": list(job.ops),
+               "sizes": list(job.sizes), "budget_s": job.budget_s, "timeout_s": job.timeout_s, "dir": tmp,
+               "fail_rank": job.fail_rank, "graph": graph, "batch_s": job.batch_s, "via": job.via}
         cfg_path = os.path.join(tmp, "cfg.json")
         Path(cfg_path).write_text(json.dumps(cfg))
         procs = []
@@ -417,8 +434,9 @@ def run(ctx: BenchContext) -> list[Measurement]:
     deadline = INIT_TIMEOUT_S + len(OPS) * len(todo) * (budget + 3.0) + 60
     torch.cuda.empty_cache()  # leave the workers the memory this process cached
     tels = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
-    results, why = launch(n, OPS, todo, budget, "nccl", deadline, graph=bool(ctx.options.get("graph", True)),
-                          via=str(ctx.options.get("via", "nccl")))
+    via: Via = "nccl" if ctx.options.get("via", "nccl") == "nccl" else "torch"  # as the workers read it
+    results, why = launch(Job(world=n, ops=OPS, sizes=todo, budget_s=budget, graph=bool(ctx.options.get("graph", True)),
+                              via=via), deadline)
     after = [(d, _gpu.telemetry(e.get("index", d))) for d, e in enumerate(entries)]
     if results is None:
         return [_gpu.error("collective", "collective", why, "GB/s", {"world_size": n})]

@@ -68,8 +68,9 @@ def _capture(args: argparse.Namespace, err: Console) -> CaptureResult:
         out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
         made = None if args.out_dir else out_dir
         err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
-        return capture.run(cmd, out_dir, args.steps, args.window, args.skip_first,
-                           stop_after_window=args.stop_after_window, nproc=args.nproc)
+        plan = capture.Plan(steps=args.steps, window=args.window, skip_first=args.skip_first,
+                            stop_after_window=args.stop_after_window)
+        return capture.run(cmd, out_dir, plan, nproc=args.nproc)
     except ImportError as e:  # a perfstack whose capture cannot load on this platform
         raise CannotRunHere(f"capture mode is not available here ({type(e).__name__}: {e})",
                             hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None

@@ -93,7 +93,7 @@ def _profile_first(cmd: list[str], err: Console) -> Predicted:
     from perfstack.profile.summary import profile_run
     err.print("no --fix or --from: profiling the script first to choose the fixes")
     with tempfile.TemporaryDirectory(prefix="perfstack-try-profile-") as d:
-        res = capture.run(cmd, Path(d), 3, None, None, stop_after_window=True)
+        res = capture.run(cmd, Path(d), capture.Plan(steps=3, stop_after_window=True))
         u = res.unprofiled
         result = profile_run(res.trace_paths, telemetry=res.telemetry,
                              unprofiled_step_ms=u["step_ms"] if u else None,

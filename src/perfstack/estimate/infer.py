@@ -67,8 +67,8 @@ def check(m: ModelSpec, s: InferSettings) -> None:
 def _memory(m: ModelSpec, s: InferSettings, tp: int) -> mem.InferenceMemory:
     b = mem.DTYPE_BYTES[s.dtype]
     b_kv = mem.DTYPE_BYTES[s.kv_dtype] if s.kv_dtype else b
-    return mem.inference(m, s.batch, s.prompt, s.gen, b_w=b, b_act=b, b_kv=b_kv, quant=s.weights, tp=tp,
-                         prefill_chunk=s.prefill_chunk)
+    return mem.inference(m, s.batch, s.prompt, s.gen, mem.ElementBytes(weights=b, activations=b, kv=b_kv, quant=s.weights),
+                         tp=tp, prefill_chunk=s.prefill_chunk)
 
 
 def fits(m: ModelSpec, s: InferSettings) -> list[dict[str, Any]]:

@@ -95,9 +95,20 @@ class InferenceMemory:
     per_seq_decode: float
 
 
-def inference(m: ModelSpec, batch: int, prompt: int, gen: int, b_w: float, b_act: float, b_kv: float,
-              quant: str | None = None, tp: int = 1, prefill_chunk: int | None = None,
-              context_bytes: float = CUDA_CONTEXT) -> InferenceMemory:
+@dataclass(frozen=True)
+class ElementBytes:
+    """Bytes per element of what a serving GPU holds: the weights (before quantization), the activations
+    and the KV cache; and the weights' quantized format, when they are stored in one."""
+
+    weights: float
+    activations: float
+    kv: float
+    quant: str | None = None  # int8 | int4 | fp8
+
+
+def inference(m: ModelSpec, batch: int, prompt: int, gen: int, elem: ElementBytes, tp: int = 1,
+              prefill_chunk: int | None = None, context_bytes: float = CUDA_CONTEXT) -> InferenceMemory:
+    b_w, b_act, b_kv, quant = elem.weights, elem.activations, elem.kv, elem.quant
     W = weight_bytes(m, b_w, quant, tp)
     kv = kv_cache(m, b_kv, tp)
     chunk = min(prompt, prefill_chunk) if prefill_chunk else prompt

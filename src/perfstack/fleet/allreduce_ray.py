@@ -84,7 +84,8 @@ def rank_task(rank: int, n: int, addr: str, port: int, backend: str, sizes: list
         delay = float(os.environ.get(DELAY_ENV) or 0)
         d: Any = _Delayed(dist, delay) if delay > 0 else dist
         cfg = {"budget_s": budget_s, "graph": gpu}
-        rows = [collective_rank.time_size(torch, d, timer, cfg, OP, nbytes, rank, n, device) for nbytes in sizes]
+        here = collective_rank.Rank(torch=torch, dist=d, timer=timer, cfg=cfg, rank=rank, n=n, device=device)
+        rows = [collective_rank.time_size(here, OP, nbytes) for nbytes in sizes]
         return {"rows": rows, "host": socket.gethostname()}
     finally:
         dist.destroy_process_group()

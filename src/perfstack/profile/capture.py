@@ -67,6 +67,18 @@ _OPT_WITH_VALUE = ("-W", "-X")
 UNPROFILED_KEYS = ("before_ms", "after_ms", "before_steps", "after_steps", "step_ms", "profiled_ms")
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Which steps a capture records, and how it times steps without the profiler (see the module doc)."""
+
+    steps: int = 3  # recorded
+    window: int | None = None  # seconds to record instead, for a script without optimizer steps
+    skip_first: int | None = None  # steps let pass first (None: warm-up, then the steps timed before)
+    stop_after_window: bool = False  # end the script once the window and the timing after it are done
+    timed_steps: int = TIMED_STEPS  # timed without the profiler, before and after the window
+    timed_budget_s: float = TIMED_BUDGET_S  # at most this long timing each side
+
+
 @dataclass
 class CaptureResult:
     trace_paths: list[Path]
@@ -265,9 +277,7 @@ def _last_line(text: str) -> str:
 
 # -- run -----------------------------------------------------------------------------------
 
-def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = None, skip_first: int | None = None,
-        *, stop_after_window: bool = False, timed_steps: int = TIMED_STEPS, timed_budget_s: float = TIMED_BUDGET_S,
-        nproc: int = 1, gpus: Sequence[int] | None = None,
+def run(argv: list[str], out_dir: Path, plan: Plan = Plan(), *, nproc: int = 1, gpus: Sequence[int] | None = None,
         sample: Callable[[int], dict[str, Any]] | None = None, interval: float = INTERVAL_S,
         env: dict[str, str] | None = None,
         on_trace: Callable[[list[Path]], None] | None = None) -> CaptureResult:
@@ -280,16 +290,16 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
     called from this thread as soon as the trace files exist (the script may still be running).
     """
     target = parse_argv(argv)
-    check_plan(steps, skip_first, timed_steps, window)
+    check_plan(plan.steps, plan.skip_first, plan.timed_steps, plan.window)
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {nproc}")
     out_dir = _output_dir(Path(out_dir))
     fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
     os.close(fd)
     cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
-                           "steps": steps, "skip_first": skip_first, "window": window,
-                           "stop_after_window": stop_after_window, "name": target.name,
-                           "timed_steps": timed_steps, "timed_budget_s": timed_budget_s, "nproc": nproc}
+                           "steps": plan.steps, "skip_first": plan.skip_first, "window": plan.window,
+                           "stop_after_window": plan.stop_after_window, "name": target.name,
+                           "timed_steps": plan.timed_steps, "timed_budget_s": plan.timed_budget_s, "nproc": nproc}
     cfg["module" if target.module else "script"] = target.module or target.script
     launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
     cmd = [sys.executable, *target.python_options, *launch, str(BOOTSTRAP), json.dumps(cfg)]
@@ -318,7 +328,7 @@ def run(argv: list[str], out_dir: Path, steps: int = 3, window: int | None = Non
         return result
     if interrupted:
         raise KeyboardInterrupt
-    raise _no_trace_error(result, status, target, steps, skip_first, window, timed_steps)
+    raise _no_trace_error(result, status, target, plan)
 
 
 def check_plan(steps: int, skip_first: int | None, timed_steps: int, window: int | None = None,
@@ -449,8 +459,8 @@ def _unprofiled(u: Any) -> dict[str, Any] | None:
     return out if isinstance(out["step_ms"], (int, float)) and out["step_ms"] > 0 else None
 
 
-def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, steps: int, skip_first: int | None,
-                    window: int | None, timed_steps: int = TIMED_STEPS) -> InputError | CannotRunHere:
+def _no_trace_error(r: CaptureResult, status: dict[str, Any], target: Target, plan: Plan) -> InputError | CannotRunHere:
+    steps, skip_first, window, timed_steps = plan.steps, plan.skip_first, plan.window, plan.timed_steps
     ended = "finished" if r.returncode == 0 else f"exited with code {r.returncode}"
     last = _last_line(r.stderr_tail)
     why = f": {last}" if r.returncode != 0 else ""
