@@ -47,8 +47,9 @@ LOG_SUFFIX = {"eager": ".log", "graph": ".graph.log"}
 
 def perfstack_rows(world: int, sizes: tuple[int, ...], graph: bool, budget_s: float,
                    backend: str, via: str = "nccl") -> tuple[dict[tuple[str, int], dict], dict]:
-    results, why = collectives.launch(world, collectives.OPS, sizes, budget_s, backend, deadline_s=540, graph=graph,
-                                      via=via)
+    job = collectives.Job(world=world, ops=collectives.OPS, sizes=sizes, budget_s=budget_s, backend=backend,
+                          graph=graph, via=via)
+    results, why = collectives.launch(job, deadline_s=540)
     if results is None:
         sys.exit(f"perfstack collectives failed: {why}")
     out = {}

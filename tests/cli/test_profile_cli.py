@@ -30,7 +30,7 @@ def seen(monkeypatch):
 
 
 def fake_capture(unprofiled):
-    def run(argv, out_dir, steps, window, skip_first, stop_after_window=False, nproc=1):
+    def run(argv, out_dir, plan, nproc=1):
         return cap.CaptureResult(trace_paths=[TRACE], telemetry=[], returncode=0, steps_seen=20, stderr_tail="",
                                  unprofiled=unprofiled)
     return run
