@@ -108,7 +108,8 @@ _SHEET = _names(EstimateSheet)
 
 
 def _figure(w: Mapping[str, Any]) -> Figure:
-    return Figure(w["label"], w["value"], w["unit"], w["formula"], dict(w["inputs"]), list(w["assumptions"]),
+    return Figure(label=w["label"], value=w["value"], unit=w["unit"], formula=w["formula"], inputs=dict(w["inputs"]),
+                  assumptions=list(w["assumptions"]),
                   extra={k: v for k, v in w.items() if k not in _FIGURE}, order=tuple(w))
 
 

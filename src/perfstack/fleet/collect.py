@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfstack import redact
-from perfstack.fleet.jobs import BenchJob, DoctorJob
+from perfstack.fleet.jobs import BenchJob, DoctorJob, Part
 from perfstack.fleet.ray_engine import NodeResult, RayNode, fan_out, locate, nodes
 from perfstack.fleet.summary import NodeSummary, failed, merge, summarize
 from perfstack.model import Run
@@ -38,7 +38,7 @@ def doctor(ray: Any, job: DoctorJob, timeout_s: float,
 
 @dataclass(frozen=True)
 class Stage:
-    part: str  # jobs.PARTS
+    part: Part
     targets: list[tuple[RayNode, int | None]]
     one_per_machine: bool = False
 
@@ -69,10 +69,10 @@ def plan(members: list[RayNode]) -> list[Stage]:
 
 def bench(ray: Any, suite: str, names: tuple[str, ...], timeout_s: float,
           progress: Callable[[NodeResult], None] = lambda _r: None,
-          job_for: Callable[[str], Callable[..., Any] | None] | None = None) -> list[NodeResult]:
+          job_for: Callable[[Part], Callable[..., Any] | None] | None = None) -> list[NodeResult]:
     """The stages of ``plan``; ``job_for(part)`` is the job of a part, or None where the suite has
     nothing in it (default: ``BenchJob``)."""
-    def bench_job(part: str) -> BenchJob | None:
+    def bench_job(part: Part) -> BenchJob | None:
         job = BenchJob(suite, names, part)
         return job if job.chosen() else None
     job_for = job_for or bench_job

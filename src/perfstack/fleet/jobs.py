@@ -8,7 +8,7 @@ as ``perfstack doctor`` and ``perfstack bench`` do there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from perfstack.model import Facts, Measurement, Run
 
@@ -42,10 +42,11 @@ class DoctorJob:
 #   "node"      the machine's own (CPU memory and GEMM, GPU-to-GPU copies, NCCL over its GPUs): once
 #               per machine, however many Ray nodes it hosts;
 #   "all"       every benchmark, once per machine, where no Ray node of the machine offers Ray a GPU.
-PARTS = ("gpu", "gpu-host", "node", "all")
+Part = Literal["gpu", "gpu-host", "node", "all"]
+PARTS: tuple[Part, ...] = ("gpu", "gpu-host", "node", "all")
 
 
-def part_of(b: Benchmark) -> str:
+def part_of(b: Benchmark) -> Part:
     if b.needs_cuda and b.min_gpus <= 1:
         return "gpu-host" if b.host_bound else "gpu"
     return "node"
@@ -58,7 +59,7 @@ class BenchJob:
 
     suite: str = "quick"
     names: tuple[str, ...] = ()
-    part: str = "gpu"
+    part: Part = "gpu"
 
     def chosen(self) -> list[Benchmark]:
         from perfstack import bench as benches

@@ -103,8 +103,10 @@ def detect(A: Analysis) -> Waste | None:
     all_rounds = [sum(gpu[i].dur for i in idx) for by_f in rounds.values() for idx in by_f.values()]
     n_rounds = len(all_rounds)
     w.evidence = DdpSyncPerMicrobatch(
-        round(statistics.mean(micro.values()), 2), round(n_rounds / len(rounds), 2), len(rounds),
-        round(sum(len(idx) for by_f in rounds.values() for idx in by_f.values()) / n_rounds, 1),
-        round(statistics.median(all_rounds) / 1e3, 4), round(sum(gpu[i].dur for i in extra) / n / 1e3, 4),
-        round(exposed / n / 1e3, 4), round(wait / n / 1e3, 4), c)
+        micro_batches=round(statistics.mean(micro.values()), 2), rounds=round(n_rounds / len(rounds), 2),
+        optimizer_steps=len(rounds),
+        kernels_per_round=round(sum(len(idx) for by_f in rounds.values() for idx in by_f.values()) / n_rounds, 1),
+        round_ms=round(statistics.median(all_rounds) / 1e3, 4),
+        extra_ms=round(sum(gpu[i].dur for i in extra) / n / 1e3, 4),
+        extra_exposed_ms=round(exposed / n / 1e3, 4), extra_wait_ms=round(wait / n / 1e3, 4), contention=c)
     return w

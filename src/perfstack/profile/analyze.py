@@ -160,19 +160,21 @@ def _device_name(A: Analysis) -> str | None:
 def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: list[float]) -> Timeline:
     cpu_ms, gpu_ms = m("cpu_ms"), m("gpu_ms")
     median = _quantile(delays, 0.5)
-    return Timeline(cpu_ms, gpu_ms, _bound(m("busy_ms"), m("total_ms"), idle_reason, gpu_ms, cpu_ms),
-                    A.att.method, _r(median / 1e3 if median is not None else None, 4), A.att.unattributed)
+    return Timeline(cpu_step_ms=cpu_ms, gpu_step_ms=gpu_ms,
+                    bound=_bound(m("busy_ms"), m("total_ms"), idle_reason, gpu_ms, cpu_ms),
+                    attribution=A.att.method, cpu_ahead_ms=_r(median / 1e3 if median is not None else None, 4),
+                    unattributed_events=A.att.unattributed)
 
 
 def _launch(A: Analysis, m: _Means, delays: list[float]) -> Launch:
     gpu = A.gpu
     kdurs = [gpu[i].dur for i in range(len(gpu)) if A.att.step[i] >= 0 and gpu[i].kind == "kernel"]
     return Launch(
-        m("kernels"), m("launches"), m("graph_launches"),
-        _r(statistics.median(kdurs)) if kdurs else None,
-        _pct(sum(1 for d in kdurs if d < 10.0), len(kdurs)),
-        LaunchToStart(_r(_quantile(delays, 0.5)), _r(_quantile(delays, 0.9)), len(delays)),
-        m("launch_call_us") or None, m("launch_cpu_ms"))
+        kernels_per_step=m("kernels"), launches_per_step=m("launches"), graph_launches_per_step=m("graph_launches"),
+        median_kernel_us=_r(statistics.median(kdurs)) if kdurs else None,
+        short_kernel_pct=_pct(sum(1 for d in kdurs if d < 10.0), len(kdurs)),
+        launch_to_start_us=LaunchToStart(_r(_quantile(delays, 0.5)), _r(_quantile(delays, 0.9)), len(delays)),
+        launch_call_us=m("launch_call_us") or None, launch_cpu_ms_per_step=m("launch_cpu_ms"))
 
 
 class _GpuTimeline:
@@ -239,19 +241,22 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
             why = cpu.gap_reason(s, e, launch, A.cs)
             reasons[why] += e - s
             if e - s >= GAP_LIST_US:
-                gaps_out.append(IdleGap(_ms(s - A.windows[0][1]), _ms(e - s), number, why,
-                                        _neighbour(gpu, tl.starts, s, True),
-                                        classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""))
+                gaps_out.append(IdleGap(start_ms=_ms(s - A.windows[0][1]), duration_ms=_ms(e - s), step=number,
+                                        reason=why,
+                                        before=_neighbour(gpu, tl.starts, s, True),
+                                        after=classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""))
     unexplained = idle - sum(reasons.values())
     if unexplained > 0.5:
         # the CPU window outlasted the GPU period: the GPU was fed from a queue built up before
         reasons["cpu dispatch" if period else "unknown"] += unexplained
     categories = {c: _ms(excl[CAT_INDEX[c]]) for c in classify.CATEGORIES if excl[CAT_INDEX[c]] > 0}
     categories["idle" if gpu else "cpu"] = _ms(idle if gpu else total)
-    row = GpuStep(number, _ms(total), _ms(cpu_us), _ms(period), _ms(busy), _pct(busy, total), _ms(idle),
-                  categories, {r: _ms(v) for r, v in reasons.items() if v > 0},
-                  sum(1 for i in idx if gpu[i].kind == "kernel"), _ms(excl[comm_idx] + comm_ov), _ms(comm_ex),
-                  _ms(comm_ov))
+    row = GpuStep(step=number, total_ms=_ms(total), cpu_ms=_ms(cpu_us), gpu_ms=_ms(period), busy_ms=_ms(busy),
+                  busy_pct=_pct(busy, total), idle_ms=_ms(idle),
+                  categories=categories, idle_by_reason_ms={r: _ms(v) for r, v in reasons.items() if v > 0},
+                  kernels=sum(1 for i in idx if gpu[i].kind == "kernel"), comm_ms=_ms(excl[comm_idx] + comm_ov),
+                  comm_exposed_ms=_ms(comm_ex),
+                  comm_overlapped_ms=_ms(comm_ov))
     return row, gaps_out
 
 
@@ -302,10 +307,11 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
             acc[k]["data_wait_ms"] += o.dur / 1e3
         elif w == 2:
             acc[k]["alloc_ms"] += o.dur / 1e3
-    return [CpuCounts(int(a["launches"]), int(a["graph_launches"]), int(a["syncs"]), int(a["alloc_calls"]),
-                      n, round(a["launch_cpu_ms"], 4), round(a["sync_wait_ms"], 4),
-                      round(a["alloc_ms"], 4), round(a["data_wait_ms"], 4),
-                      round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0)
+    return [CpuCounts(launches=int(a["launches"]), graph_launches=int(a["graph_launches"]), syncs=int(a["syncs"]),
+                      alloc_calls=int(a["alloc_calls"]), cpu_events=n, launch_cpu_ms=round(a["launch_cpu_ms"], 4),
+                      sync_wait_ms=round(a["sync_wait_ms"], 4), alloc_ms=round(a["alloc_ms"], 4),
+                      data_wait_ms=round(a["data_wait_ms"], 4),
+                      launch_call_us=round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0)
             for a, n in zip(acc, events)]
 
 

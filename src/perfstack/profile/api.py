@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from perfstack.errors import UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, StepClock, export, quiet_profiler
 from perfstack.profile.capture import check_plan, unprofiled_note
 from perfstack.profile.sampler import INTERVAL_S, TelemetrySampler
+
+
+# Where the block stands: before the profiler starts, profiling, timing steps after it, done.
+_Phase = Literal["before", "profiling", "after", "done"]
 
 
 class Profile:
@@ -69,7 +73,7 @@ class Profile:
         self._timing = (unprofiled_steps, unprofiled_budget_s)
         self._clock: StepClock | None = None
         self._started_at = 0  # steps the profiler let pass
-        self._phase = "before"  # before the profiler → "profiling" → "after" (timing) → "done"
+        self._phase: _Phase = "before"
 
     # -- the profiler ------------------------------------------------------------------------
     def __enter__(self) -> "Profile":

@@ -16,12 +16,15 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import eq
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.trace import GpuEvent, Trace
 
 PHASES = ("forward", "backward", "optimizer")
+# How GPU work was given its step: by the op that launched it, by the GPU-side ProfilerStep spans, or by
+# its timestamp within the CPU's step windows (the words the analysis quotes).
+Method = Literal["launch", "the GPU-side ProfilerStep spans", "timestamp (the CPU step windows)"]
 _RANK = {"attention": 0, "conv": 1, "gemm": 2, "copy": 3}
 COMPILED, LOSS, ATTN_MATH, DATALOADER = 1, 2, 4, 8
 
@@ -46,7 +49,7 @@ class Attribution:
     phase: list[str]
     runtime_parent: Sequence[int]  # per runtime call: innermost enclosing op, -1 when none
     ops: OpInfo
-    method: str  # "launch" | "gpu annotations" | "timestamps"
+    method: Method
     notes: list[str] = field(default_factory=list)
     unattributed: int = 0  # GPU events launched before/after every profiled step
 
@@ -169,7 +172,7 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
                 op_by_ext = _ops_by_external_id(trace)
             opi[i] = op_by_ext.get(g.external_id, -1)
     notes: list[str] = []
-    method = "launch"
+    method: Method = "launch"
     if n and linked < 0.5 * n:
         # Not enough correlation ids to attribute by launch: use the GPU-side step spans, else the
         # CPU windows, by timestamp, and say what that costs.
@@ -199,12 +202,12 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
 def _ops_by_external_id(trace: Trace) -> dict[int, int]:
     """The first operator (cat op) of each External id."""
     ops = trace.ops
-    by = {o.external_id: i for i, o in zip(range(len(ops) - 1, -1, -1), reversed(ops)) if o.cat == "op"}
-    by.pop(None, None)
-    return by  # type: ignore[return-value]
+    return {o.external_id: i for i, o in zip(range(len(ops) - 1, -1, -1), reversed(ops))
+            if o.cat == "op" and o.external_id is not None}
 
 
-def _by_timestamp(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float, float]], step: list[int], launch: list[int]) -> str:
+def _by_timestamp(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float, float]], step: list[int],
+                  launch: list[int]) -> Method:
     spans: dict[int, tuple[float, float]] = {}
     for a in getattr(trace, "gpu_annotations", ()):
         if a.name.startswith("ProfilerStep#"):
@@ -214,7 +217,7 @@ def _by_timestamp(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, fl
                 continue
     numbers = {num: k for k, (num, _, _) in enumerate(windows)}
     use = [(numbers[num], s, e) for num, (s, e) in spans.items() if num in numbers]
-    method = "the GPU-side ProfilerStep spans"
+    method: Method = "the GPU-side ProfilerStep spans"
     if len(use) < len(windows):
         use = [(k, a, b) for k, (_, a, b) in enumerate(windows)]
         method = "timestamp (the CPU step windows)"

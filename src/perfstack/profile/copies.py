@@ -110,10 +110,12 @@ def detect(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         for i in c.events:
             w.new_dur[i] = gpu[i].dur * after / c.time
     nbytes = sum(c.nbytes for c in calls)
-    w.evidence = CopyBound(round(copy_us / n / 1e3, 4), round(100 * copy_us / total, 1), round(nbytes / n),
-                           round(nbytes / copy_us / 1e3, 1) if copy_us else 0.0, round(bw or 0.0, 1),
-                           round(grow_us / n / 1e3, 4), round(avoid / n), round(fixed_us / n / 1e3, 4),
-                           _ops(calls, A, n))
+    w.evidence = CopyBound(copy_ms=round(copy_us / n / 1e3, 4), pct_of_busy=round(100 * copy_us / total, 1),
+                           bytes_per_step=round(nbytes / n),
+                           gbps=round(nbytes / copy_us / 1e3, 1) if copy_us else 0.0, hbm_gbps=round(bw or 0.0, 1),
+                           growing_ms=round(grow_us / n / 1e3, 4), avoidable_bytes_per_step=round(avoid / n),
+                           fixed_ms=round(fixed_us / n / 1e3, 4),
+                           ops=_ops(calls, A, n))
     return w
 
 
@@ -323,8 +325,8 @@ def _ops(calls: list[_Call], A: Analysis, n: int) -> list[CopyOp]:
             for i in c.events:
                 kern[classify.short_name(A.gpu[i].name, 60)] += A.gpu[i].dur
         growth = max((c.growth for c in cs if c.growth), key=len, default="")
-        rows.append(CopyOp(name, [k for k, _ in sorted(kern.items(), key=lambda kv: -kv[1])[:3]],
-                           round(len(cs) / n, 1), round(sum(c.time for c in cs) / n / 1e3, 4),
-                           round(sum(c.nbytes for c in cs) / n), grows, growth))
+        rows.append(CopyOp(op=name, kernels=[k for k, _ in sorted(kern.items(), key=lambda kv: -kv[1])[:3]],
+                           calls_per_step=round(len(cs) / n, 1), time_ms=round(sum(c.time for c in cs) / n / 1e3, 4),
+                           bytes_per_step=round(sum(c.nbytes for c in cs) / n), growing=grows, growth=growth))
     rows.sort(key=lambda r: -r.time_ms)
     return rows[:5]

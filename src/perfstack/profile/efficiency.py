@@ -129,10 +129,11 @@ class _Rows:
 def _finish_op(r: dict[str, Any], n: int) -> OpRow:
     """An operator row per step, with its achieved TFLOP/s and GB/s over the time its FLOPs and bytes ran."""
     flops, nbytes, ft, bt = r["flops"] / n, r["bytes"] / n, r["counted_us"], r["bytes_us"]
-    return OpRow(r["op"], r["category"], r["dtype"], round(len(r["calls"]) / n, 2), round(r["kernels"] / n, 2),
-                 _ms(r["time_us"] / n), flops, nbytes,
-                 round(flops * n / (ft * 1e-6) / 1e12, 2) if ft and flops else None,
-                 round(nbytes * n / (bt * 1e-6) / 1e9, 1) if bt and nbytes else None)
+    return OpRow(op=r["op"], category=r["category"], dtype=r["dtype"], calls_per_step=round(len(r["calls"]) / n, 2),
+                 kernels_per_step=round(r["kernels"] / n, 2),
+                 time_ms_per_step=_ms(r["time_us"] / n), flops_per_step=flops, bytes_per_step=nbytes,
+                 tflops=round(flops * n / (ft * 1e-6) / 1e12, 2) if ft and flops else None,
+                 gbps=round(nbytes * n / (bt * 1e-6) / 1e9, 1) if bt and nbytes else None)
 
 
 def _finish_memcpy(m: dict[str, Any], n: int) -> dict[str, Any]:
@@ -232,7 +233,7 @@ def against_peaks(gemms: list[dict[str, Any]], ops: list[OpRow], ops_all: list[O
         label = f"{g['category'].upper() if g['category'] != 'gemm' else 'GEMM'} {g['dtype'] or '?'} " + \
                 {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
         label += " GEMV" if g["gemv"] else " misaligned" if g["misaligned"] else ""
-        classes.append(KernelClass(label, time_ms=g["time_ms_per_step"], flops=g["flops_per_step"] or None,
+        classes.append(KernelClass(name=label, time_ms=g["time_ms_per_step"], flops=g["flops_per_step"] or None,
                                    bytes=g["bytes_per_step"] or None, tflops=g["tflops"],
                                    peak_tflops=g["peak_tflops"], gemm=True))
     by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -245,7 +246,7 @@ def against_peaks(gemms: list[dict[str, Any]], ops: list[OpRow], ops_all: list[O
         d["bytes"] += r.bytes_per_step
     for cat, d in by_cat.items():
         t = d["time_ms"]
-        classes.append(KernelClass(cat, time_ms=round(t, 4), flops=d["flops"] or None, bytes=d["bytes"] or None,
+        classes.append(KernelClass(name=cat, time_ms=round(t, 4), flops=d["flops"] or None, bytes=d["bytes"] or None,
                                    tflops=round(d["flops"] / (t * 1e-3) / 1e12, 2) if d["flops"] and t else None,
                                    gbps=round(d["bytes"] / (t * 1e-3) / 1e9, 1) if d["bytes"] and t else None,
                                    gemm=False))

@@ -101,10 +101,12 @@ def detect(A: Analysis) -> Waste | None:
     waste = Waste("activation-recompute")
     if layers_off:
         _remove(A, waste, kernels, layers_off)
-    waste.evidence = ActivationRecompute(round(regions, 1), round(sum(len(k) for k in kernels.values()) / n, 1),
-                                     round(t / n / 1e3, 4), round(region_bytes),
-                                     [k for k, _ in sorted(by_op.items(), key=lambda kv: -kv[1])[:5]],
-                                     total, peak, source, layers_off, round(layers_off * region_bytes))
+    waste.evidence = ActivationRecompute(regions_per_step=round(regions, 1),
+                                         kernels_per_step=round(sum(len(k) for k in kernels.values()) / n, 1),
+                                     time_ms=round(t / n / 1e3, 4), region_bytes=round(region_bytes),
+                                     top_ops=[k for k, _ in sorted(by_op.items(), key=lambda kv: -kv[1])[:5]],
+                                     total_memory=total, peak_reserved=peak, memory_source=source,
+                                     layers_off=layers_off, added_bytes=round(layers_off * region_bytes))
     return waste
 
 

@@ -82,11 +82,13 @@ def straggler(summaries: list[Section]) -> Straggler | None:
     med_in = _median_others(inputs, best)
     ratio = round(inputs[best] / med_in, 3) if med_in > 0 else None
     verdict = "gpu work" if extra_work > 0 and extra_work >= persists else "wait" if persists > 0 else "cannot tell"
-    return Straggler(best, round(non_comm[best], 4), round(_median_others(non_comm, best), 4),
-                     round(max(0.0, non_comm[best] - _median_others(non_comm, best)), 4),
-                     _cause(by_rank, best, verdict, wait, prof[best]), round(work[best], 4),
-                     round(_median_others(work, best), 4), round(wait, 4), round(prof[best], 4), ratio,
-                     round(extra_work + persists, 4), verdict)
+    return Straggler(rank=best, non_comm_ms=round(non_comm[best], 4),
+                     others_median_ms=round(_median_others(non_comm, best), 4),
+                     excess_ms=round(max(0.0, non_comm[best] - _median_others(non_comm, best)), 4),
+                     cause=_cause(by_rank, best, verdict, wait, prof[best]), gpu_work_ms=round(work[best], 4),
+                     others_gpu_work_ms=round(_median_others(work, best), 4), wait_ms=round(wait, 4),
+                     profiler_ms=round(prof[best], 4), input_ratio=ratio,
+                     recoverable_ms=round(extra_work + persists, 4), verdict=verdict)
 
 
 def _cause(by_rank: dict[int, Section], rank: int, verdict: str, wait: float, prof: float) -> str:

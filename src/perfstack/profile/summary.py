@@ -42,7 +42,8 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
     n = max(1, p.n_steps)
     profiled = p.step_ms or 0.0
     if tl is None:
-        return Overhead(p.step_ms, p.events_per_step, method="none", cpu_scale=1.0, step_ms=unprofiled_ms or p.step_ms,
+        return Overhead(profiled_step_ms=p.step_ms, events_per_step=p.events_per_step, method="none", cpu_scale=1.0,
+                        step_ms=unprofiled_ms or p.step_ms,
                         note="no replay model for this trace (launches not attributable): figures are of the profiled step")
     model = recorded(tl) / 1e3 / n
     cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
@@ -63,10 +64,11 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
     # where the CPU's speed without the profiler is the estimate (not measured, or a GPU-bound step whose
     # measured time says nothing of it), the other end of what it may be
     fast = round(at(PROFILER_US_PER_EVENT_HIGH), 4) if calibrated else None
-    return Overhead(p.step_ms, p.events_per_step, round(model, 4), round(model / profiled, 3) if profiled else None,
-                    method, how, round(scale, 4), round(1 / scale, 3),
-                    round(recorded(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
-                    round(recorded(tl, scale) / 1e3 / n, 4), fast_cpu_scale=fast)
+    return Overhead(profiled_step_ms=p.step_ms, events_per_step=p.events_per_step, model_step_ms=round(model, 4),
+                    model_fit=round(model / profiled, 3) if profiled else None,
+                    method=method, note=how, cpu_scale=round(scale, 4), cpu_inflation=round(1 / scale, 3),
+                    step_ms=round(recorded(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
+                    model_unprofiled_ms=round(recorded(tl, scale) / 1e3 / n, 4), fast_cpu_scale=fast)
 
 
 def _measured_scale(tl: Timeline, n: int, model: float, estimated: float,
@@ -130,8 +132,9 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
             # that the unprofiled step hides under backward (2-rank DDP with accumulation on H200s: 204 ms
             # of all-reduce per profiled step in a 143 ms unprofiled one)
             rc = min(rc, max(0.0, o.step_ms - compute_busy_ms(p)) * 1e3 * n)
-        w = WhatIf(round(max(0.0, rc) / 1e3 / n, 4), round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
-                   round(max(0.0, rp) / 1e3 / n, 4), round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
+        w = WhatIf(ms=round(max(0.0, rc) / 1e3 / n, 4), pct=round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
+                   ms_profiled=round(max(0.0, rp) / 1e3 / n, 4),
+                   pct_profiled=round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
         if (name in cpu_side or name == COMPILE_GRAPHS) and fast is not None and w.pct >= 1:
             # (below 1% no CPU-side rule fires: the replays are spared on large traces)
             base_f = recorded(tl, fast) if base_f is None else base_f
@@ -181,8 +184,8 @@ def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> di
         if not w.new_dur:
             continue
         ms = min(step, w.saved_us(A.gpu) / 1e3 / n) if bound == "gpu" else 0.0
-        out[w.id] = WhatIf(round(ms, 4), round(100 * ms / step, 1) if step else 0.0,
-                           round(ms, 4), round(100 * ms / p.step_ms, 1) if p.step_ms else 0.0)
+        out[w.id] = WhatIf(ms=round(ms, 4), pct=round(100 * ms / step, 1) if step else 0.0,
+                           ms_profiled=round(ms, 4), pct_profiled=round(100 * ms / p.step_ms, 1) if p.step_ms else 0.0)
     return out
 
 

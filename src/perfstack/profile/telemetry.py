@@ -28,9 +28,11 @@ def telemetry_summary(samples: list[dict[str, Any]], spec: Any = None) -> Teleme
     max_clock = max([*clocks, float(getattr(spec, "boost_clock_mhz", 0) or 0)]) if clocks else 0.0
     tclk = _values(thr, "sm_clock_mhz", nonzero=True)
     temps, power = _values(rows, "temperature_c"), _values(rows, "power_w")
-    return Telemetry(len(rows), len(busy), round(100 * len(thr) / len(busy), 1), sorted(reasons),
-                     (sum(tclk) / len(tclk)) if tclk else max_clock, max_clock, max(temps) if temps else None,
-                     max(power) if power else None)
+    return Telemetry(samples=len(rows), busy_samples=len(busy), throttled_pct=round(100 * len(thr) / len(busy), 1),
+                     reasons=sorted(reasons),
+                     throttled_clock_mhz=(sum(tclk) / len(tclk)) if tclk else max_clock, max_clock_mhz=max_clock,
+                     max_temperature_c=max(temps) if temps else None,
+                     max_power_w=max(power) if power else None)
 
 
 def _values(rows: list[dict[str, Any]], key: str, nonzero: bool = False) -> list[float]:

@@ -53,7 +53,7 @@ import msgspec
 from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
-from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, Events, _generic
+from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, BatchKind, Events, _generic
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -311,7 +311,7 @@ class _Builder:
         self.cats: dict[str, tuple[str, int]] = {}
         self.shapes = _Shapes()
 
-    def add(self, kind: str, batch: Any) -> None:
+    def add(self, kind: BatchKind, batch: Any) -> None:
         """One batch of events from tracefile.Events, in file order."""
         if kind == "objects":
             for e in batch:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, Generator, Iterator, List, NoReturn, Optional, Union
+from typing import Any, Dict, Generator, Iterator, List, Literal, NoReturn, Optional, Union
 
 import msgspec
 from msgspec import Raw
@@ -171,7 +171,10 @@ def _line(p: Path, at: int) -> int:
 # --- the document -------------------------------------------------------------------------------
 
 _FALSE_CUT = object()  # a cut that does not end an event
-_Batches = Generator[tuple[str, Any], None, Any]  # batches yielded, and what the reading came to
+# What a batch of events is: a list the typed decoder built, a list of per-event JSON slices, or a list of
+# Python objects from the standard library's parser.
+BatchKind = Literal["typed", "raw", "objects"]
+_Batches = Generator[tuple[BatchKind, Any], None, Any]  # batches yielded, and what the reading came to
 _MAX_RUN = 64 << 20  # text read on without finding an event's end before it is judged broken
 
 
@@ -193,7 +196,7 @@ class Events:
         self._pieces: Generator[bytes, None, None] = nothing()
         self._array = False  # the document is the event list itself
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
+    def __iter__(self) -> Iterator[tuple[BatchKind, Any]]:
         self._pieces = pieces(self.p, self.warnings)
         try:
             start = self._start()

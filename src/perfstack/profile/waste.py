@@ -186,9 +186,10 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             o = att.op[i]
             ops[A.trace.ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += gpu[i].dur
     n = max(1, len(A.windows))
-    w.evidence = UnfusedElementwise(round(chains / n, 1), round(n_kernels / n, 1), round(eager / n / 1e3, 3),
-                                    round(fused_total / n / 1e3, 3),
-                                    [k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]])
+    w.evidence = UnfusedElementwise(chains_per_step=round(chains / n, 1), kernels_per_step=round(n_kernels / n, 1),
+                                    eager_ms=round(eager / n / 1e3, 3),
+                                    fused_ms=round(fused_total / n / 1e3, 3),
+                                    top_ops=[k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]])
     return w
 
 
@@ -258,8 +259,9 @@ def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             w.new_dur[i] = per_step
         else:
             w.new_dur[i] = 0.0
-    w.evidence = LargeVocabLoss(vocab, rows, fp32, round(len(members) / n, 1), round(t / n / 1e3, 3),
-                                round(per_step / 1e3, 3))
+    w.evidence = LargeVocabLoss(vocab=vocab, rows=rows, fp32=fp32, kernels_per_step=round(len(members) / n, 1),
+                                time_ms=round(t / n / 1e3, 3),
+                                fused_ms=round(per_step / 1e3, 3))
     return w
 
 
@@ -287,8 +289,9 @@ def attention(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     scale = flash / t
     for i in region:
         w.new_dur[i] = gpu[i].dur * scale
-    w.evidence = AttentionUnfused(math_path, masked, round(len(region) / n, 1), round(t / n / 1e3, 3),
-                                  round(flash / n / 1e3, 3), round(gemm_flops / (t * 1e-6) / 1e12, 1))
+    w.evidence = AttentionUnfused(math_path=math_path, masked=masked, kernels_per_step=round(len(region) / n, 1),
+                                  time_ms=round(t / n / 1e3, 3),
+                                  flash_ms=round(flash / n / 1e3, 3), tflops=round(gemm_flops / (t * 1e-6) / 1e12, 1))
     return w
 
 
@@ -368,10 +371,10 @@ def fp32_conv(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         w.new_dur[i] = 0.0
     n = max(1, len(A.windows))
     tc = sum(1 for i in conv if classify.tensor_cores(gpu[i].name, "fp32", None))
-    w.evidence = Fp32Conv(round(conv_t / n / 1e3, 3), round(flops_total / (conv_t * 1e-6) / 1e12, 1),
-                          round(bf16 / n / 1e3, 3), round(100 * tc / len(conv)),
-                          round(sum(gpu[i].dur for i in elem) / n / 1e3, 3),
-                          round(sum(gpu[i].dur for i in layout) / n / 1e3, 3))
+    w.evidence = Fp32Conv(conv_ms=round(conv_t / n / 1e3, 3), tflops=round(flops_total / (conv_t * 1e-6) / 1e12, 1),
+                          bf16_ms=round(bf16 / n / 1e3, 3), tf32_kernels_pct=round(100 * tc / len(conv)),
+                          elementwise_fp32_ms=round(sum(gpu[i].dur for i in elem) / n / 1e3, 3),
+                          layout_ms=round(sum(gpu[i].dur for i in layout) / n / 1e3, 3))
     return w
 
 
@@ -400,8 +403,9 @@ def fp32_matmul(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     n = max(1, len(A.windows))
     t = sum(gpu[i].dur for i in idx)
     fl = sum((A.known_cost(att.op[i]).flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i])) for i in idx)
-    w.evidence = Fp32Matmul(round(len(idx) / n, 1), round(t / n / 1e3, 3),
-                            round(fl / (t * 1e-6) / 1e12, 1) if t else None, round(speedup, 1), src)
+    w.evidence = Fp32Matmul(kernels_per_step=round(len(idx) / n, 1), time_ms=round(t / n / 1e3, 3),
+                            tflops=round(fl / (t * 1e-6) / 1e12, 1) if t else None, speedup=round(speedup, 1),
+                            source=src)
     return w
 
 
@@ -445,9 +449,10 @@ def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             t += gpu[i].dur
             fl += f
             shapes[c.shape] += 1
-        parts.append(MisalignedGroup(dt, round(t / max(1, len(A.windows)) / 1e3, 3), round(fl / (t * 1e-6) / 1e12, 1),
-                                     round(rate / 1e6, 1), src,
-                                     [s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]))
+        parts.append(MisalignedGroup(dtype=dt, time_ms=round(t / max(1, len(A.windows)) / 1e3, 3),
+                                     tflops=round(fl / (t * 1e-6) / 1e12, 1),
+                                     expect_tflops=round(rate / 1e6, 1), source=src,
+                                     shapes=[s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]))
     w.evidence = GemmMisaligned(parts)
     return w
 
@@ -477,7 +482,8 @@ def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if not w.new_dur:
         return None
     n = max(1, len(A.windows))
-    w.evidence = PageableMemcpy(round(t / n / 1e3, 3), int(b / n), round(b / t / 1e3, 1), round(pinned, 1), src)
+    w.evidence = PageableMemcpy(time_ms=round(t / n / 1e3, 3), bytes_per_step=int(b / n), gbps=round(b / t / 1e3, 1),
+                                pinned_gbps=round(pinned, 1), source=src)
     return w
 
 
