@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from perfstack.compare.diff import higher_is_better, per_sample_values
 from perfstack.compare.facts import is_volatile, leaves
@@ -74,7 +74,7 @@ class NodeSummary:
     """What the analysis knows about one node. ``status`` is "ok", or "failed" with ``reason``."""
 
     name: str
-    status: str = "ok"
+    status: Literal["ok", "failed"] = "ok"
     reason: str = ""
     source: str = ""  # the Run file, bundle or Ray node it came from
     machine: str = ""  # the machine fleet found it on (meta.fleet.machine): several Ray nodes may share one
