@@ -6,6 +6,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# Keep the bytecode of the test modules (as assertion-rewritten) and of perfstack's own modules, even where
+# PYTHONDONTWRITEBYTECODE is set: without it every run, each worker and each `python -m perfstack` child
+# compiles them all again (a quarter of the collection's time). The caches are __pycache__ folders in the
+# checkout, which git ignores.
+sys.dont_write_bytecode = False
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -132,6 +132,7 @@ def test_graph_workers_turn_nccls_graph_mixing_off_unless_the_user_chose():
     assert mine["NCCL_GRAPH_MIXING_SUPPORT"] == "1"
 
 
+@pytest.mark.slow
 def test_gloo_run_on_cpu_checks_and_times_every_op():
     pytest.importorskip("torch")
     results, why = c.launch(c.Job(world=2, ops=c.OPS, sizes=(4 * KIB,), budget_s=0.01, backend="gloo"), deadline_s=90)
@@ -140,6 +141,7 @@ def test_gloo_run_on_cpu_checks_and_times_every_op():
         assert row["wrong_ranks"] == [] and len(row["samples"]) >= rank.MIN_REPS and min(row["samples"]) > 0
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_an_error_not_a_hang(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr(c, "FAIL_GRACE_S", 1.0)

@@ -126,6 +126,7 @@ def test_a_file_of_the_right_size_still_loads(outcomes):
     assert outcomes["config-that-loads"][0] == 0, outcomes["config-that-loads"][1]
 
 
+@pytest.mark.slow
 def test_a_run_too_big_for_memory_is_exit_2_named(tmp_path):
     # before: a Run under the size limit that did not fit in memory died with MemoryError and a traceback
     import resource

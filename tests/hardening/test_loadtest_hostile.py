@@ -146,6 +146,7 @@ def _errors(run: dict) -> dict:
     ("trickle", "timeout", ("--timeout", "2")),
     ("bad-utf8", "bad-stream", ()),  # before: the level stopped silently short, exit 0
 ])
+@pytest.mark.slow
 def test_a_hostile_stream_is_that_requests_error_and_the_run_is_kept(tmp_path, mode, kind, flags):
     with Background(hostile_app()) as srv:
         rc, run, _, err, rss = _loadtest(srv.url, tmp_path, "--model", mode, "--concurrency", "2", "--requests", "6",
@@ -163,6 +164,7 @@ def test_a_hostile_stream_is_that_requests_error_and_the_run_is_kept(tmp_path, m
     print(f"{mode}{' ' + ' '.join(flags) if flags else ''}: peak RSS {rss} MB, Run {len(json.dumps(run))} bytes")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["endless", "gzip-blank", "bad-utf8"])
 def test_a_server_hostile_from_the_first_request_is_a_clear_error(tmp_path, mode):
     # before: invalid UTF-8 at the probe was exit 4 (internal error)

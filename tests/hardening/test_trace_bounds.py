@@ -31,6 +31,7 @@ def _bomb(path: Path, expanded: int) -> None:
         f.write(c.flush())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak from /proc")
 def test_gzip_bomb_is_refused_at_the_limit_with_little_memory(tmp_path, monkeypatch):
     monkeypatch.setenv(LIMIT_ENV, "0.25")  # 256 MiB

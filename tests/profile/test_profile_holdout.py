@@ -9,6 +9,7 @@ checks the miss is still the one described, so a fix to it shows)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -26,6 +27,7 @@ BY_ID = dict(FIXES)
 KNOWN: dict[str, str] = {}
 
 
+@functools.lru_cache(maxsize=None)  # each workload's profile is read by several tests and the table
 def analyse(name: str):
     r = RUNS[name]
     return profile_run([LIB / t for t in r["traces"]], unprofiled_step_ms=r["unprofiled_step_ms"])

@@ -74,7 +74,8 @@ def within(pred: float, meas: float) -> bool:
     return abs(pred - meas) <= 15 or (meas > 0 and 0.6 <= pred / meas <= 1.5)
 
 
-@functools.lru_cache(maxsize=None)  # the table reads the rows the tests above computed
+# the table reads the rows the tests above computed (called alike: lru_cache keys a keyword apart from a position)
+@functools.lru_cache(maxsize=None)
 def row(name: str, with_step_ms: bool) -> dict:
     m = measured(name)[name]
     slow, fixed = m["slow"]["min_ms"], m["fixed"]["min_ms"]
@@ -141,11 +142,11 @@ def test_gpu_work_queued_ahead_of_the_cpu_is_counted():
 
 
 def test_print_table(capsys):
-    rows = [row(n, True) for n in sorted(FIXES) if n not in TWO_GPU or (V2 / "steps.json").exists()]
+    rows = [row(n, with_step_ms=True) for n in sorted(FIXES) if n not in TWO_GPU or (V2 / "steps.json").exists()]
     print(f"\n{'workload':14} {'slow':>8} {'fixed':>8} {'measured':>9} {'finding':22} {'rank':>4} {'predicted':>9}"
           f" {'profiled':>9} {'no --step-ms':>12}")
     for r in rows:
-        est = row(r["workload"], False)
+        est = row(r["workload"], with_step_ms=False)
         print(f"{r['workload']:14} {r['slow_ms']:8.2f} {r['fixed_ms']:8.2f} {r['measured_pct']:8.1f}% {r['finding']:22} "
               f"{r['rank'] or '-':>4} {r['predicted_pct']:8.1f}% {r['profiled_ms']:9.2f} {est['predicted_pct']:11.1f}%")
     assert len(rows) == len(FIXES) - (0 if (V2 / "steps.json").exists() else len(TWO_GPU & set(FIXES)))

@@ -72,6 +72,7 @@ def test_run_records_a_window_of_steps(tmp_path, capfd):
     assert not list((tmp_path / "out").glob(".perfstack*"))
 
 
+@pytest.mark.slow
 def test_script_that_raises_before_any_step(tmp_path):
     s = script(tmp_path, """
         import torch
@@ -82,6 +83,7 @@ def test_script_that_raises_before_any_step(tmp_path):
         capture.run([sys.executable, str(s)], tmp_path / "out", gpus=[])
 
 
+@pytest.mark.slow
 def test_script_without_optimizer_needs_window(tmp_path):
     s = script(tmp_path, """
         import torch
@@ -94,6 +96,7 @@ def test_script_without_optimizer_needs_window(tmp_path):
     assert "--window" in (e.value.hint or "")
 
 
+@pytest.mark.slow
 def test_window_records_one_span_without_optimizer(tmp_path):
     s = script(tmp_path, """
         import time, torch
@@ -110,12 +113,14 @@ def test_window_records_one_span_without_optimizer(tmp_path):
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.slow
 def test_script_ending_before_the_window(tmp_path):
     s = script(tmp_path, MLP.format(n=3))
     with pytest.raises(InputError, match="after 3 optimizer steps, before the profile window"):
         capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[])
 
 
+@pytest.mark.slow
 def test_crash_inside_the_window_keeps_what_was_recorded(tmp_path):
     s = script(tmp_path, MLP.format(n=5).replace("opt.zero_grad()", "opt.zero_grad()\n    if i == 4: raise SystemExit(3)"))
     r = capture.run(["python", str(s), str(tmp_path / "m.json")], tmp_path / "out", capture.Plan(steps=3, skip_first=2), gpus=[])
@@ -123,6 +128,7 @@ def test_crash_inside_the_window_keeps_what_was_recorded(tmp_path):
     assert step_names(r.trace_paths[0]) == ["ProfilerStep#3", "ProfilerStep#4"]
 
 
+@pytest.mark.slow
 def test_stop_after_window_ends_the_script(tmp_path):
     s = script(tmp_path, MLP.format(n=100000))
     marker = tmp_path / "ran.json"
@@ -151,6 +157,7 @@ open(sys.argv[0] + ".ran", "w").write("the script ran to its end")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["markers", "both"])
 def test_step_markers_of_an_inference_loop_are_its_steps(tmp_path, mode):
     # perfstack.step() marks a loop that no optimizer steps; without it the window never starts
@@ -176,6 +183,7 @@ for i in range(100000):
 """
 
 
+@pytest.mark.slow
 def test_nproc_profiles_every_rank(tmp_path):
     s = script(tmp_path, DDP)
     r = capture.run(["python", str(s)], tmp_path / "out", capture.Plan(steps=2, skip_first=1, stop_after_window=True, timed_steps=2), nproc=2, gpus=[])
@@ -200,6 +208,7 @@ for i in range(int(sys.argv[1])):
 """
 
 
+@pytest.mark.slow
 def test_step_time_is_measured_without_the_profiler_before_and_after(tmp_path):
     s = script(tmp_path, SLEEPY)
     r = capture.run(["python", str(s), "25"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
@@ -213,6 +222,7 @@ def test_step_time_is_measured_without_the_profiler_before_and_after(tmp_path):
     assert 5 < u["profiled_ms"] < 200
 
 
+@pytest.mark.slow
 def test_windows_cut_short_keep_what_they_have(tmp_path):
     s = script(tmp_path, SLEEPY)
     r = capture.run(["python", str(s), "13"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
@@ -226,6 +236,7 @@ def test_windows_cut_short_keep_what_they_have(tmp_path):
     assert r.trace_paths and r.returncode == 0 and r.unprofiled is None
 
 
+@pytest.mark.slow
 def test_default_skip_says_so_when_the_script_is_too_short(tmp_path):
     s = script(tmp_path, SLEEPY)
     with pytest.raises(InputError, match=r"after 4 optimizer steps, before the profile window \(steps 9-11, "
@@ -233,6 +244,7 @@ def test_default_skip_says_so_when_the_script_is_too_short(tmp_path):
         capture.run(["python", str(s), "4"], tmp_path / "out", capture.Plan(steps=3), gpus=[])
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_forwarded_and_keeps_the_trace(tmp_path):
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers need the main thread")

@@ -216,6 +216,7 @@ def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_real_arms_apply_their_fixes_only_in_the_child_and_leave_the_script_alone(tmp_path, capsys):
     before = _digest(SCRIPT)
     out = tmp_path / "try.json"
@@ -236,6 +237,7 @@ def test_real_arms_apply_their_fixes_only_in_the_child_and_leave_the_script_alon
     assert "torch" not in sys.modules or not hasattr(sys.modules["torch"].optim.Adam.__init__, "__wrapped__")
 
 
+@pytest.mark.slow
 def test_real_inference_steps_from_the_marker(tmp_path):
     out = tmp_path / "try.json"
     rc = main(["-q", "try", "--fix", "omp-threads", "--rounds", "1", "--warmup", "1", "--steps", "3", "--no-combine",
@@ -266,6 +268,7 @@ def test_two_trials_diff_arm_by_arm(tmp_path, capsys):
     assert d["before"]["gpus"] == "NVIDIA H200"  # the header names the GPU the trial ran on
 
 
+@pytest.mark.slow
 def test_step_at_marks_steps_of_an_inference_script(tmp_path):
     out = tmp_path / "try.json"
     rc = main(["-q", "try", "--fix", "omp-threads", "--rounds", "1", "--warmup", "1", "--steps", "3", "--no-combine",
@@ -313,6 +316,7 @@ def test_without_fix_the_profile_findings_choose_the_fixes_and_opt_in_ones_are_n
     assert "skipping nccl-defaults" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_fixes_wrap_the_model_alone_and_hand_back_fp32(tmp_path):
     """bf16 autocast and channels_last apply to the model's own calls only: Module.__call__ is torch's own
     again once the model is found (no other module call pays for the fix), and the model's bf16 output
