@@ -198,7 +198,7 @@ def test_fleet_diff_reports_the_all_reduce_that_moved_and_the_node_it_no_longer_
     assert diff_fleets(after, after).comms == []
 
 
-def test_fleet_report_of_saved_runs_shows_the_all_reduce_of_the_saved_fleet_run(tmp_path, capsys):
+def test_fleet_report_of_saved_runs_shows_the_all_reduce_of_the_saved_fleet_run(tmp_path, capsys, monkeypatch):
     from perfstack.cli.main import main
     from perfstack.fleet.output import fleet_run
     machines = list("abcd")
@@ -208,6 +208,7 @@ def test_fleet_report_of_saved_runs_shows_the_all_reduce_of_the_saved_fleet_run(
     src = Path(__file__).parents[1] / "fixtures" / "bundles" / "h100-idle"
     for m in machines:
         (tmp_path / f"n{m}").symlink_to(src, target_is_directory=True)
+    monkeypatch.setenv("COLUMNS", "1000")  # the warning's lines hold a temporary path, long in a test worker
     assert main(["fleet", "report", str(tmp_path), "--json", "--fail-on", "never"]) == 0
     captured = capsys.readouterr()
     run = json.loads(captured.out)

@@ -531,17 +531,25 @@ def _variants(raw: bytes) -> dict[str, bytes]:
             "zeros": raw[: len(raw) * 3 // 4] + b"\0" * 4096, "compact": json.dumps(json.loads(raw)).encode()}
 
 
+@pytest.fixture(scope="module")
+def read_whole(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
+    """Each variant's file and the trace read from it with the default batch size (shared: the tests below
+    read the same files again and compare)."""
+    d = tmp_path_factory.mktemp("variants")
+    out = {}
+    for name, data in _variants(text(SHAPES)).items():
+        p = write(d, data, f"{name}.json")
+        out[name] = (p, load(p))
+    return out
+
+
 @pytest.mark.parametrize("piece", [512, 4096, 4 << 20])
-def test_batches_of_any_size_read_the_same_trace(tmp_path, monkeypatch, piece):
+def test_batches_of_any_size_read_the_same_trace(monkeypatch, piece, read_whole):
     # Cut into many batches, at every kind of place, or read in one.
-    expected = {}
-    for name, data in _variants(text(SHAPES)).items():
-        expected[name] = load(write(tmp_path, data, f"{name}.json"))
     monkeypatch.setattr(tracefile, "PIECE", piece)
-    for name, data in _variants(text(SHAPES)).items():
-        p = write(tmp_path, data, f"{name}.json")
+    for name, (p, expected) in read_whole.items():
         t = load(p)
-        assert t == expected[name], name
+        assert t == expected, name
         assert trace_mod._load(p, lenient=True) == t, name
 
 

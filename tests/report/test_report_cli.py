@@ -23,8 +23,10 @@ def main(*argv: str) -> int:
     return cli_main.main(["--no-color", *argv])
 
 
-@pytest.fixture
-def runs(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Runs saved once for the module: the tests read them and write only beside them."""
+    tmp_path = tmp_path_factory.mktemp("runs")
     paths = {}
     built = {"full": full_run("h100", recorded=False), "slower": full_run("h100", seed=2, scale=0.9, recorded=False),
              "same": full_run("h100", seed=3, recorded=False), "h200": full_run("h200x2", recorded=False)}
