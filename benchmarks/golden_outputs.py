@@ -164,7 +164,8 @@ def loadtest_run(seed: int, ttft_ms: float) -> dict[str, Any]:
     """A load-test Run from seeded request records: three levels of a server that saturates at 4 streams."""
     from perfstack.loadtest import metrics, sweep
     from perfstack.loadtest.record import Level, LoadTest, Request, Slo
-    from perfstack.model import Run, RunMeta
+    from perfstack.model import Run
+    from perfstack.records.meta import RunMeta
     rng = random.Random(seed)
     slo = Slo(ttft_ms=100.0, itl_ms=30.0)
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from perfstack.loadtest.metrics import summarize
 from perfstack.loadtest.record import Level, LoadTest, Request
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 
 MEASURE = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, rc)")

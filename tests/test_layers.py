@@ -43,14 +43,12 @@ FLOORS: dict[str, int] = {
     "perfstack.sections": 2,
     # 3: the one seam to the machine
     "perfstack.host": 3,
-    # 4: the section records, one tolerant record base (each beside the package that fills it; meta's records,
-    #    RunMeta, FleetLabel and FanOut, are still model.py's)
-    "perfstack.profile.records": 4,  # the record base and the profile's records
-    "perfstack.estimate.record": 4,
+    # 4: the section records, one tolerant record base (perfstack.records; the load test's, the fleet's and the
+    #    diff's records are still beside the packages that fill them)
+    "perfstack.records": 4,  # the record base (records.base) and every section's records
     "perfstack.loadtest.record": 4,
     "perfstack.loadtest.vocabulary": 4,  # the load test's fixed sets of words (mode, api): the records name them too
     "perfstack.fleet.record": 4,
-    "perfstack.trial.record": 4,  # the "try" section
     "perfstack.compare.record": 4,  # the diff's records
     "perfstack.compare.stats": 4,  # standard library only; the diff's records default to its significance level
     # 5: the Run, made of the records below it
@@ -249,9 +247,9 @@ def test_the_checks_see_what_they_must():
     seen = {(a, b, typing_only) for a, b, _, typing_only in IMPORTS}
     assert ("perfstack.model", "perfstack.fleet.record", False) in seen  # inside Run.from_dict's _fleet()
     assert ("perfstack.model", "perfstack.fleet.record", True) in seen  # the annotation of Run.fleet
-    assert floor("perfstack.trial.record") == 4 and floor("perfstack.trial.runner") == 7
+    assert floor("perfstack.records.trial") == 4 and floor("perfstack.trial.runner") == 7
     assert floor("perfstack.cli.try_") == 10 and floor("perfstack") == 1
-    assert floor("perfstack.profile.records.base") == 4 and floor("perfstack.profile.summary") == 6
+    assert floor("perfstack.records.base") == 4 and floor("perfstack.profile.summary") == 6
     up = ("perfstack.model", "perfstack.fleet.analysis", 3, False)
     assert upward([up]) == ["src/perfstack/model.py:3: perfstack.model (floor 5) imports perfstack.fleet.analysis "
                             "(floor 8)"]

@@ -3,16 +3,8 @@ import json
 import pytest
 
 from perfstack.errors import InputError
-from perfstack.model import (
-    SCHEMA_VERSION,
-    CheckResult,
-    Fact,
-    Facts,
-    Finding,
-    Run,
-    RunMeta,
-    Severity,
-)
+from perfstack.model import SCHEMA_VERSION, CheckResult, Fact, Facts, Finding, Run, Severity
+from perfstack.records.meta import RunMeta
 
 
 def sample_run():

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from perfstack.model import run_meta
+from perfstack.records.meta import run_meta
 from perfstack.profile.summary import profile_run
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "h100" / "host-sync.pt.trace.json.gz"
@@ -29,10 +29,10 @@ def test_the_builder_takes_only_the_fields_a_run_meta_has():
 
 
 def test_a_loaded_meta_saves_back_as_it_was_read_unknown_keys_and_order_included():
-    from perfstack.model import RunMeta
+    from perfstack.records.meta import RunMeta
     old = {"command": "profile", "tool": "perfstack", "version": "0.1.0", "traces": ["a.json"], "gpu": "H100",
            "calibrated_from": None}
-    m = RunMeta.from_dict(old)
+    m = RunMeta.from_dict(old, "meta")
     assert m.command == "profile" and m.traces == ["a.json"] and m.extra == {"version": "0.1.0"}
     assert list(m.to_dict().items()) == list(old.items())
     m.warnings = ["w"]

@@ -6,7 +6,8 @@ import time
 from typing import Any, Callable
 
 from perfstack.host import Host
-from perfstack.model import Fact, Facts, Measurement, Run, Severity, run_meta
+from perfstack.model import Fact, Facts, Measurement, Run, Severity
+from perfstack.records.meta import run_meta
 from perfstack.probes import collect
 from perfstack.checks import Check
 from perfstack.rules import evaluate

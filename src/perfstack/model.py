@@ -7,20 +7,21 @@ and loads back losslessly. Bump SCHEMA_VERSION whenever the shape of the JSON ch
 from __future__ import annotations
 
 import json
-import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping
 
 from perfstack.errors import InputError
+from perfstack.records.base import Record, show
+from perfstack.records.meta import RunMeta
 from perfstack.severity import Severity as Severity  # re-exported: the code names it from model
 
 if TYPE_CHECKING:  # imported when a Run holds one: a load test needs msgspec
-    from perfstack.estimate.record import Estimates
+    from perfstack.records.estimates import Estimates
     from perfstack.fleet.record import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
-    from perfstack.profile.records import Section
-    from perfstack.trial.record import Trial
+    from perfstack.records.profile import Section
+    from perfstack.records.trial import Trial
 
 # 2: profile findings carry a confidence (Finding.confidence) and their what-ifs a fast-CPU figure
 SCHEMA_VERSION = 2
@@ -128,8 +129,27 @@ class Facts(Mapping[str, Fact]):
         return sorted({self._facts[k].source for k in self.used if k in self._facts and self._facts[k].source})
 
 
+def _not_negative(d: Any, where: str, *names: str) -> None:
+    for k in names:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+            raise InputError(f"{where}.{k} must not be negative")
+
+
+def _finding_check(d: Any, where: str) -> None:
+    """Beyond a finding's annotations: what it recovers is not negative, its confidence one of CONFIDENCE."""
+    _not_negative(d, where, "recoverable_ms", "recoverable_pct")
+    c = d.get("confidence")
+    if c is not None and c not in CONFIDENCE:
+        raise InputError(f"{where}.confidence must be one of {', '.join(CONFIDENCE)}, not {show(c)}")
+
+
+def _measurement_check(d: Any, where: str) -> None:
+    _not_negative(d, where, "peak", "fraction", "expected_fraction")
+
+
 @dataclass
-class Finding:
+class Finding(Record):
     id: str
     layer: str
     severity: Severity
@@ -145,22 +165,10 @@ class Finding:
     recoverable_pct: float | None = None
     # profile findings: how far the recoverable figure can be trusted (CONFIDENCE), None elsewhere
     confidence: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["severity"] = self.severity.value
-        if self.confidence is None:
-            del d["confidence"]  # a doctor's finding has none: its JSON is as before
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "finding") -> "Finding":
-        from perfstack.fields import not_negative, one_of, typed
-        d = typed(cls, d, where, {"severity": one_of(*(s.value for s in Severity)),
-                                  "recoverable_ms": not_negative, "recoverable_pct": not_negative,
-                                  "confidence": lambda v: "" if v is None else one_of(*CONFIDENCE)(v)})
-        d["severity"] = Severity(d["severity"])
-        return cls(**d)
+    WHEN_SET = frozenset({"confidence"})  # a doctor's finding has none: its JSON is as before
+    CHECK = _finding_check
 
 
 # How far a profile finding's recoverable time can be trusted, most trusted first (docs/profile.md,
@@ -180,7 +188,7 @@ CheckStatus = Literal["passed", "found", "not-checked", "not-applicable"]
 
 
 @dataclass
-class Measurement:
+class Measurement(Record):
     """One benchmark figure with the raw samples behind it and how it compares with the SKU's peak.
 
     ``samples`` are the raw timings in seconds (one per timed repetition); ``value`` is derived
@@ -204,138 +212,19 @@ class Measurement:
     method_version: int = 1
     status: MeasurementStatus = "ok"
     reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "measurement") -> "Measurement":
-        from perfstack.fields import not_negative, one_of, typed
-        return cls(**typed(cls, d, where, {"status": one_of(*get_args(MeasurementStatus)),
-                                           "verdict": one_of(*get_args(Verdict)), "peak": not_negative,
-                                           "fraction": not_negative, "expected_fraction": not_negative}))
+    CHECK = _measurement_check
 
 
 @dataclass
-class CheckResult:
+class CheckResult(Record):
     """What happened to one check: passed, found, not-checked or not-applicable."""
 
     id: str
     status: CheckStatus
     reason: str = ""
-
-
-@dataclass
-class RunMeta:
-    """What wrote a Run, when and how: the Run's ``meta``, the same names for every command.
-
-    The first five fields are every command's (``run_meta`` fills them); the rest belong to the
-    commands that write them. None means the Run does not say. Keys this perfstack does not know (a
-    newer Run, a hand-edited one) are kept in ``extra``, and ``order`` remembers the keys in the order
-    the Run had them, so that a loaded Run saves back as it was read.
-    """
-
-    tool: str | None = None  # "perfstack"
-    tool_version: str | None = None
-    command: str | None = None  # doctor, bench, profile, estimate, loadtest, fleet
-    created: str | None = None  # UTC, to the second (ISO 8601)
-    python: str | None = None
-    subcommand: str | None = None  # estimate: infer or train; fleet: doctor, bench or report
-    source: str | None = None  # what was read: the live machine, a bundle, a model config, a server URL, ...
-    calibrated_from: str | None = None  # estimate --calibrate: the bench Run the hardware figures came from
-    host_id: str | None = None  # doctor and bench, after redaction
-    elapsed_s: float | None = None
-    bundle: str | None = None  # doctor --bundle: how complete the bundle was
-    fleet: FleetLabel | None = None  # a node's Run gathered by fleet: which node, GPU, machine
-    fanout: FanOut | None = None  # a fleet Run gathered through Ray: tasks, failures, overhead per task
-    traces: list[str] | None = None  # profile: the trace files read
-    gpu: str | None = None  # profile: the device the trace names
-    warnings: list[str] | None = None  # profile: what the trace reading had to guess or skip
     extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
-
-    def shown(self, names: Iterable[str]) -> list[tuple[str, str]]:
-        """(name, text) of the named fields that hold something, for a report's metadata table."""
-        return [(k, str(v)) for k in names if (v := getattr(self, k)) not in (None, "")]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object: the keys the Run was read or built with, in that order, then the fields set
-        since (in the order above), then unknown keys added since."""
-        from perfstack.fields import open_dict
-        return open_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "meta") -> "RunMeta":
-        """Tolerant: unknown keys are kept in ``extra``; a known one of the wrong type is refused, naming it."""
-        from perfstack.fields import open_fields
-        args = open_fields(cls, d, where)
-        for k, record in (("fleet", FleetLabel), ("fanout", FanOut)):
-            if args.get(k) is not None:
-                args[k] = record.from_dict(args[k], f"{where}.{k}")
-        return cls(**args)
-
-
-@dataclass
-class FleetLabel:
-    """``meta.fleet`` of a node's Run that perfstack fleet gathered: the node and GPU it is the Run of, the
-    Ray node and machine it ran on, the part of the job. A tolerant record, as RunMeta is."""
-
-    node: str | None = None
-    gpu: int | None = None  # the GPU of a per-GPU Run; None for the node's
-    ray_node_id: str | None = None
-    machine: str | None = None  # several Ray nodes may share one
-    part: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=("node", "gpu", "ray_node_id", "machine", "part"), repr=False,
-                                   compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        from perfstack.fields import open_dict
-        return open_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "meta.fleet") -> "FleetLabel":
-        from perfstack.fields import open_fields
-        return cls(**open_fields(cls, d, where))
-
-
-@dataclass
-class FanOut:
-    """``meta.fanout`` of a fleet Run gathered through Ray: how many tasks, how many failed, the overhead
-    per task (median, max, in seconds) and each task. A tolerant record, as RunMeta is."""
-
-    tasks: int | None = None
-    failed: int | None = None
-    overhead_s_median: float | None = None
-    overhead_s_max: float | None = None
-    per_task: list[dict[str, Any]] | None = None  # node, gpu, part, machine, job_s, overhead_s
-    extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=("tasks", "failed", "overhead_s_median", "overhead_s_max", "per_task"),
-                                   repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        from perfstack.fields import open_dict
-        return open_dict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "meta.fanout") -> "FanOut":
-        from perfstack.fields import open_fields
-        return cls(**open_fields(cls, d, where))
-
-
-
-def run_meta(command: str, **fields: Any) -> RunMeta:
-    """A Run's ``meta``, the same for every command: what wrote it (``tool``, ``tool_version``), which
-    command, when (``created``, UTC to the second) and under which Python, then the command's own
-    ``fields`` (``source``, ``elapsed_s``, ``traces`` ...), which must be RunMeta's. Reports and diff read
-    these names."""
-    from datetime import datetime, timezone
-
-    from perfstack import __version__
-    d = {"tool": "perfstack", "tool_version": __version__, "command": command,
-         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-         "python": platform.python_version(), **fields}
-    return RunMeta(**d, order=tuple(d))
 
 
 @dataclass
@@ -358,7 +247,7 @@ class Run:
             "meta": self.meta.to_dict(),
             "facts": {k: _fact_dict(f) for k, f in sorted(self.facts.items())},
             "findings": [f.to_dict() for f in self.findings],
-            "checks": [asdict(c) for c in self.checks],
+            "checks": [c.to_dict() for c in self.checks],
             "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile.to_dict() if self.profile is not None else None,
             "estimates": self.estimates.to_dict() if self.estimates is not None else None,
@@ -389,7 +278,7 @@ class Run:
         # Every section is checked here, once, against the types of the records that hold it (fields.py;
         # sections.py for profile and estimates), so that renderers can trust a loaded Run; a wrong type
         # names its field.
-        from perfstack.fields import one_of, typed
+        from perfstack.fields import typed
         sec = {k: d.get(k) for k in ("meta", "facts", "findings", "checks", "measurements", "profile", "estimates")}
         for k, want in (("meta", dict), ("facts", dict), ("findings", list), ("checks", list),
                         ("measurements", list), ("profile", dict), ("estimates", dict)):
@@ -397,13 +286,11 @@ class Run:
                 raise InputError(f"{k} must be a JSON {'object' if want is dict else 'list'}")
         facts = Facts({k: Fact(**typed(Fact, {**fd, "key": k} if isinstance(fd, dict) else fd, f"facts.{k}"))
                        for k, fd in (sec["facts"] or {}).items()})
-        status = one_of(*get_args(CheckStatus))
         return cls(
-            meta=RunMeta.from_dict(sec["meta"] or {}),
+            meta=RunMeta.from_dict(sec["meta"] or {}, "meta"),
             facts=facts,
             findings=[Finding.from_dict(f, f"findings[{i}]") for i, f in enumerate(sec["findings"] or [])],
-            checks=[CheckResult(**typed(CheckResult, c, f"checks[{i}]", {"status": status}))
-                    for i, c in enumerate(sec["checks"] or [])],
+            checks=[CheckResult.from_dict(c, f"checks[{i}]") for i, c in enumerate(sec["checks"] or [])],
             measurements=[Measurement.from_dict(m, f"measurements[{i}]") for i, m in enumerate(sec["measurements"] or [])],
             profile=_profile(sec["profile"]),
             estimates=_estimates(sec["estimates"]),
@@ -439,14 +326,14 @@ class Run:
 def _estimates(data: Any) -> Estimates | None:
     if data is None:
         return None
-    from perfstack.estimate.record import from_dict
+    from perfstack.records.estimates import from_dict
     return from_dict(data)
 
 
 def _profile(data: Any) -> Section | None:
     """The profile section, typed once here and checked against ``sections.PROFILE`` (exit 2 naming the
     field); it writes back the JSON it was read from."""
-    from perfstack.profile.records import load
+    from perfstack.records.profile import load
     return load(data)
 
 
@@ -471,7 +358,7 @@ def _fleet(data: Any) -> FleetAnalysis | None:
 
 
 def _trial(data: Any) -> Trial | None:
-    from perfstack.trial.record import load
+    from perfstack.records.trial import load
     return load(data)
 
 

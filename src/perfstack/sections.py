@@ -3,7 +3,7 @@
 Findings and measurements are dataclasses (fields.py); these two sections are the JSON that
 ``perfstack profile`` and ``perfstack estimate`` write, read back by the report, the Markdown and HTML
 renderers and diff. ``Run.from_dict`` checks them once (the profile through its typed records,
-``perfstack.profile.records``, which check it against ``PROFILE``; the estimates through ``estimates``), so a
+``perfstack.records.profile``, which check it against ``PROFILE``; the estimates through ``estimates``), so a
 Run with ``"total_ms": "12"`` in a step or a string where the estimate sheet has a number is refused
 on loading, naming the field (exit 2), instead of failing in a renderer. Every field a reader of a
 saved Run uses is typed here (the report, Markdown, HTML, diff and the profile's own terminal report,
@@ -77,7 +77,7 @@ def _numbers(*names: str) -> dict[str, Check]:
 
 
 # -- profile (perfstack.profile.summary) ---------------------------------------------------------
-# The pieces are named so that the profile's typed records (perfstack.profile.records) check a piece
+# The pieces are named so that the profile's typed records (perfstack.records.profile) check a piece
 # they read back with the same check as the whole section: one validation path.
 MS = map_of(NUM)  # milliseconds by category, phase or idle reason
 
@@ -132,15 +132,15 @@ SHEET = {"model": obj({"name": TEXT, "description": TEXT}), "gpu": obj({"name": 
          **{s: map_of(NUM_) for s in ("params", "memory", "capacity", "flops", "time", "comms")}}
 
 
-def estimates(section: Any) -> Any:
+def estimates(section: Any, where: str = "estimates") -> Any:
     """The estimates section, unchanged. The sheet ``perfstack estimate`` writes (it has ``working``) is
     checked against its shape for its kind; any other nesting is read by the report without assumptions."""
     if not isinstance(section, dict) or "working" not in section:
         return section
     kind = section.get("kind")
     if kind not in ("infer", "train"):
-        raise InputError(f"estimates.kind must be one of infer, train, not {_show(kind)}")
+        raise InputError(f"{where}.kind must be one of infer, train, not {_show(kind)}")
     obj({**SHEET, "settings": obj(SETTINGS, INFER_SETTINGS if kind == "infer" else TRAIN_SETTINGS),
          "fit": list_of(obj(FIT, ("gpu", "gpus_needed") if kind == "infer" else ("gpu", "fits")))},
-        ("settings",))(section, "estimates")
+        ("settings",))(section, where)
     return section

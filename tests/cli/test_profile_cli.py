@@ -11,8 +11,9 @@ import pytest
 import perfstack.profile.capture as cap
 import perfstack.profile.summary as summary
 from perfstack.cli.main import main
-from perfstack.model import Run, RunMeta
-from perfstack.profile import records
+from perfstack.model import Run
+from perfstack.records.meta import RunMeta
+from perfstack.records import profile as records
 
 TRACE = Path(__file__).parents[1] / "fixtures" / "traces" / "h100" / "pageable-memcpy.pt.trace.json.gz"
 U = {"before_ms": 4.25, "after_ms": 4.31, "before_steps": 5, "after_steps": 5, "step_ms": 4.25, "profiled_ms": 7.1}

@@ -7,7 +7,8 @@ import pytest
 from perfstack.cli import estimate as estimate_cli
 from perfstack.cli import main as cli_main
 from perfstack.estimate import catalog
-from perfstack.model import Measurement, Run, RunMeta
+from perfstack.model import Measurement, Run
+from perfstack.records.meta import RunMeta
 
 
 @pytest.fixture

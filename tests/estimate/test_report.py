@@ -3,7 +3,8 @@ import io
 from rich.console import Console
 
 from perfstack.estimate import catalog, hardware, infer, train
-from perfstack.model import Run, RunMeta
+from perfstack.model import Run
+from perfstack.records.meta import RunMeta
 from perfstack.report.estimate_text import render_estimate, render_models
 from perfstack.report.views import build
 

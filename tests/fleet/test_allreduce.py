@@ -18,7 +18,7 @@ from perfstack.fleet import allreduce as ar
 from perfstack.fleet.allreduce import Group, Point, halves, localize, point, slower
 from perfstack.fleet.analysis import FleetAnalysis
 from perfstack.fleet.rank import NodeRank
-from perfstack.model import RunMeta
+from perfstack.records.meta import RunMeta
 
 
 def test_busbw_is_nccl_tests_all_reduce_factor():

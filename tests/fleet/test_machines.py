@@ -22,7 +22,8 @@ from perfstack.fleet.collect import plan
 from perfstack.fleet.jobs import BenchJob, Target, part_of
 from perfstack.fleet.ray_engine import MACHINE_ENV, RayNode, gpus_seen, machine_key
 from perfstack.fleet.summary import summarize
-from perfstack.model import FleetLabel, Run, RunMeta
+from perfstack.model import Run
+from perfstack.records.meta import FleetLabel, RunMeta
 
 
 def _node(name: str, machine: str, gpus: int, seen: int) -> RayNode:

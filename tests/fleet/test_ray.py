@@ -90,7 +90,8 @@ class _Misbehave:
     """Two nodes misbehave: one raises, one hangs past the deadline; the others answer at once."""
 
     def __call__(self, target: Target):
-        from perfstack.model import Run, RunMeta
+        from perfstack.model import Run
+        from perfstack.records.meta import RunMeta
         name = os.path.basename(os.environ["FLEET_TEST_BUNDLE"])
         if name == "healthy-b":
             raise RuntimeError("the doctor crashed on this node")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from perfstack.cli.main import main
-from perfstack.model import Facts, Fact, Finding, Run, RunMeta, Severity
+from perfstack.model import Facts, Fact, Finding, Run, Severity
+from perfstack.records.meta import RunMeta
 from perfstack.report.fixscript import render_fix_script
 from perfstack.rules.shell import Abs, UnsafeValue, Under, lines, sh, write
 

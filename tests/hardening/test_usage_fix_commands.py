@@ -10,7 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from perfstack.cli.main import main
-from perfstack.model import Finding, Run, RunMeta, Severity
+from perfstack.model import Finding, Run, Severity
+from perfstack.records.meta import RunMeta
 from perfstack.report.text import render_doctor
 from perfstack.report.views import build
 

@@ -18,7 +18,8 @@ from perfstack.compare.diff import Diff
 from perfstack.compare.loadtest import WINDOWS, loadtest_diff, token_windows
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request, Slo, from_builtins, to_builtins
-from perfstack.model import Finding, Run, RunMeta, Severity
+from perfstack.model import Finding, Run, Severity
+from perfstack.records.meta import RunMeta
 from perfstack.report import html, markdown
 from perfstack.report.loadtest_md import render_loadtest_md
 from perfstack.report.loadtest_view import loadtest_view

@@ -62,8 +62,9 @@ def test_step_time_without_the_profiler_before_and_after(tmp_path):
 
 def test_unprofiled_step_reaches_the_run(tmp_path, monkeypatch):
     import perfstack.profile.summary as summary
-    from perfstack.model import Run, RunMeta
-    from perfstack.profile.records import load
+    from perfstack.model import Run
+    from perfstack.records.meta import RunMeta
+    from perfstack.records.profile import load
     seen = {}
 
     def fake_profile_run(paths, telemetry=None, command="profile", **kw):

@@ -59,11 +59,11 @@ def test_a_low_confidence_finding_ranks_after_every_other():
 
 def test_confidence_round_trips_and_is_checked():
     d = _f("a", 1.0, "low").to_dict()
-    assert d["confidence"] == "low" and Finding.from_dict(d).confidence == "low"
+    assert d["confidence"] == "low" and Finding.from_dict(d, "finding").confidence == "low"
     assert "confidence" not in _f("a", 1.0, None).to_dict()  # a doctor's finding: its JSON as before
     from perfstack.errors import InputError
     with pytest.raises(InputError, match="confidence must be one of"):
-        Finding.from_dict(dict(d, confidence="certain"))
+        Finding.from_dict(dict(d, confidence="certain"), "finding")
 
 
 def test_launch_bound_on_a_busy_conv_net_is_not_claimed_from_the_estimated_overhead(capsys):

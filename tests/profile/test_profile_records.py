@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfstack.errors import InputError
-from perfstack.profile import records
+from perfstack.records import profile as records
 from perfstack.profile.summary import profile_run
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -112,17 +112,25 @@ def test_an_overhead_without_a_replay_model_reads_back_without_the_model_figures
     assert "bound" not in op.to_dict() and op.dtype is None
 
 
-def test_a_value_of_the_wrong_kind_in_an_unchecked_field_takes_its_default():
-    o = records.Overhead.from_dict({"method": "estimated", "cpu_scale": "fast", "events_per_step": [1]}, "o")
-    assert (o.method, o.cpu_scale, o.events_per_step) == ("estimated", 1.0, 0.0)
-    row = records.OpRow.from_dict({"op": "aten::add", "flops_per_step": {"x": 1}, "bound": 3}, "profile.ops[0]")
-    assert (row.op, row.flops_per_step, row.bound) == ("aten::add", 0.0, None)
+@pytest.mark.parametrize("section, message", [
+    ({"overhead": {"method": "estimated", "cpu_scale": "fast"}}, r"profile.overhead.cpu_scale must be a number, not 'fast'"),
+    ({"overhead": {"events_per_step": [1]}}, r"profile.overhead.events_per_step must be a number, not a list"),
+    ({"ops": [{"op": "aten::add", "flops_per_step": {"x": 1}}]}, r"profile.ops\[0\].flops_per_step must be a number"),
+    ({"ops": [{"op": "aten::add", "bound": 3}]}, r"profile.ops\[0\].bound must be a string or null, not 3"),
+    ({"overhead": {"step_ms": 4.0, "cpu_scale": None}}, r"profile.overhead.cpu_scale must be a number, not None"),
+    ({"busy_ms": "12"}, r"profile.busy_ms must be a number, not '12'"),
+    ({"overhead": {"method": 3}}, r"profile.overhead.method must be a string"),
+])
+def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(section, message):
+    # it took the field's default before: a wrongly typed busy_ms loaded as 0.0
+    with pytest.raises(InputError, match=message):
+        records.load(section)
+
+
+def test_an_unknown_key_is_kept_beside_the_known_ones():
     k = records.TopKernel.from_dict({"name": "k", "count": 2, "origin": "kept"}, "profile.top_kernels[0]")
     assert (k.name, k.count, k.time_ms_per_step, k.extra) == ("k", 2, 0.0, {"origin": "kept"})
-    s = records.load({"overhead": {"step_ms": 4.0, "cpu_scale": None}, "ops": [{"calls_per_step": "2"}]})
-    assert s.overhead.cpu_scale == 1.0 and s.ops[0].calls_per_step == 0.0 and s.ops[0].op == ""
-    with pytest.raises(InputError, match=r"profile.overhead.method must be a string"):
-        records.load({"overhead": {"method": 3}})
+    assert k.to_dict() == {"name": "k", "count": 2, "origin": "kept"}
 
 
 def test_the_kernel_classes_are_typed_and_read_back_to_the_same_json(profile):
@@ -134,21 +142,24 @@ def test_the_kernel_classes_are_typed_and_read_back_to_the_same_json(profile):
 
 
 def test_a_kernel_class_named_by_its_class_keeps_that_key():
-    k = records.KernelClass.from_dict({"class": "gemm", "time_ms": 2.0, "gbps": "many"}, "profile.kernel_classes[0]")
+    k = records.KernelClass.from_dict({"class": "gemm", "time_ms": 2.0, "gbps": None}, "profile.kernel_classes[0]")
     assert (k.name, k.kclass, k.time_ms, k.gbps) == (None, "gemm", 2.0, None)
-    assert k.to_dict() == {"class": "gemm", "time_ms": 2.0, "gbps": "many"}  # written back as read
+    assert k.to_dict() == {"class": "gemm", "time_ms": 2.0, "gbps": None}  # written back as read
     with pytest.raises(InputError, match=r"profile.kernel_classes\[0\].bytes must be a number or null"):
         records.load({"kernel_classes": [{"name": "gemm", "bytes": "many"}]})
 
 
-def test_the_whatifs_are_typed_by_finding_and_a_malformed_entry_is_dropped(profile):
+def test_the_whatifs_are_typed_by_finding_and_a_malformed_entry_is_refused(profile):
     s = records.load(profile)
     assert s.whatif and all(isinstance(w, records.WhatIf) for w in s.whatif.values())
     fid, d = next(iter(profile["whatif"].items()))
     assert (s.whatif[fid].ms, s.whatif[fid].pct_profiled) == (d["ms"], d["pct_profiled"])
-    odd = records.load({"whatif": {"host-sync": {"ms": "2", "pct": 3.0}, "launch-bound": 7}})
-    assert list(odd.whatif) == ["host-sync"] and (odd.whatif["host-sync"].ms, odd.whatif["host-sync"].pct) == (0.0, 3.0)
-    assert records.load({"whatif": ["host-sync"]}).whatif == {}
+    with pytest.raises(InputError, match=r"profile.whatif.host-sync.ms must be a number, not '2'"):
+        records.load({"whatif": {"host-sync": {"ms": "2", "pct": 3.0}}})
+    with pytest.raises(InputError, match=r"profile.whatif.launch-bound must be a JSON object, not 7"):
+        records.load({"whatif": {"host-sync": {"ms": 2.0}, "launch-bound": 7}})
+    with pytest.raises(InputError, match=r"profile.whatif must be an object, not a list"):
+        records.load({"whatif": ["host-sync"]})
 
 
 def test_the_ranks_the_waste_the_compiled_code_and_the_telemetry_are_typed(profile):
@@ -165,27 +176,27 @@ def test_the_ranks_the_waste_the_compiled_code_and_the_telemetry_are_typed(profi
 
 def test_the_waste_is_typed_by_finding_and_keeps_the_ids_the_json_holds():
     d = {"gemm-misaligned": {"groups": [{"dtype": "bf16", "shapes": ["4095x4096x4096"], "tflops": 300.0}]},
-         "fp32-matmul": {"kernels_per_step": 4.0, "tflops": None, "speedup": "fast"}, "a-newer-waste": {"x": 1}}
+         "fp32-matmul": {"kernels_per_step": 4.0, "tflops": None, "speedup": 2.5}, "a-newer-waste": {"x": 1}}
     w = records.load({"waste": d}).waste
     assert w.gemm_misaligned.groups[0].shapes == ["4095x4096x4096"] and w.gemm_misaligned.groups[0].tflops == 300.0
-    assert (w.fp32_matmul.tflops, w.fp32_matmul.speedup, w.unfused_elementwise) == (None, 0.0, None)
+    assert (w.fp32_matmul.tflops, w.fp32_matmul.speedup, w.unfused_elementwise) == (None, 2.5, None)
     assert w.to_dict() == d  # read back in the order and with the values read
     assert records.load({}).waste == records.WasteFound() and records.load({}).telemetry is None
 
 
 def test_a_loaded_section_writes_back_the_json_it_was_read_from():
     # an older or hand-edited section: keys out of the order perfstack writes, keys a newer perfstack
-    # writes, keys this one adds with a default (n_idle_gaps), values the fields cannot hold
+    # writes, keys this one adds with a default (n_idle_gaps)
     old = {"step_ms": 12.0, "file": "t.json", "a-newer-key": {"x": [1, 2]}, "steps": [{"total_ms": 12.0, "step": 1}],
-           "whatif": {"host-sync": {"ms": 2.0}, "launch-bound": 7}, "ops": [{"name": "mm", "calls_per_step": "2"}],
+           "whatif": {"host-sync": {"ms": 2.0}}, "ops": [{"name": "mm", "calls_per_step": 2}],
            "launch": {"kernels_per_step": 3}, "precision": None}
     s = records.load(json.loads(json.dumps(old)))
-    assert s.n_idle_gaps == 0 and s.ops[0].calls_per_step == 0.0 and list(s.whatif) == ["host-sync"]
+    assert s.n_idle_gaps == 0 and s.ops[0].calls_per_step == 2 and list(s.whatif) == ["host-sync"]
     assert json.dumps(s.to_dict()) == json.dumps(old)
 
 
 def test_a_loaded_section_writes_the_fields_set_since_after_the_keys_it_was_read_with():
-    s = records.load({"step_ms": 12.0, "newer": 1, "whatif": {"a": {"ms": 1.0}, "b": 2}})
+    s = records.load({"step_ms": 12.0, "newer": 1, "whatif": {"a": {"ms": 1.0}}})
     s.unprofiled, s.n_idle_gaps, s.file = {"step_ms": 10.0}, 0, ""  # a default set since is not written
     s.whatif = {}
     s.extra["newest"] = 2

@@ -9,7 +9,7 @@ import pytest
 
 from perfstack.model import Run, Severity
 from perfstack.profile.summary import profile_run
-from perfstack.profile.records import load
+from perfstack.records.profile import load
 
 T = Path(__file__).parents[1] / "fixtures" / "traces"
 H100 = T / "h100"

@@ -11,7 +11,7 @@ import pytest
 
 from perfstack.model import Severity
 from perfstack.profile import rules
-from perfstack.profile.records import Section, Straggler
+from perfstack.records.profile import Section, Straggler
 from perfstack.profile.straggler import straggler
 from perfstack.profile.summary import profile_run, summarize
 

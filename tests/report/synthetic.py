@@ -19,10 +19,10 @@ from typing import Any
 
 from perfstack.bench.timing import summarize
 from perfstack.bench.verdict import judge, lower_is_better
-from perfstack.estimate import record as estimate_record
-from perfstack.estimate.record import Estimates
+from perfstack.records import estimates as estimate_record
+from perfstack.records.estimates import Estimates
 from perfstack.model import Finding, Measurement, Run, Severity
-from perfstack.profile import records
+from perfstack.records import profile as records
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"

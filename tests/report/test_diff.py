@@ -11,16 +11,8 @@ from synthetic import bench_measurements, doctor, full_run, profile_findings
 from perfstack.bench.timing import summarize
 from perfstack.compare import Diff, diff_runs
 from perfstack.compare.facts import drift, hardware_diff
-from perfstack.model import (
-    CheckResult,
-    Fact,
-    Facts,
-    Finding,
-    Measurement,
-    Run,
-    RunMeta,
-    Severity,
-)
+from perfstack.model import CheckResult, Fact, Facts, Finding, Measurement, Run, Severity
+from perfstack.records.meta import RunMeta
 
 
 def facts(**values) -> Facts:

@@ -9,7 +9,7 @@ import pytest
 from synthetic import ESTIMATES, doctor, full_run
 
 from perfstack.compare import diff_runs
-from perfstack.estimate import record as estimate_record
+from perfstack.records import estimates as estimate_record
 from perfstack.model import Measurement, Run
 from perfstack.report import charts, html, markdown, md_blocks
 from perfstack.report.views import build, gemm_intensity, series_key

@@ -12,7 +12,8 @@ import pytest
 
 from perfstack.cli.main import main
 from perfstack.errors import CannotRunHere, UsageError
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 from perfstack.profile.capture import parse_argv
 from perfstack.trial import fixes as fx
 from perfstack.trial import runner, stats

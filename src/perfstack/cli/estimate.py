@@ -18,7 +18,8 @@ from perfstack.cli import output
 from perfstack.errors import UsageError
 from perfstack.estimate import catalog, hardware, infer, train
 from perfstack.estimate.config import ModelSpec, load_config, parse_config
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 from perfstack.report.estimate_text import render_estimate, render_models
 from perfstack.report.views import build
 

@@ -21,7 +21,8 @@ from perfstack.errors import PerfstackError, UsageError
 from perfstack.fleet.analysis import analyze
 from perfstack.fleet.record import FleetAnalysis
 from perfstack.fleet.output import fleet_run
-from perfstack.model import FanOut, Run, Severity
+from perfstack.model import Run, Severity
+from perfstack.records.meta import FanOut, TaskCost
 
 DEFAULT_TIMEOUT = {"doctor": 300.0, "bench": 1800.0}
 
@@ -217,8 +218,8 @@ def _fan(args: argparse.Namespace, out: Console, err: Console, what: str) -> int
     fanout = FanOut(tasks=len(results), failed=sum(1 for r in results if r.error),
                     overhead_s_median=round(statistics.median(overheads), 4) if overheads else None,
                     overhead_s_max=round(max(overheads), 4) if overheads else None,
-                    per_task=[{"node": r.node, "gpu": r.gpu, "part": r.part, "machine": r.machine, "job_s": r.job_s,
-                               "overhead_s": r.overhead_s}
+                    per_task=[TaskCost(node=r.node, gpu=r.gpu, part=r.part, machine=r.machine, job_s=r.job_s,
+                                       overhead_s=r.overhead_s)
                               for r in results])
     result = fleet_run(analysis, what, f"Ray cluster at {cluster.address}", time.perf_counter() - t0,
                        {"fanout": fanout})

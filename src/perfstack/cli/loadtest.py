@@ -20,7 +20,8 @@ from perfstack.audit import FAIL_ON, exit_code
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, UsageError
 from perfstack.loadtest.vocabulary import Mode
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 
 if TYPE_CHECKING:
     from perfstack.loadtest.findings import Bound

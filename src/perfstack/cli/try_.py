@@ -14,11 +14,12 @@ from rich.table import Table
 
 from perfstack.cli import output
 from perfstack.errors import CannotRunHere, InputError, UsageError
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 
 if TYPE_CHECKING:
     from perfstack.trial.fixes import Fix, Setting
-    from perfstack.trial.record import Trial
+    from perfstack.records.trial import Trial
     from perfstack.trial.runner import Plan
 
 

@@ -26,7 +26,7 @@ from perfstack.compare.loadtest import loadtest_diff
 from perfstack.compare.record import IMPROVED, NOISE, REGRESSED, Diff, FindingChange, MeasurementDelta
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.model import Finding, Measurement, Run
-from perfstack.profile.records import Section
+from perfstack.records.profile import Section
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 # Which part of the machine a benchmark's figures depend on (anything else: the GPU).

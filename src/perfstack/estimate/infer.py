@@ -20,7 +20,7 @@ from perfstack.estimate.config import ModelSpec
 from perfstack.estimate.hardware import Hardware
 from perfstack.estimate.latency import Bound, moe_experts_touched, ridge, roofline
 from perfstack.estimate.quantity import Sheet, q
-from perfstack.estimate.record import EstimateSheet
+from perfstack.records.estimates import EstimateSheet
 
 # With the fixed cost per kernel counted apart (estimate/kernels.py), the utilisations are those of the
 # big kernels alone: prefill GEMMs reached 0.53-0.64 of the dense peak on the truth set (3B-8B, H100 and

@@ -19,7 +19,7 @@ from perfstack.estimate.config import ModelSpec
 from perfstack.estimate.hardware import Hardware
 from perfstack.estimate.latency import pipeline_bubble
 from perfstack.estimate.quantity import Sheet, q
-from perfstack.estimate.record import EstimateSheet
+from perfstack.records.estimates import EstimateSheet
 
 MFU_TRAIN = 0.4  # 001:415/427: 0.40-0.55 is excellent on H100
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")

@@ -6,7 +6,8 @@ from typing import Any
 
 from perfstack.errors import InputError
 from perfstack.fleet.record import FleetAnalysis
-from perfstack.model import Run, run_meta
+from perfstack.model import Run
+from perfstack.records.meta import run_meta
 
 
 def fleet_run(analysis: FleetAnalysis, subcommand: str, source: str, elapsed_s: float,

@@ -27,7 +27,7 @@ from perfstack import redact
 from perfstack.extras import install_hint
 from perfstack.errors import CannotRunHere
 from perfstack.fleet.jobs import Target
-from perfstack.model import FleetLabel
+from perfstack.records.meta import FleetLabel
 
 INSTALL_HINT = f"{install_hint('fleet')} (Ray) on this machine and on every node"
 

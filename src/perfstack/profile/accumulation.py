@@ -27,7 +27,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from perfstack.profile import comm
-from perfstack.profile.records import DdpSyncPerMicrobatch
+from perfstack.records.profile import DdpSyncPerMicrobatch
 from perfstack.profile.timeline import Spans
 from perfstack.profile.waste import Waste
 

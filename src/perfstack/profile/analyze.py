@@ -23,7 +23,7 @@ from typing import NamedTuple
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.timeline import gaps, sweep, union
-from perfstack.profile.records import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
+from perfstack.records.profile import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
                                        Section, Step, Sync, Timeline)
 from perfstack.profile.trace import GpuEvent, Trace
 

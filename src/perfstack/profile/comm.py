@@ -37,7 +37,7 @@ from perfstack.profile.timeline import Spans
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
-    from perfstack.profile.records import Section
+    from perfstack.records.profile import Section
 
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default (FSDP's default unit is a module, often larger)
 # Compute time lost per unit of overlapped NCCL time, when the trace cannot show it: the 2xH200 DDP

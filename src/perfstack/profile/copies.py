@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import COMPILED
-from perfstack.profile.records import CopyBound, CopyOp
+from perfstack.records.profile import CopyBound, CopyOp
 from perfstack.profile.waste import MIN_KERNEL_US, Waste, _hbm_gbps
 
 if TYPE_CHECKING:

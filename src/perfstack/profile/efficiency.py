@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfstack.profile import classify
-from perfstack.profile.records import Compiled, KernelClass, OpRow, TopKernel
+from perfstack.records.profile import Compiled, KernelClass, OpRow, TopKernel
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis

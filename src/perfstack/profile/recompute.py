@@ -30,7 +30,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from perfstack.profile import classify
-from perfstack.profile.records import ActivationRecompute
+from perfstack.records.profile import ActivationRecompute
 from perfstack.profile.waste import Waste
 
 if TYPE_CHECKING:

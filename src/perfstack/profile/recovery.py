@@ -5,7 +5,7 @@ profiler."""
 
 from __future__ import annotations
 
-from perfstack.profile.records import Overhead, Section, WhatIf
+from perfstack.records.profile import Overhead, Section, WhatIf
 
 # The profiler's CPU cost per recorded CPU-side event (an operator or a CUDA runtime call) with
 # record_shapes=True, measured on the project's H100 host with torch 2.11 (record_validation.py

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from perfstack.checks import FAMILIES, Check, register
 from perfstack.model import CONFIDENCE
-from perfstack.profile.records import Section
+from perfstack.records.profile import Section
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 
 from perfstack.model import Finding, Severity
-from perfstack.profile.records import Allocator, Compiled, Launch, Overhead, Section, Sync, Timeline
+from perfstack.records.profile import Allocator, Compiled, Launch, Overhead, Section, Sync, Timeline
 from perfstack.profile import rules_distributed, rules_repeated  # noqa: F401  (they register their checks)
 from perfstack.profile.recovery import cpu_side, fmt, profiled_ms, recovered, step_ms
 from perfstack.profile.registry import (PROFILE_CHECKS, Context, PHit, ProfileCheck, least_confident, profile_check,

@@ -5,7 +5,7 @@ them in its ``ORDER``).
 
 from __future__ import annotations
 
-from perfstack.profile.records import Comm, Section
+from perfstack.records.profile import Comm, Section
 from perfstack.profile.recovery import fmt, profiled_ms, recovered, step_ms
 from perfstack.profile.registry import Context, PHit, profile_check
 

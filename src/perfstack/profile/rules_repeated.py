@@ -4,7 +4,7 @@ backward. Registered with ``@profile_check`` like every profile rule (``rules.py
 
 from __future__ import annotations
 
-from perfstack.profile.records import Section
+from perfstack.records.profile import Section
 from perfstack.profile.recovery import fmt, recovered, step_ms
 from perfstack.profile.registry import Context, PHit, profile_check
 

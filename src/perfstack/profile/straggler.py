@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 
-from perfstack.profile.records import Overhead, Section, Straggler, Timeline
+from perfstack.records.profile import Overhead, Section, Straggler, Timeline
 
 CPU_REASONS = ("data loading", "allocator", "sync", "cpu dispatch", "cpu outside ops")
 NOISE = 0.02  # of the step: a difference between ranks smaller than this is taken for run-to-run noise

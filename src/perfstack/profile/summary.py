@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from perfstack.errors import InputError
-from perfstack.model import Finding, Run, run_meta
+from perfstack.model import Finding, Run
+from perfstack.records.meta import run_meta
 from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
-from perfstack.profile.records import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
+from perfstack.records.profile import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
 from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
 from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, solve_scale

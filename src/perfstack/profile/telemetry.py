@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.profile.records import Telemetry
+from perfstack.records.profile import Telemetry
 
 THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
                  0x80: "HW power brake"}

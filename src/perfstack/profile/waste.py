@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
-from perfstack.profile.records import (AttentionUnfused, Fp32Conv, Fp32Matmul, GemmMisaligned, LargeVocabLoss,
+from perfstack.records.profile import (AttentionUnfused, Fp32Conv, Fp32Matmul, GemmMisaligned, LargeVocabLoss,
                                        MisalignedGroup, OptimizerNotFused, PageableMemcpy, Record, UnfusedElementwise)
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from rich.text import Text
 from perfstack.estimate import catalog
 from perfstack.estimate.params import count
 from perfstack.estimate.quantity import fmt_value
-from perfstack.estimate.record import EstimateSheet, Figure
+from perfstack.records.estimates import EstimateSheet, Figure
 from perfstack.report.views import RunView
 
 SECTION_TITLES = {"params": "Parameters", "memory": "Memory per GPU", "capacity": "Capacity", "flops": "Work per phase",

@@ -1,7 +1,7 @@
 """The estimates section of a report: memory stacks against the GPU's capacity, latency bounds, and
 every estimated figure with its formula, from what ``perfstack estimate`` writes (a sheet: sections
 of numbers in base units with their working under ``working``, an EstimateSheet) or a hand-made tree
-of {value, unit, formula} leaves (an EstimateTree); see perfstack.estimate.record.
+of {value, unit, formula} leaves (an EstimateTree); see perfstack.records.estimates.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from perfstack.estimate.record import EstimateSheet, EstimateTree, Leaf
+from perfstack.records.estimates import EstimateSheet, EstimateTree, Leaf
 from perfstack.model import Run
 
 BYTE_UNITS = {"b": 1e-9, "bytes": 1e-9, "kb": 1e-6, "mb": 1e-3, "gb": 1.0, "tb": 1e3, "kib": 2**10 / 1e9,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfstack.fleet.record import FleetAnalysis
-from perfstack.model import FanOut, RunMeta
+from perfstack.records.meta import FanOut, RunMeta
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 from perfstack import outfile
 from perfstack.compare.record import Diff
 from perfstack.model import Measurement, Run
-from perfstack.profile.records import OpRow
+from perfstack.records.profile import OpRow
 from perfstack.report import charts
 from perfstack.report.charts import num, pct
 from perfstack.report.html_blocks import Section, code, delta_row, e, finding, page, table

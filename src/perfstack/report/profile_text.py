@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.model import Finding
-from perfstack.profile.records import Allocator, Section, Sync
+from perfstack.records.profile import Allocator, Section, Sync
 from perfstack.report.views import ProfileView, RunView
 
 COLORS = {"gemm": "green", "conv": "green4", "attention": "cyan", "elementwise": "blue", "copy": "bright_blue",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from perfstack.model import Run
-from perfstack.trial.record import ArmResult, Trial
+from perfstack.records.trial import ArmResult, Trial
 
 HEAD = ("fix", "step", "gain", "95% CI", "predicted", "verdict", "numerics", "peak mem", "1st step")
 

@@ -7,7 +7,7 @@ per-step breakdown and ranked findings, and the estimates as memory stacks and l
 renderers only format a RunView, the terminal's, Markdown's and HTML's alike; a section that is
 absent from the Run is None.
 
-The profile section is the Run's typed records (``Run.profile``, a ``perfstack.profile.records.Section``).
+The profile section is the Run's typed records (``Run.profile``, a ``perfstack.records.profile.Section``).
 Estimates section (``perfstack estimate``): a nested dict whose leaves are {"value", "unit", "formula"}.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
-from perfstack.profile.records import KernelClass, OpRow, Section
-from perfstack.estimate.record import EstimateSheet
+from perfstack.records.profile import KernelClass, OpRow, Section
+from perfstack.records.estimates import EstimateSheet
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.report.try_view import TryView, try_view
 from perfstack.rules import fix_first

@@ -27,7 +27,7 @@ from perfstack.errors import CannotRunHere
 from perfstack.profile.capture import Target, Tee
 from perfstack.trial import stats
 from perfstack.trial.fixes import FIXES, Fix, Setting, environment, predicted_for
-from perfstack.trial.record import Applied, ArmResult, ArmRun, Trial
+from perfstack.records.trial import Applied, ArmResult, ArmRun, Trial
 
 ARM = Path(__file__).with_name("_arm.py")
 TAIL_BYTES = 4096

@@ -1,21 +1,20 @@
 """The typed records of a profile: what each analysis pass produces, and how it is written to a Run.
 
-``base`` holds ``Record``, the contract every record keeps (``to_dict`` writes the JSON a profile Run has
-always held; ``from_dict`` reads it back, checked as a loaded Run is, tolerant of absent and unknown
-fields). The records live in modules named after what they hold: ``steps`` (one step, its idle gaps),
+Each is a ``records.base.Record`` (``to_dict`` writes the JSON a profile Run has always held; ``from_dict``
+reads it back, checked against the annotations, tolerant of absent and unknown fields). The records live in modules named after what they hold: ``steps`` (one step, its idle gaps),
 ``means`` (means over the steps, the profiler's overhead), ``kernels`` (operators, kernels, kernel
 classes, MFU, compiled code), ``run_wide`` (what belongs to the whole run: the ranks, the straggler, the
 GPU telemetry), ``waste`` (the waste found and what the fixes recover) and ``section`` (the whole section
 and ``load``, the one way to read it). Import them from here.
 """
 
-from perfstack.profile.records.base import Record
-from perfstack.profile.records.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
-from perfstack.profile.records.means import Allocator, Comm, Launch, LaunchToStart, Overhead, Sync, Timeline
-from perfstack.profile.records.run_wide import RankRow, Straggler, Telemetry
-from perfstack.profile.records.section import Section, load
-from perfstack.profile.records.steps import CpuCounts, GpuStep, IdleGap, Step
-from perfstack.profile.records.waste import (ActivationRecompute, AttentionUnfused, CopyBound, CopyOp,
+from perfstack.records.base import Record
+from perfstack.records.profile.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
+from perfstack.records.profile.means import Allocator, Comm, Launch, LaunchToStart, Overhead, Sync, Timeline
+from perfstack.records.profile.run_wide import RankRow, Straggler, Telemetry
+from perfstack.records.profile.section import Section, load
+from perfstack.records.profile.steps import CpuCounts, GpuStep, IdleGap, Step
+from perfstack.records.profile.waste import (ActivationRecompute, AttentionUnfused, CopyBound, CopyOp,
                                              DdpSyncPerMicrobatch, Fp32Conv, Fp32Matmul, GemmMisaligned,
                                              LargeVocabLoss, MisalignedGroup, OptimizerNotFused, PageableMemcpy,
                                              UnfusedElementwise, WasteFound, WhatIf)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from perfstack import sections
-from perfstack.profile.records.base import Record
-from perfstack.profile.records.means import Comm
+from perfstack.records.base import Record
+from perfstack.records.profile.means import Comm
 
 
 @dataclass

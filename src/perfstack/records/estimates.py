@@ -12,27 +12,24 @@ Two shapes are accepted, and each has its record:
   finds memory stacks and latency bounds by those names, and a sheet would have to invent sections,
   units and labels the author did not write.
 
-Both are tolerant records as ``RunMeta`` is (fields.open_dict): keys this perfstack does not know are
-kept (``extra``) with the order the Run had its keys (``order``), so that a loaded Run saves back byte for byte. A known key of
-the wrong type is refused when the Run is loaded, naming it (``sections.estimates`` holds the sheet's
-checks, shared with the profile's), so that renderers read attributes without re-checking them.
+Both are tolerant records (``records.base.Record``): keys this perfstack does not know are kept (``extra``)
+and written back in the order the Run had its keys, so that a loaded Run saves back byte for byte. A known key
+of the wrong type is refused when the Run is loaded, naming it (the annotations, and ``sections.estimates``
+for what depends on the sheet's kind), so that renderers read attributes without re-checking them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
+from perfstack import sections
 from perfstack.errors import InputError
-from perfstack.fields import OPEN, open_dict, open_fields
-
-
-def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls) if f.name not in OPEN)
+from perfstack.records.base import Record, set_loaded, written_fields
 
 
 @dataclass
-class Figure:
+class Figure(Record):
     """One estimated figure's working: what ``Quantity.to_dict`` writes under the sheet's ``working``."""
 
     label: str
@@ -42,20 +39,16 @@ class Figure:
     inputs: dict[str, Any]  # symbol -> value used
     assumptions: list[str]
     extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=("label", "value", "unit", "formula", "inputs", "assumptions"), repr=False,
-                                   compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return open_dict(self)
-
-
-_FIGURE = _names(Figure)
 
 SECTIONS = ("params", "memory", "capacity", "flops", "time", "comms")  # the sheet's sections of numbers
 
 
+def _sheet_check(d: Any, where: str) -> None:
+    sections.estimates(d, where)  # what the sheet's kind asks of its settings and fit rows
+
+
 @dataclass
-class EstimateSheet:
+class EstimateSheet(Record):
     """What ``perfstack estimate`` writes. ``kind`` is "infer" or "train"; ``settings`` and the ``fit``
     rows hold the names of that kind's settings (InferSettings, TrainSettings) and are checked against
     them on loading; a section of numbers the estimate did not produce is None."""
@@ -75,7 +68,8 @@ class EstimateSheet:
     assumptions: list[str] | None = None
     working: dict[str, Figure] = field(default_factory=dict)  # figure key -> its working
     extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    CHECK = _sheet_check
 
     @property
     def model_name(self) -> str | None:
@@ -93,24 +87,27 @@ class EstimateSheet:
         """Every top-level entry as the JSON has it, in its order (the report lists them so)."""
         return list(self.to_dict().items())
 
-    def to_dict(self) -> dict[str, Any]:
-        return open_dict(self)
-
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> "EstimateSheet":
-        """The record of a sheet already checked (``sections.estimates``) or just computed by an estimator."""
-        known = {k: v for k, v in d.items() if k in _SHEET}
-        known["working"] = {k: _figure(w) for k, w in (d.get("working") or {}).items()}
-        return cls(**known, extra={k: v for k, v in d.items() if k not in _SHEET}, order=tuple(d))
+        """The record of a sheet an estimator just computed (its figures are not checked again), written in the
+        order of ``d``'s keys."""
+        known = {k: v for k, v in d.items() if k in _names(cls)}
+        known["working"] = {k: _built(Figure, w) for k, w in (d.get("working") or {}).items()}
+        return _built(cls, d, known)
 
 
-_SHEET = _names(EstimateSheet)
+def _names(cls: type) -> set[str]:
+    return {f.name for f in written_fields(cls)}
 
 
-def _figure(w: Mapping[str, Any]) -> Figure:
-    return Figure(label=w["label"], value=w["value"], unit=w["unit"], formula=w["formula"], inputs=dict(w["inputs"]),
-                  assumptions=list(w["assumptions"]),
-                  extra={k: v for k, v in w.items() if k not in _FIGURE}, order=tuple(w))
+def _built(cls: type, d: Mapping[str, Any], known: dict[str, Any] | None = None) -> Any:
+    """A record of ``cls`` made of the keys of ``d`` (the fields as given, unchecked; the others kept), that
+    writes them in ``d``'s order."""
+    names = _names(cls)
+    args = known if known is not None else {k: v for k, v in d.items() if k in names}
+    rec = cls(**args, extra={k: v for k, v in d.items() if k not in names})
+    set_loaded(rec, tuple(d))
+    return rec
 
 
 def _text(v: Any) -> str | None:
@@ -118,7 +115,7 @@ def _text(v: Any) -> str | None:
 
 
 @dataclass
-class Leaf:
+class Leaf(Record):
     """A ``{value, unit, formula}`` leaf of a hand-made estimate. ``value`` is shown as written (a
     number, usually); ``unit`` and ``formula`` are text where present."""
 
@@ -126,13 +123,8 @@ class Leaf:
     unit: str | None = None
     formula: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    order: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return open_dict(self) if self.order else {"value": self.value, **open_dict(self)}
-
-
-_LEAF = _names(Leaf)
+    WHEN_SET = frozenset({"unit", "formula"})
 
 
 @dataclass
@@ -160,12 +152,11 @@ def from_dict(section: Any, where: str = "estimates") -> Estimates:
     if not isinstance(section, dict):
         raise InputError(f"{where} must be a JSON object")
     if "working" in section:
-        from perfstack import sections
-        return EstimateSheet.of(sections.estimates(section))
+        return EstimateSheet.from_dict(section, where)
     return _node(section, where)
 
 
 def _node(d: dict[str, Any], where: str) -> EstimateTree | Leaf:
     if is_leaf(d):
-        return Leaf(**open_fields(Leaf, d, where))  # unit and formula text or null
+        return Leaf.from_dict(d, where)  # unit and formula text or null
     return EstimateTree({k: _node(v, f"{where}.{k}") if isinstance(v, dict) else v for k, v in d.items()})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from perfstack.profile.records.base import Record
+from perfstack.records.base import Record
 
 
 @dataclass

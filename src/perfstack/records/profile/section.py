@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from perfstack import sections
-from perfstack.profile.records.base import Record
-from perfstack.profile.records.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
-from perfstack.profile.records.means import Allocator, Comm, Launch, Overhead, Sync, Timeline
-from perfstack.profile.records.run_wide import RankRow, Straggler, Telemetry
-from perfstack.profile.records.steps import IdleGap, Step
-from perfstack.profile.records.waste import WasteFound, WhatIf
+from perfstack.records.base import Record
+from perfstack.records.profile.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
+from perfstack.records.profile.means import Allocator, Comm, Launch, Overhead, Sync, Timeline
+from perfstack.records.profile.run_wide import RankRow, Straggler, Telemetry
+from perfstack.records.profile.steps import IdleGap, Step
+from perfstack.records.profile.waste import WasteFound, WhatIf
 
 
 @dataclass

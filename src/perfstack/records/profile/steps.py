@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from perfstack import sections
-from perfstack.profile.records.base import Record
+from perfstack.records.base import Record
 
 
 @dataclass

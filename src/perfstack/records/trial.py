@@ -1,8 +1,8 @@
 """The ``try`` section of a Run: what ``perfstack try`` measured, arm by arm and run by run.
 
-Tolerant records (``profile.records.base.Record``): unknown keys are kept and written back, a key this
-version knows holding the wrong type is refused when the Run is loaded, naming the field. The checks are
-read from the annotations (``check_of``), so a new field is covered by writing its annotation.
+Tolerant records (``records.base.Record``): unknown keys are kept and written back, a key this version knows
+holding the wrong type is refused when the Run is loaded, naming the field. The checks are read from the
+annotations, so a new field is covered by writing its annotation.
 
 Times are milliseconds per step (``_ms``), seconds where the name ends in ``_s``; gains and noise are % of the
 unmodified script's step time (positive: faster).
@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from perfstack.errors import InputError
 from perfstack.fields import one_of
-from perfstack.profile.records.base import Record, check_of
+from perfstack.records.base import Record
 
 VERDICTS = ("baseline", "works", "no measurable gain", "slower", "failed", "not applied", "not run")
 
@@ -103,18 +103,12 @@ class Trial(Record):
         return next((a for a in self.arms if a.id == arm_id), None)
 
 
-for _cls in (Applied, ArmRun, ArmResult, Trial):
-    _cls.CHECK = check_of(_cls)
-_arm_fields = ArmResult.CHECK
-
-
 def _arm_result_check(v: Any, where: str) -> None:
-    """An arm's fields by their annotations, its verdict from the known words, its interval a pair."""
-    _arm_fields(v, where)
-    if isinstance(v, dict) and "verdict" in v:
+    """Beyond an arm's annotations: its verdict from the known words, its interval a pair."""
+    if "verdict" in v:
         _verdict(v["verdict"], f"{where}.verdict")
-    ci = v.get("ci_pct") if isinstance(v, dict) else None
-    if ci is not None and len(ci) != 2:
+    ci = v.get("ci_pct")
+    if isinstance(ci, list) and len(ci) != 2:
         raise InputError(f"{where}.ci_pct must be [low, high]")
 
 
