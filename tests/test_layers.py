@@ -5,7 +5,7 @@ a loop.
 The source is read with ast, nothing is run. Every import counts, those inside functions too (a lazy import ties
 two files as surely as one at the top); an ``if TYPE_CHECKING:`` import counts for circles, as it does for
 ../shared/tools/import_circles.py, but not for floors, since it never runs. An import ties to the module it
-names: ``from perfstack.fleet.record import FleetAnalysis`` is an import of fleet.record, not of the fleet
+names: ``from perfstack.records.fleet import FleetAnalysis`` is an import of records.fleet, not of the records
 package's ``__init__``, which Python runs on the way; for circles, a package ``__init__`` that only hands names
 on (its face) ties nothing itself, as in import_circles.py. Imports by name at run time (``discover``'s
 registries, ``perfstack.profile`` reached through the package's ``__getattr__``) are not seen.
@@ -48,7 +48,6 @@ FLOORS: dict[str, int] = {
     "perfstack.records": 4,  # the record base (records.base) and every section's records
     "perfstack.loadtest.record": 4,
     "perfstack.loadtest.vocabulary": 4,  # the load test's fixed sets of words (mode, api): the records name them too
-    "perfstack.fleet.record": 4,
     "perfstack.compare.record": 4,  # the diff's records
     "perfstack.compare.stats": 4,  # standard library only; the diff's records default to its significance level
     # 5: the Run, made of the records below it
@@ -245,8 +244,8 @@ def test_the_checks_see_what_they_must():
     """The reading of imports itself: an import inside a function and one under TYPE_CHECKING are both seen,
     and an upward import or a circle is named."""
     seen = {(a, b, typing_only) for a, b, _, typing_only in IMPORTS}
-    assert ("perfstack.model", "perfstack.fleet.record", False) in seen  # inside Run.from_dict's _fleet()
-    assert ("perfstack.model", "perfstack.fleet.record", True) in seen  # the annotation of Run.fleet
+    assert ("perfstack.model", "perfstack.records.fleet", False) in seen  # inside Run.from_dict's _fleet()
+    assert ("perfstack.model", "perfstack.records.fleet", True) in seen  # the annotation of Run.fleet
     assert floor("perfstack.records.trial") == 4 and floor("perfstack.trial.runner") == 7
     assert floor("perfstack.cli.try_") == 10 and floor("perfstack") == 1
     assert floor("perfstack.records.base") == 4 and floor("perfstack.profile.summary") == 6

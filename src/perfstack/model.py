@@ -18,7 +18,7 @@ from perfstack.severity import Severity as Severity  # re-exported: the code nam
 
 if TYPE_CHECKING:  # imported when a Run holds one: a load test needs msgspec
     from perfstack.records.estimates import Estimates
-    from perfstack.fleet.record import FleetAnalysis
+    from perfstack.records.fleet import FleetAnalysis
     from perfstack.loadtest.record import LoadTest
     from perfstack.records.profile import Section
     from perfstack.records.trial import Trial
@@ -353,7 +353,7 @@ def _loadtest_dict(lt: LoadTest) -> dict[str, Any]:
 def _fleet(data: Any) -> FleetAnalysis | None:
     if data is None:
         return None
-    from perfstack.fleet.record import FleetAnalysis
+    from perfstack.records.fleet import FleetAnalysis
     return FleetAnalysis.from_dict(data)
 
 

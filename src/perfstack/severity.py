@@ -1,7 +1,7 @@
 """How bad a finding is: the one vocabulary of severities, from the doctor's checks to the fleet's ranking.
 
 It sits below every record that names a severity (the Run's findings in ``model``, the fleet's section in
-``fleet.record``); ``model`` re-exports it."""
+``records.fleet``); ``model`` re-exports it."""
 
 from __future__ import annotations
 

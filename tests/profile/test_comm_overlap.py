@@ -8,7 +8,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from perfstack.profile import comm, records
+from perfstack.profile import comm
+from perfstack.records import profile as records
 from perfstack.profile.registry import Context
 from perfstack.profile.rules_distributed import comm_not_overlapped
 from perfstack.profile.summary import profile_run

@@ -19,7 +19,7 @@ from perfstack.audit import FAIL_ON
 from perfstack.bench import SUITES
 from perfstack.errors import PerfstackError, UsageError
 from perfstack.fleet.analysis import analyze
-from perfstack.fleet.record import FleetAnalysis
+from perfstack.records.fleet import FleetAnalysis
 from perfstack.fleet.output import fleet_run
 from perfstack.model import Run, Severity
 from perfstack.records.meta import FanOut, TaskCost

@@ -6,7 +6,7 @@ is separate from the analysis (``analysis.analyze``), a pure function of the nod
 """
 
 from perfstack.fleet.analysis import analyze, analyze_runs
-from perfstack.fleet.record import FleetAnalysis
+from perfstack.records.fleet import FleetAnalysis
 from perfstack.fleet.summary import NodeSummary, summarize
 
 __all__ = ["FleetAnalysis", "NodeSummary", "analyze", "analyze_runs", "summarize"]

@@ -28,7 +28,7 @@ from perfstack.bench.collectives import busbw_gbps
 from perfstack.errors import InputError
 
 if TYPE_CHECKING:
-    from perfstack.fleet.record import FleetAnalysis
+    from perfstack.records.fleet import FleetAnalysis
 
 SLOW_RATIO = 0.8  # a group or machine below this share of the reference is slow (the fleet's 20% rule)
 FAST_QUANTILE = 0.1  # of a size's samples (``fast_time``)
@@ -304,7 +304,7 @@ def attach(analysis: FleetAnalysis, comms: Comms) -> FleetAnalysis:
     links and machines that did not join in the ranked list (a slow node critical, as a figure 20%
     below the median is; a link a warning on both its ends)."""
     from perfstack.fleet.rank import WEIGHT
-    from perfstack.fleet.record import NodeRank
+    from perfstack.records.fleet import NodeRank
     from perfstack.model import Severity
     analysis.comms = comms.to_dict()
     hits: list[tuple[str, str, str]] = []  # (node, severity, reason)

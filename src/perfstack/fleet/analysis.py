@@ -16,7 +16,7 @@ from perfstack.fleet.drift import drift
 from perfstack.fleet.findings import findings
 from perfstack.fleet.outliers import FigureStats, outliers
 from perfstack.fleet.rank import rank
-from perfstack.fleet.record import FleetAnalysis, HeatMap, Member, NodeRank
+from perfstack.records.fleet import FleetAnalysis, HeatFigure, HeatMap, HeatRow, Member, NodeRank
 from perfstack.fleet.summary import NodeSummary, summarize
 from perfstack.model import Run
 
@@ -27,11 +27,11 @@ def _minor(version: str) -> str:
 
 def _heatmap(sku: str, stats: list[FigureStats]) -> HeatMap:
     units = sorted({cell for s in stats for cell in s.cells})
-    rows = [{"node": node, "subject": subject,
-             "z": [round(s.cells[(node, subject)], 2) if (node, subject) in s.cells else None for s in stats]}
+    rows = [HeatRow(node=node, subject=subject,
+                    z=[round(s.cells[(node, subject)], 2) if (node, subject) in s.cells else None for s in stats])
             for node, subject in units]
-    return HeatMap(sku=sku, figures=[{"figure": s.figure, "unit": s.unit, "median": s.median,
-                                      "spread_pct": s.spread_pct, "points": s.points} for s in stats], rows=rows)
+    return HeatMap(sku=sku, figures=[HeatFigure(figure=s.figure, unit=s.unit, median=s.median,
+                                                spread_pct=s.spread_pct, points=s.points) for s in stats], rows=rows)
 
 
 def shared_machine_notes(members: list[Member]) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, TypeVar
 
-from perfstack.fleet.record import FleetAnalysis
+from perfstack.records.fleet import FleetAnalysis
 
 KIND = "perfstack-fleet-diff"
 MEDIAN_CHANGE_PCT = 2.0  # a SKU median that moves less than this is not reported (the fleet's own wobble)
@@ -65,7 +65,7 @@ def _findings(a: FleetAnalysis) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _medians(a: FleetAnalysis) -> dict[tuple[str, str], tuple[float, str]]:
-    return {(h.sku, f["figure"]): (f["median"], f["unit"]) for h in a.heatmaps for f in h.figures}
+    return {(h.sku, f.figure): (f.median, f.unit) for h in a.heatmaps for f in h.figures}
 
 
 def _comms(a: FleetAnalysis) -> tuple[dict[str, float], dict[tuple[str, ...], dict[str, Any]]] | None:

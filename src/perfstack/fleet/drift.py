@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from perfstack.compare.facts import category
-from perfstack.fleet.record import Drift, DriftGroup
+from perfstack.records.fleet import Drift, DriftGroup
 from perfstack.fleet.summary import NodeSummary
 
 ABSENT = "(not collected)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from perfstack.fleet.record import SharedFinding, UnevenFinding
+from perfstack.records.fleet import SharedFinding, UnevenFinding
 from perfstack.fleet.summary import FindingRef, NodeSummary
 from perfstack.model import Severity
 

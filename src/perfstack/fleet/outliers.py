@@ -14,7 +14,7 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from perfstack.fleet.record import Outlier
+from perfstack.records.fleet import Outlier
 from perfstack.fleet.stats import MAD_TO_SD, MIN_RELATIVE, Z_OUTLIER, mad, robust_z
 from perfstack.fleet.summary import Figure, NodeSummary
 

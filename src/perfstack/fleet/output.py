@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfstack.errors import InputError
-from perfstack.fleet.record import FleetAnalysis
+from perfstack.records.fleet import FleetAnalysis
 from perfstack.model import Run
 from perfstack.records.meta import run_meta
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from perfstack.fleet.record import Drift, NodeRank, Outlier, UnevenFinding
+from perfstack.records.fleet import Drift, NodeRank, Outlier, UnevenFinding
 from perfstack.fleet.summary import NodeSummary
 from perfstack.model import Severity
 

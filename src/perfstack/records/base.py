@@ -227,14 +227,14 @@ def describe(hint: Any, plural: bool = False) -> str:
         return "lists" if plural else "a list"
     if origin is list or hint is list:
         item = args[0] if args else Any
-        return "lists" if plural else ("a list" if item is Any or _is_record(item) else f"a list of {describe(item, True)}")
+        return "lists" if plural else ("a list" if item is Any else f"a list of {describe(item, True)}")
     if origin in (dict, collections.abc.Mapping) or hint is dict:
         value = args[1] if len(args) == 2 else Any
         if plural:
             return "objects"
         return "an object" if value is Any or _is_record(value) else f"an object of {describe(value, True)}"
     if _is_record(hint):
-        return "JSON objects" if plural else "a JSON object"
+        return "objects" if plural else "a JSON object"
     return "values" if plural else "any value"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.fleet.record import FleetAnalysis, HeatMap
+from perfstack.records.fleet import FleetAnalysis, HeatMap
 from perfstack.report.fleet_view import FleetView
 from perfstack.report.charts import num
 from perfstack.report.html_blocks import Section, code, e, page, table
@@ -32,11 +32,11 @@ def _cell(z: float | None) -> str:
 
 def _heatmap(h: HeatMap, flagged: list[str]) -> str:
     order = {n: i for i, n in enumerate(flagged)}
-    rows = sorted(h.rows, key=lambda r: (order.get(r["node"], len(order)), r["node"], r["subject"]))
-    head = "".join(f'<th class="hmh" title="{e(f["figure"])}: median {e(num(f["median"], f["unit"]))}, spread '
-                   f'{f["spread_pct"]:.1f}%"><span>{e(f["figure"])}</span></th>' for f in h.figures)
-    body = "".join(f'<tr><th class="hmn">{e(r["node"])}{" " + e(r["subject"]) if r["subject"] else ""}</th>'
-                   + "".join(_cell(z) for z in r["z"]) + "</tr>" for r in rows[:MAX_ROWS])
+    rows = sorted(h.rows, key=lambda r: (order.get(r.node, len(order)), r.node, r.subject))
+    head = "".join(f'<th class="hmh" title="{e(f.figure)}: median {e(num(f.median, f.unit))}, spread '
+                   f'{f.spread_pct:.1f}%"><span>{e(f.figure)}</span></th>' for f in h.figures)
+    body = "".join(f'<tr><th class="hmn">{e(r.node)}{" " + e(r.subject) if r.subject else ""}</th>'
+                   + "".join(_cell(z) for z in r.z) + "</tr>" for r in rows[:MAX_ROWS])
     more = (f'<p class="muted">{len(rows) - MAX_ROWS} more rows in the Run JSON.</p>' if len(rows) > MAX_ROWS else "")
     return (f"<h3>{e(h.sku)}</h3><div class=\"hmwrap\"><table class=\"heatmap\" data-sku=\"{e(h.sku)}\"><thead><tr>"
             f"<th></th>{head}</tr></thead><tbody>{body}</tbody></table></div>{more}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfstack.fleet.record import FleetAnalysis
+from perfstack.records.fleet import FleetAnalysis
 from perfstack.records.meta import FanOut, RunMeta
 
 

@@ -3,31 +3,39 @@
 A fleet Run's members and SKUs, the configuration that drifted, the figures that stand out (and the heat
 map of every figure), the findings some nodes have and others lack, and the nodes ranked worst first.
 The records sit below ``model`` (which loads a Run's fleet section through ``FleetAnalysis.from_dict``)
-and import nothing above them; the analysis that fills them is ``fleet.analysis``.
+and import nothing above them; the analysis that fills them is ``fleet.analysis``. Tolerant records
+(``records.base.Record``): checked against their annotations when a Run is loaded, unknown keys kept.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from perfstack.errors import InputError
-from perfstack.fields import one_of, typed
+from perfstack.records.base import Record, show
 from perfstack.severity import Severity
 
 FLEET_SCHEMA_VERSION = 1
-T = TypeVar("T")
+
+
+def _severity(d: Any, where: str) -> None:
+    """A severity the fleet's records name is one of Severity's."""
+    if "severity" in d and d["severity"] not in {s.value for s in Severity}:
+        raise InputError(f"{where}.severity must be one of {', '.join(s.value for s in Severity)}, "
+                         f"not {show(d['severity'])}")
 
 
 @dataclass
-class DriftGroup:
+class DriftGroup(Record):
     value: Any
     nodes: list[str]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class Drift:
+class Drift(Record):
     key: str
     category: str
     sku: str
@@ -35,6 +43,7 @@ class Drift:
     baseline_count: int
     odd: list[DriftGroup] = field(default_factory=list)  # the other values, largest group first
     split: bool = False  # no value is held by more than half of the nodes
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def odd_nodes(self) -> list[str]:
@@ -42,7 +51,7 @@ class Drift:
 
 
 @dataclass
-class Outlier:
+class Outlier(Record):
     figure: str
     unit: str
     sku: str
@@ -56,10 +65,11 @@ class Outlier:
     fleet_spread_pct: float  # the fleet's robust standard deviation, in % of the median
     points: int
     slow: bool  # worse than the fleet
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class UnevenFinding:
+class UnevenFinding(Record):
     id: str
     severity: str
     layer: str
@@ -69,6 +79,9 @@ class UnevenFinding:
     of: int  # nodes of the SKU that were audited
     subjects: dict[str, list[str]] = field(default_factory=dict)  # node -> ["gpu1", ...]
     evidence: dict[str, str] = field(default_factory=dict)  # node -> what was observed (first subject)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    CHECK = _severity
 
     @property
     def minority(self) -> bool:
@@ -76,24 +89,30 @@ class UnevenFinding:
 
 
 @dataclass
-class SharedFinding:
+class SharedFinding(Record):
     id: str
     severity: str
     title: str
     sku: str
     nodes: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    CHECK = _severity
 
 
 @dataclass
-class NodeRank:
+class NodeRank(Record):
     node: str
     severity: str
     score: int
     reasons: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    CHECK = _severity
 
 
 @dataclass
-class Member:
+class Member(Record):
     name: str
     status: str  # "ok", "failed", "other version"
     reason: str = ""
@@ -105,19 +124,43 @@ class Member:
     command: str = ""
     figures: int = 0
     findings: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class HeatMap:
+class HeatFigure(Record):
+    """A column of a heat map: a figure, its unit, the fleet's median and robust spread, how many points."""
+
+    figure: str
+    unit: str
+    median: float
+    spread_pct: float
+    points: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HeatRow(Record):
+    """A row of a heat map: a node (or one of its GPUs) and its z-score per figure (None: not measured)."""
+
+    node: str
+    subject: str  # "gpu1", or "" for the node's own figures
+    z: list[float | None]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HeatMap(Record):
     """Nodes (or GPUs) x figures of one SKU; each cell a signed robust z-score, positive = better."""
 
     sku: str
-    figures: list[dict[str, Any]]  # {figure, unit, median, spread_pct, points}
-    rows: list[dict[str, Any]]  # {node, subject, z: [float | None per figure]}
+    figures: list[HeatFigure]
+    rows: list[HeatRow]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class FleetAnalysis:
+class FleetAnalysis(Record):
     members: list[Member] = field(default_factory=list)
     skus: dict[str, list[str]] = field(default_factory=dict)
     drift: list[Drift] = field(default_factory=list)
@@ -130,6 +173,7 @@ class FleetAnalysis:
     notes: list[str] = field(default_factory=list)
     comms: dict[str, Any] | None = None
     schema_version: int = FLEET_SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         status = Counter(m.status for m in self.members)
@@ -145,57 +189,22 @@ class FleetAnalysis:
         return max((r.severity for r in self.ranking), key=lambda s: Severity(s).rank, default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["summary"] = self.summary()
+        d = super().to_dict()
+        d["summary"] = self.summary()  # figured again: a loaded Run's is replaced where it stands
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FleetAnalysis":
-        """The fleet section of a saved Run, checked once: every record against its dataclass's types
-        (fields.typed) and severities against Severity, so that a wrong type is refused naming it
-        ("fleet.outliers[2].z must be a number") instead of failing in a renderer."""
+    def from_dict(cls, d: Any, where: str = "fleet") -> "FleetAnalysis":
+        """The fleet section of a saved Run, checked once: every record against its annotations and
+        severities against Severity, so that a wrong type is refused naming it ("fleet.outliers[2].z must be
+        a number") instead of failing in a renderer."""
         if not isinstance(d, Mapping):
             raise InputError("the fleet section is not a JSON object")
         version = d.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise InputError("fleet.schema_version must be a positive integer, not "
+            raise InputError(f"{where}.schema_version must be a positive integer, not "
                              f"{'missing' if version is None else repr(version)}")
         if version > FLEET_SCHEMA_VERSION:
             raise InputError(f"the fleet section has schema_version {version}; this perfstack reads up to "
                              f"{FLEET_SCHEMA_VERSION}", hint="upgrade perfstack: pip install -U perfstack")
-        top = typed(cls, {k: d[k] for k in ("skus", "identity_keys", "notes") if k in d}, "fleet")
-        return cls(
-            members=_each(d, "members", lambda m, w: Member(**typed(Member, m, w))),
-            drift=_each(d, "drift", _drift),
-            outliers=_each(d, "outliers", lambda o, w: Outlier(**typed(Outlier, o, w))),
-            heatmaps=_each(d, "heatmaps", lambda h, w: HeatMap(**typed(HeatMap, h, w))),
-            uneven=_each(d, "uneven", lambda u, w: UnevenFinding(**typed(UnevenFinding, u, w, _SEVERITY))),
-            shared=_each(d, "shared", lambda s, w: SharedFinding(**typed(SharedFinding, s, w, _SEVERITY))),
-            ranking=_each(d, "ranking", lambda r, w: NodeRank(**typed(NodeRank, r, w, _SEVERITY))),
-            comms=_comms(d.get("comms")), schema_version=version, **top)
-
-
-_SEVERITY = {"severity": one_of(*(s.value for s in Severity))}
-
-
-def _each(d: Mapping[str, Any], key: str, make: Callable[[Any, str], T]) -> list[T]:
-    """The records of the list ``d[key]`` (absent: none), each made by ``make`` (record, where)."""
-    items = d.get(key, [])
-    if not isinstance(items, list):
-        raise InputError(f"fleet.{key} must be a list")
-    return [make(x, f"fleet.{key}[{i}]") for i, x in enumerate(items)]
-
-
-def _drift(x: Any, where: str) -> Drift:
-    fields = typed(Drift, x, where)
-    groups = fields.get("odd", [])
-    if not isinstance(groups, list):
-        raise InputError(f"{where}.odd must be a list")
-    fields["odd"] = [DriftGroup(**typed(DriftGroup, g, f"{where}.odd[{i}]")) for i, g in enumerate(groups)]
-    return Drift(**fields)
-
-
-def _comms(c: Any) -> dict[str, Any] | None:
-    if c is not None and not isinstance(c, dict):
-        raise InputError("fleet.comms must be a JSON object or null")
-    return c
+        return super().from_dict(dict(d), where)
