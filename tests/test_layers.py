@@ -43,13 +43,11 @@ FLOORS: dict[str, int] = {
     "perfstack.sections": 2,
     # 3: the one seam to the machine
     "perfstack.host": 3,
-    # 4: the section records, one tolerant record base (perfstack.records; the load test's, the fleet's and the
-    #    diff's records are still beside the packages that fill them)
+    # 4: the section records, one tolerant record base (perfstack.records; the load test's are still beside the
+    #    package that fills them)
     "perfstack.records": 4,  # the record base (records.base) and every section's records
     "perfstack.loadtest.record": 4,
     "perfstack.loadtest.vocabulary": 4,  # the load test's fixed sets of words (mode, api): the records name them too
-    "perfstack.compare.record": 4,  # the diff's records
-    "perfstack.compare.stats": 4,  # standard library only; the diff's records default to its significance level
     # 5: the Run, made of the records below it
     "perfstack.model": 5,
     "perfstack.checks": 5,  # the one finding registry: the doctor's (7), the profile's and the load test's (6) checks

@@ -13,6 +13,7 @@ import importlib
 import json
 import pkgutil
 import typing
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import pytest
@@ -45,11 +46,15 @@ VALID: dict[tuple[str, str], Any] = {
     ("EstimateSheet", "gpu"): {"name": "g"},
     ("EstimateSheet", "regime"): {"decode": "memory-bound"},
     ("FleetAnalysis", "schema_version"): 1,
+    ("Diff", "schema_version"): 1,
     ("UnevenFinding", "severity"): "warning",
     ("SharedFinding", "severity"): "info",
     ("NodeRank", "severity"): "critical",
 }
-DERIVED = {"FleetAnalysis": "summary"}  # keys to_dict figures again from the fields, and adds
+DERIVED = {"FleetAnalysis": "summary", "Diff": "summary"}  # keys to_dict figures again from the fields, and adds
+# A saved Diff names its kind, and writes its keys in its own order whatever order it was read in.
+HEAD = {"Diff": {"kind": "perfstack-diff"}}
+OWN_ORDER = {"Diff"}
 UNKNOWN = {"a-key-no-perfstack-writes": [1, {"nested": "kept"}]}
 
 
@@ -100,12 +105,15 @@ def test_every_record_class_is_found():
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
 def test_an_unknown_key_round_trips_and_a_wrong_type_is_refused_naming_the_field(cls):
     assert "extra" in hints_of(cls), f"{cls.__name__} has no extra: it would drop keys it does not know"
-    d = {**_object(cls), **UNKNOWN}
+    d = {**HEAD.get(cls.__name__, {}), **_object(cls), **UNKNOWN}
     rec = cls.from_dict(json.loads(json.dumps(d)), "rec")
     out = rec.to_dict()
     out.pop(DERIVED.get(cls.__name__, ""), None)
     assert out["a-key-no-perfstack-writes"] == UNKNOWN["a-key-no-perfstack-writes"]
-    assert json.dumps(out) == json.dumps(d)  # every key, in the order read
+    if cls.__name__ in OWN_ORDER:
+        assert out == d
+    else:
+        assert json.dumps(out) == json.dumps(d)  # every key, in the order read
     assert cls.from_dict(json.loads(json.dumps(out)), "rec") == rec
     hints = hints_of(cls)
     checked = [f for f in written_fields(cls) if hints[f.name] is not Any]
@@ -114,3 +122,21 @@ def test_an_unknown_key_round_trips_and_a_wrong_type_is_refused_naming_the_field
         key = cls.KEYS.get(f.name, f.name)
         with pytest.raises(InputError, match=rf"^rec\.{key}\b"):
             cls.from_dict({**d, key: _wrong(hints[f.name])}, "rec")
+
+
+def test_a_run_with_keys_this_perfstack_does_not_know_reports_and_saves_them_back(tmp_path, capsys):
+    """Through the CLI: a Run whose finding, measurement, meta and profile carry keys of a newer perfstack is
+    rendered (exit 0) and its JSON report holds those keys as they were."""
+    from perfstack.cli.main import main
+    src = Path(__file__).parent / "fixtures" / "runs" / "h100-doctor-bench.json"
+    d = json.loads(src.read_text())
+    d["meta"]["newer"] = {"x": 1}
+    d["findings"][0]["newer"] = [1, 2]
+    d["measurements"][0]["newer"] = "kept"
+    d["profile"] = {"busy_ms": 12.0, "newer": True}
+    run = tmp_path / "newer.json"
+    run.write_text(json.dumps(d))
+    assert main(["report", str(run), "-f", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["meta"]["newer"] == {"x": 1} and out["findings"][0]["newer"] == [1, 2]
+    assert out["measurements"][0]["newer"] == "kept" and out["profile"] == {"busy_ms": 12.0, "newer": True}

@@ -80,7 +80,7 @@ def test_an_unchanged_servers_rerun_is_noise():
     d = diff_runs(_run(1), _run(2))
     assert not [f.name for f in d.figures() if f.verdict in ("improved", "regressed")]
     assert d.summary()["measurements"]["within noise"] > 0
-    assert {r["figure"]: r["change"] for r in d.loadtest.sweep}["knee"] == "same"
+    assert {r.figure: r.change for r in d.loadtest.sweep}["knee"] == "same"
 
 
 def test_figures_are_the_records_own_medians():

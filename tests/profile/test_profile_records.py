@@ -21,7 +21,7 @@ PIECES = {
     "comm": (records.Comm, False), "mfu": (records.Mfu, False), "straggler": (records.Straggler, False),
     "overhead": (records.Overhead, False), "ops": (records.OpRow, True), "top_kernels": (records.TopKernel, True),
     "compiled": (records.Compiled, False), "ranks": (records.RankRow, True), "waste": (records.WasteFound, False),
-    "telemetry": (records.Telemetry, False),
+    "telemetry": (records.Telemetry, False), "gemms": (records.GemmRow, True), "memcpy": (records.MemcpyRow, True),
 }
 CAPTURE = Path(__file__).parents[1] / "fixtures" / "runs" / "h100-profile-capture.json"
 
@@ -57,7 +57,7 @@ def test_the_section_is_read_through_one_loader_with_every_piece_typed(profile):
         if profile.get(key) is not None:
             assert all(isinstance(v, rec) for v in (value if many else [value])), key
     assert s.device_name == profile["device_name"] and [o.to_dict() for o in s.ops] == profile["ops"]
-    assert {k: w.to_dict() for k, w in s.whatif.items()} == profile["whatif"] and s.memcpy == profile["memcpy"]
+    assert {k: w.to_dict() for k, w in s.whatif.items()} == profile["whatif"] and [m.to_dict() for m in s.memcpy] == profile["memcpy"]
     assert s.step_time(s.breakdown()) == pytest.approx(profile["step_ms"])
 
 

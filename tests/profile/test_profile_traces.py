@@ -108,9 +108,9 @@ def test_profile_shape_for_report_and_diff(tmp_path):
 
 def test_gemm_flops_and_tensor_cores():
     g = run_of("fp32-matmul").profile.gemms[0]
-    assert g["dtype"] == "fp32" and g["tensor_cores"] is False
-    assert g["flops_per_step"] == pytest.approx(11 * 2 * 4096**3)
-    assert run_of("fp32-matmul-fixed").profile.gemms[0]["tensor_cores"] is True
+    assert g.dtype == "fp32" and g.tensor_cores is False
+    assert g.flops_per_step == pytest.approx(11 * 2 * 4096**3)
+    assert run_of("fp32-matmul-fixed").profile.gemms[0].tensor_cores is True
     assert run_of("control").profile.mfu.value > 0.3
 
 

@@ -52,7 +52,7 @@ def test_drift_names_the_leaf_that_changed_and_skips_volatile_readings():
                   gpu__list=[{"index": 0, "name": "H100", "temperature_c": 70, "persistence_mode": True},
                              {"index": 1, "name": "H100", "temperature_c": 35, "persistence_mode": True}])
     rows, volatile = drift(before, after)
-    got = {r["key"]: (r["category"], r["before"], r["after"]) for r in rows}
+    got = {r.key: (r.category, r.before, r.after) for r in rows}
     assert got == {
         "driver.version": ("driver", "550.54", "580.159.04"),
         "env.NCCL_DEBUG": ("environment", "INFO", None),
@@ -69,15 +69,15 @@ def test_unavailable_fact_drifts_with_its_reason():
     before = facts(cpu__governors=["performance"])
     after = Facts({"cpu.governors": Fact.missing("cpu.governors", "cpufreq not exposed")})
     rows, _ = drift(before, after)
-    assert rows[0]["after"] == "(not available: cpufreq not exposed)"
+    assert rows[0].after == "(not available: cpufreq not exposed)"
 
 
 def test_hardware_diff_on_the_recorded_machines():
     h = hardware_diff(doctor("h100").facts, doctor("h200x2").facts)
-    assert not h["same"]
-    assert {"gpu.count", "gpu.models"} <= set(h["differs"])
-    assert "gpu" in h["components"]
-    assert hardware_diff(doctor("h100").facts, doctor("h100").facts)["same"]
+    assert not h.same
+    assert {"gpu.count", "gpu.models"} <= set(h.differs)
+    assert "gpu" in h.components
+    assert hardware_diff(doctor("h100").facts, doctor("h100").facts).same
 
 
 # -- findings ---------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_different_hardware_marks_bound_figures_and_the_gate_skips_them():
     after = run_with([fig("hbm.copy", 2000, seed=3), fig("host.copy", 20, seed=4, bench="host")], gpu="NVIDIA A100-SXM4-80GB")
     d = diff_runs(before, after)
     m = {x.name: x for x in d.measurements}
-    assert not d.hardware["same"] and d.hardware["components"] == ["gpu"]
+    assert not d.hardware.same and d.hardware.components == ["gpu"]
     assert m["hbm.copy"].hardware_bound and m["hbm.copy"].verdict == "regressed"
     assert not m["host.copy"].hardware_bound  # same CPU: the host figure still compares the change
     assert d.regressions() == []
@@ -200,15 +200,15 @@ def test_profile_deltas_and_recovered_time_against_the_prediction():
     d = diff_runs(before, after)
     p = d.profile
     assert p is not None
-    rows = {r["category"]: r for r in p["categories"]}
-    assert rows["idle"]["delta_ms"] < -40  # ~50 ms of idle per step gone
-    assert p["measured_recovered_ms"] == pytest.approx(before.profile.step_ms - fixed.profile.step_ms, abs=0.01)
+    rows = {r.category: r for r in p.categories}
+    assert rows["idle"].delta_ms < -40  # ~50 ms of idle per step gone
+    assert p.measured_recovered_ms == pytest.approx(before.profile.step_ms - fixed.profile.step_ms, abs=0.01)
     stall = next(f for f in before.findings if f.id == "dataloader-stall")
-    assert "dataloader-stall" in p["predicted_by"]
-    assert p["predicted_recovered_ms"] >= stall.recoverable_ms
+    assert "dataloader-stall" in p.predicted_by
+    assert p.predicted_recovered_ms >= stall.recoverable_ms
     # the predicted share (of the step without the profiler) is within 15 points of the share the fix
     # recovered in the profiled steps
-    measured_pct = 100 * p["measured_recovered_ms"] / before.profile.step_ms
+    measured_pct = 100 * p.measured_recovered_ms / before.profile.step_ms
     assert abs(stall.recoverable_pct - measured_pct) < 15
     assert next(f for f in d.findings if f.id == "dataloader-stall").status == "fixed"
 

@@ -83,7 +83,9 @@ def write(tmp_path, name: str, text: str):
     ("not json at all", "is not valid JSON (line 1)"),
     ("[1, 2, 3]", "is not a perfstack Run (expected a JSON object)"),
     ('{"hello": "world"}', "not a perfstack Run: it has no schema_version"),
-    ('{"schema_version": 1, "findings": [{"nope": 1}]}', "findings[0].nope is not a field of a finding"),
+    ('{"schema_version": 1, "findings": [{"nope": 1}]}', "findings[0].id is missing"),
+    # a wrongly typed field is refused naming it (the profile's took its default before: busy_ms loaded as 0.0)
+    ('{"schema_version": 1, "profile": {"busy_ms": "12"}}', "profile.busy_ms must be a number, not '12'"),
 ])
 def test_not_a_run_exits_2_without_traceback(tmp_path, capsys, content, message):
     path = write(tmp_path, "bad.json", content)

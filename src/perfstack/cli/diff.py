@@ -55,8 +55,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         write_document(text_file(lambda c: render_diff(d, c, args.verbose > 0), 140), args.output, out, err, "the diff")
     else:
         render_diff(d, out, args.verbose > 0)
-    if not d.hardware.get("same", True):
-        err.print(f"[yellow]note:[/yellow] the hardware differs ({escape(', '.join(d.hardware['differs']))}); "
+    if not d.hardware.same:
+        err.print(f"[yellow]note:[/yellow] the hardware differs ({escape(', '.join(d.hardware.differs))}); "
                   "figures bound to it compare the machines, not the change", soft_wrap=True)
     if args.fail_on_regression is None:
         return 0

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 
 from perfstack import jsonload, outfile, redact
-from perfstack.compare.record import KIND as DIFF_KIND
+from perfstack.records.diff import KIND as DIFF_KIND
 from perfstack.errors import InputError, OutputError, UsageError
 from perfstack.model import Run
 from perfstack.report.inert import protect

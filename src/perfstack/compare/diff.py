@@ -23,7 +23,8 @@ from typing import Any
 
 from perfstack.compare import facts as factdiff
 from perfstack.compare.loadtest import loadtest_diff
-from perfstack.compare.record import IMPROVED, NOISE, REGRESSED, Diff, FindingChange, MeasurementDelta
+from perfstack.records.diff import (IMPROVED, NOISE, REGRESSED, CategoryDelta, Diff, FindingChange, MeasurementDelta,
+                                    ProfileDelta, RunSide)
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.model import Finding, Measurement, Run
 from perfstack.records.profile import Section
@@ -200,24 +201,22 @@ def measurement_deltas(before: Run, after: Run, bound_parts: set[str], alpha: fl
 
 
 # -- profile ----------------------------------------------------------------------------------
-def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> dict[str, Any] | None:
+def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> ProfileDelta | None:
     pb, pa = before.profile, after.profile
     bb, ba = (pb.breakdown() if pb else None), (pa.breakdown() if pa else None)
     if bb is None and ba is None:
         return None
     bb, ba = bb or {}, ba or {}
     cats = list(bb) + [c for c in ba if c not in bb]
-    rows = [{"category": c, "before_ms": bb.get(c), "after_ms": ba.get(c),
-             "delta_ms": (ba[c] - bb[c]) if c in ba and c in bb else None} for c in cats]
+    rows = [CategoryDelta(category=c, before_ms=bb.get(c), after_ms=ba.get(c),
+                          delta_ms=(ba[c] - bb[c]) if c in ba and c in bb else None) for c in cats]
     sb, sa, basis = _step_times(pb, pa, bb, ba)
     fixed = [f for f in findings if f.status == "fixed" and f.recoverable_ms]
-    return {
-        "categories": rows,
-        "step_before_ms": sb, "step_after_ms": sa, "step_basis": basis,
-        "measured_recovered_ms": (sb - sa) if sb is not None and sa is not None else None,
-        "predicted_recovered_ms": sum(f.recoverable_ms or 0.0 for f in fixed) if fixed else None,
-        "predicted_by": [f.id + (f"[{f.subject}]" if f.subject else "") for f in fixed],
-    }
+    return ProfileDelta(
+        categories=rows, step_before_ms=sb, step_after_ms=sa, step_basis=basis,
+        measured_recovered_ms=(sb - sa) if sb is not None and sa is not None else None,
+        predicted_recovered_ms=sum(f.recoverable_ms or 0.0 for f in fixed) if fixed else None,
+        predicted_by=[f.id + (f"[{f.subject}]" if f.subject else "") for f in fixed])
 
 
 def _step_times(pb: Section | None, pa: Section | None, bb: dict[str, float],
@@ -231,14 +230,12 @@ def _step_times(pb: Section | None, pa: Section | None, bb: dict[str, float],
 
 
 # -- the whole diff ---------------------------------------------------------------------------
-def _side(run: Run, label: str | None) -> dict[str, Any]:
-    keep = ("command", "created", "source", "host_id", "tool_version")
-    meta = run.meta.to_dict()
-    out = {k: meta[k] for k in keep if k in meta}
-    out["gpus"] = run.facts.value("gpu.summary") or run.meta.gpu  # a profile or try Run: the GPU it ran on
-    if label:
-        out["file"] = label
-    return out
+def _side(run: Run, label: str | None) -> RunSide:
+    m = run.meta
+    return RunSide(command=m.command, created=m.created, source=m.source, host_id=m.host_id,
+                   tool_version=m.tool_version,
+                   gpus=run.facts.value("gpu.summary") or m.gpu,  # a profile or try Run: the GPU it ran on
+                   file=label or None)
 
 
 def diff_runs(before: Run, after: Run, before_label: str | None = None, after_label: str | None = None,
@@ -248,5 +245,5 @@ def diff_runs(before: Run, after: Run, before_label: str | None = None, after_la
     findings = finding_changes(before, after)
     return Diff(before=_side(before, before_label), after=_side(after, after_label), hardware=hw, facts=drifted,
                 volatile_facts=volatile, findings=findings,
-                measurements=measurement_deltas(before, after, set(hw["components"]), alpha),
+                measurements=measurement_deltas(before, after, set(hw.components), alpha),
                 profile=profile_delta(before, after, findings), alpha=alpha, loadtest=loadtest_diff(before, after, alpha))

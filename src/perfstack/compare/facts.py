@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from perfstack.model import Facts
+from perfstack.records.diff import FactDrift, Hardware, HardwareDiff
 
 MAX_DEPTH = 3
 # Fields that identify an element of a list of records, so lists are compared element by element.
@@ -89,11 +90,11 @@ def leaves(facts: Facts) -> dict[str, Any]:
     return out
 
 
-def drift(before: Facts, after: Facts) -> tuple[list[dict[str, Any]], int]:
+def drift(before: Facts, after: Facts) -> tuple[list[FactDrift], int]:
     """(drifted leaves, number of volatile leaves that changed). Each drift is
     {key, category, before, after}; a leaf present on one side only has None on the other."""
     a, b = leaves(before), leaves(after)
-    out: list[dict[str, Any]] = []
+    out: list[FactDrift] = []
     volatile = 0
     done: set[str] = set()
     for key in sorted(set(a) | set(b)):
@@ -104,13 +105,13 @@ def drift(before: Facts, after: Facts) -> tuple[list[dict[str, Any]], int]:
         if whole:  # a GPU, disk or interface present on one side only: one row, not one per field
             if whole not in done:
                 done.add(whole)
-                out.append({"key": whole, "category": category(whole), "before": "present" if key in a else None,
-                            "after": "present" if key in b else None})
+                out.append(FactDrift(key=whole, category=category(whole), before="present" if key in a else None,
+                                     after="present" if key in b else None))
             continue
         if is_volatile(key):
             volatile += 1
             continue
-        out.append({"key": key, "category": category(key), "before": va, "after": vb})
+        out.append(FactDrift(key=key, category=category(key), before=va, after=vb))
     return out, volatile
 
 
@@ -142,10 +143,16 @@ def hardware(facts: Facts) -> dict[str, Any]:
     }
 
 
-def hardware_diff(before: Facts, after: Facts) -> dict[str, Any]:
+def hardware_diff(before: Facts, after: Facts) -> HardwareDiff:
     """{same, before, after, differs: [keys], components: [gpu|cpu|memory|storage that differ]}.
     A key unknown on either side (older Run, missing probe) is not counted as a difference."""
     hb, ha = hardware(before), hardware(after)
     differs = [k for k in hb if hb[k] not in (None, []) and ha[k] not in (None, []) and hb[k] != ha[k]]
     components = [c for c, keys in HARDWARE_KEYS.items() if any(k in differs for k in keys)]
-    return {"same": not differs, "before": hb, "after": ha, "differs": differs, "components": components}
+    return HardwareDiff(same=not differs, before=_identity(hb), after=_identity(ha), differs=differs,
+                        components=components)
+
+
+def _identity(h: dict[str, Any]) -> Hardware:
+    names = {key: name for name, key in Hardware.KEYS.items()}
+    return Hardware(**{names[k]: v for k, v in h.items()})

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import msgspec
 
-from perfstack.compare.record import IMPROVED, NOISE, REGRESSED, LevelDiff, LoadtestDiff, MeasurementDelta
+from perfstack.records.diff import IMPROVED, NOISE, REGRESSED, LevelDiff, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request, Slo
@@ -274,7 +274,7 @@ def _rejudged(lt: LoadTest, slo: Optional[Slo]) -> list[Level]:
     return [msgspec.structs.replace(lv, summary=metrics.summarize(lv.requests, slo)) for lv in lt.levels]
 
 
-def sweep_rows(lb: LoadTest, la: LoadTest, slo: Optional[Slo]) -> list[dict[str, Any]]:
+def sweep_rows(lb: LoadTest, la: LoadTest, slo: Optional[Slo]) -> list[SweepDelta]:
     """The sweep's verdicts before and after, recomputed from both Runs' levels with one SLO."""
     if len(lb.levels) < 2 or len(la.levels) < 2:
         return []
@@ -292,7 +292,7 @@ def sweep_rows(lb: LoadTest, la: LoadTest, slo: Optional[Slo]) -> list[dict[str,
 
 
 def _sweep_row(figure: str, unit: str, before: Optional[float], after: Optional[float],
-               higher_better: Optional[bool], is_load: bool) -> dict[str, Any]:
+               higher_better: Optional[bool], is_load: bool) -> SweepDelta:
     """A sweep's verdict before and after. One number a side, no samples: a load is the same or not,
     and a throughput within ``MIN_CHANGE`` is the same."""
     if before is None or after is None:
@@ -303,7 +303,7 @@ def _sweep_row(figure: str, unit: str, before: Optional[float], after: Optional[
         change = "moved"
     else:
         change = "better" if (after > before) == higher_better else "worse"
-    return {"figure": figure, "unit": unit, "before": before, "after": after, "is_load": is_load, "change": change}
+    return SweepDelta(figure=figure, unit=unit, before=before, after=after, is_load=is_load, change=change)
 
 
 def _workload_notes(lb: LoadTest, la: LoadTest) -> list[str]:

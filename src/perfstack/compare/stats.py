@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-ALPHA = 0.01  # two-sided level of the test; the interval is the matching (1 - 5%) percentile interval
+from perfstack.records.diff import ALPHA as ALPHA  # the diff's level, its records' default
+
+# ALPHA: two-sided level of the test (the diff's records hold it); the interval is the matching (1 - 5%)
+# percentile interval
 CONFIDENCE = 0.95
 EXACT_MAX_N = 8  # exact U distribution when both samples are smaller than this and have no ties
 RESAMPLE_WORK = 200_000  # resamples x sample size per side; caps the bootstrap's cost on long sample lists

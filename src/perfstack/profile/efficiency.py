@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfstack.profile import classify
-from perfstack.records.profile import Compiled, KernelClass, OpRow, TopKernel
+from perfstack.records.profile import Compiled, GemmRow, KernelClass, MemcpyRow, OpRow, TopKernel
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
@@ -31,8 +31,8 @@ class Kernels(NamedTuple):
 
     top_kernels: list[TopKernel]
     ops_all: list[OpRow]
-    gemms: list[dict[str, Any]]
-    memcpy: list[dict[str, Any]]
+    gemms: list[GemmRow]
+    memcpy: list[MemcpyRow]
     phases_ms: dict[str, float]
     compiled: Compiled
 
@@ -136,11 +136,11 @@ def _finish_op(r: dict[str, Any], n: int) -> OpRow:
                  gbps=round(nbytes * n / (bt * 1e-6) / 1e9, 1) if bt and nbytes else None)
 
 
-def _finish_memcpy(m: dict[str, Any], n: int) -> dict[str, Any]:
+def _finish_memcpy(m: dict[str, Any], n: int) -> MemcpyRow:
     t_us = m["time_us"]
-    return {"direction": m["direction"], "memory": m["memory"], "count": m["count"], "bytes": m["bytes"],
-            "time_ms_per_step": _ms(t_us / n), "bytes_per_step": int(m["bytes"] / n),
-            "gbps": round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None}
+    return MemcpyRow(direction=m["direction"], memory=m["memory"], count=m["count"], bytes=m["bytes"],
+                     time_ms_per_step=_ms(t_us / n), bytes_per_step=int(m["bytes"] / n),
+                     gbps=round(m["bytes"] / t_us / 1e3, 2) if t_us and m["bytes"] else None)
 
 
 def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
@@ -195,18 +195,19 @@ def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: st
     row["shapes"][cost.shape] = row["shapes"].get(cost.shape, 0) + 1
 
 
-def _finish_gemms(gemms: dict[tuple[Any, ...], dict[str, Any]], n: int) -> list[dict[str, Any]]:
+def _finish_gemms(gemms: dict[tuple[Any, ...], dict[str, Any]], n: int) -> list[GemmRow]:
     """The GEMM classes per step, by time, with their achieved TFLOP/s and GB/s and their commonest shapes."""
     out = []
     for row in gemms.values():
         ft, flops, nbytes = row["flops_time_us"], row["flops"] / n, row["bytes"] / n
-        out.append({**{k: row[k] for k in ("dtype", "tensor_cores", "misaligned", "gemv", "category")},
-                    "shapes": dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6]),
-                    "time_ms_per_step": _ms(row["time_us"] / n), "flops_per_step": flops, "bytes_per_step": nbytes,
-                    "tflops": round(flops * n / (ft * 1e-6) / 1e12, 2) if ft else None,
-                    "gbps": round(nbytes * n / (ft * 1e-6) / 1e9, 1) if ft and nbytes else None,
-                    "count_per_step": round(row["count"] / n, 2)})
-    out.sort(key=lambda r: -r["time_ms_per_step"])
+        out.append(GemmRow(dtype=row["dtype"], tensor_cores=row["tensor_cores"], misaligned=row["misaligned"],
+                           gemv=row["gemv"], category=row["category"],
+                           shapes=dict(sorted(row["shapes"].items(), key=lambda kv: -kv[1])[:6]),
+                           time_ms_per_step=_ms(row["time_us"] / n), flops_per_step=flops, bytes_per_step=nbytes,
+                           tflops=round(flops * n / (ft * 1e-6) / 1e12, 2) if ft else None,
+                           gbps=round(nbytes * n / (ft * 1e-6) / 1e9, 1) if ft and nbytes else None,
+                           count_per_step=round(row["count"] / n, 2)))
+    out.sort(key=lambda r: -r.time_ms_per_step)
     return out
 
 
@@ -222,20 +223,20 @@ def peak_for(spec: GpuSpec | None, dtype: str | None, tensor_cores: bool | None)
     return spec.peak_tflops(d) if d else None
 
 
-def against_peaks(gemms: list[dict[str, Any]], ops: list[OpRow], ops_all: list[OpRow],
-                  spec: GpuSpec | None) -> tuple[list[dict[str, Any]], list[OpRow], list[KernelClass]]:
+def against_peaks(gemms: list[GemmRow], ops: list[OpRow], ops_all: list[OpRow],
+                  spec: GpuSpec | None) -> tuple[list[GemmRow], list[OpRow], list[KernelClass]]:
     """The efficiency pass: GEMM and operator rows with their achieved figures against the SKU's peaks
     (new rows; the kernel pass's are left as they are), and ``kernel_classes`` for the HTML roofline."""
     hbm = spec.hbm_tbps * 1e3 if spec and spec.hbm_tbps else None  # GB/s
     gemms = [_gemm_peaks(g, spec, hbm) for g in gemms]
     classes = []
     for g in gemms:
-        label = f"{g['category'].upper() if g['category'] != 'gemm' else 'GEMM'} {g['dtype'] or '?'} " + \
-                {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g["tensor_cores"]]
-        label += " GEMV" if g["gemv"] else " misaligned" if g["misaligned"] else ""
-        classes.append(KernelClass(name=label, time_ms=g["time_ms_per_step"], flops=g["flops_per_step"] or None,
-                                   bytes=g["bytes_per_step"] or None, tflops=g["tflops"],
-                                   peak_tflops=g["peak_tflops"], gemm=True))
+        label = f"{g.category.upper() if g.category != 'gemm' else 'GEMM'} {g.dtype or '?'} " + \
+                {True: "Tensor Cores", False: "no Tensor Cores", None: "TC ?"}[g.tensor_cores]
+        label += " GEMV" if g.gemv else " misaligned" if g.misaligned else ""
+        classes.append(KernelClass(name=label, time_ms=g.time_ms_per_step, flops=g.flops_per_step or None,
+                                   bytes=g.bytes_per_step or None, tflops=g.tflops,
+                                   peak_tflops=g.peak_tflops, gemm=True))
     by_cat: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in ops_all:
         if r.category in ("gemm",):
@@ -253,11 +254,10 @@ def against_peaks(gemms: list[dict[str, Any]], ops: list[OpRow], ops_all: list[O
     return gemms, [_op_peaks(r, spec, hbm) for r in ops], classes
 
 
-def _gemm_peaks(g: dict[str, Any], spec: GpuSpec | None, hbm: float | None) -> dict[str, Any]:
-    peak = peak_for(spec, g["dtype"], g["tensor_cores"])
-    return {**g, "peak_tflops": peak,
-            "pct_of_peak": round(100 * g["tflops"] / peak, 1) if peak and g["tflops"] else None,
-            "pct_of_hbm": round(100 * g["gbps"] / hbm, 1) if hbm and g.get("gbps") else None}
+def _gemm_peaks(g: GemmRow, spec: GpuSpec | None, hbm: float | None) -> GemmRow:
+    peak = peak_for(spec, g.dtype, g.tensor_cores)
+    return dataclasses.replace(g, peak_tflops=peak, pct_of_peak=round(100 * g.tflops / peak, 1) if peak and g.tflops else None,
+                   pct_of_hbm=round(100 * g.gbps / hbm, 1) if hbm and g.gbps else None, peaks=True)
 
 
 def _op_peaks(r: OpRow, spec: GpuSpec | None, hbm: float | None) -> OpRow:

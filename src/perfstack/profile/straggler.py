@@ -45,8 +45,7 @@ def _profiler_ms(s: Section) -> float:
 
 
 def _input(s: Section) -> float:
-    return sum(float(m.get("bytes_per_step") or 0.0) for m in s.memcpy
-               if isinstance(m, dict) and m.get("direction") == "HtoD")
+    return sum(float(m.bytes_per_step) for m in s.memcpy if m.direction == "HtoD")
 
 
 def _median_others(values: dict[int, float], rank: int) -> float:

@@ -8,7 +8,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.compare.record import Diff
+from perfstack.records.diff import Diff
 from perfstack.report.charts import num
 from perfstack.report.loadtest_diff import render_text as loadtest_diff_text
 from perfstack.report.text_blocks import VERDICT, delta_row, delta_table
@@ -41,13 +41,13 @@ def _section(console: Console, title: str) -> None:
 def _header(diff: Diff, console: Console) -> None:
     b, a = diff.before, diff.after
     console.print(Text("perfstack diff", style="bold"))
-    console.print(Text(f"  before: {b.get('file') or b.get('created', '')} · {b.get('gpus') or 'no GPU'}"))
-    console.print(Text(f"  after:  {a.get('file') or a.get('created', '')} · {a.get('gpus') or 'no GPU'}"))
+    console.print(Text(f"  before: {b.file or b.created or ''} · {b.gpus or 'no GPU'}"))
+    console.print(Text(f"  after:  {a.file or a.created or ''} · {a.gpus or 'no GPU'}"))
     if diff.kinds_differ():
         console.print(Text(f"  note: {diff.kinds_differ()}", style="yellow"))
-    if not diff.hardware.get("same", True):
-        lines = "\n".join(f"{k}: {_short(diff.hardware['before'].get(k))} → {_short(diff.hardware['after'].get(k))}"
-                          for k in diff.hardware.get("differs", []))
+    if not diff.hardware.same:
+        lines = "\n".join(f"{k}: {_short(diff.hardware.before.value(k))} → {_short(diff.hardware.after.value(k))}"
+                          for k in diff.hardware.differs)
         console.print(Panel(Text(lines), title="The hardware differs", border_style="yellow",
                             subtitle="figures marked 'hardware differs' compare the machines, not the change"))
 
@@ -60,8 +60,8 @@ def _facts(diff: Diff, console: Console) -> None:
         for col in ("fact", "before", "after"):
             t.add_column(col, overflow="fold")
         for fact in diff.facts:
-            t.add_row(Text(fact["category"]), Text(fact["key"]), Text(_short(fact["before"])),
-                      Text(_short(fact["after"])))
+            t.add_row(Text(fact.category), Text(fact.key), Text(_short(fact.before)),
+                      Text(_short(fact.after)))
         console.print(t)
     if diff.volatile_facts:
         console.print(Text(f"{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed "
@@ -110,14 +110,14 @@ def _profile(diff: Diff, console: Console) -> None:
         return
     _section(console, "Profile: time per step")
     t = Table("category", "before (ms)", "after (ms)", "Δ (ms)", box=None, pad_edge=False, header_style="bold")
-    for r in p["categories"]:
-        t.add_row(Text(r["category"]), num(r["before_ms"]), num(r["after_ms"]),
-                  f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")
+    for r in p.categories:
+        t.add_row(Text(r.category), num(r.before_ms), num(r.after_ms),
+                  f"{r.delta_ms:+.2f}" if r.delta_ms is not None else "—")
     console.print(t)
-    console.print(Text(f"measured recovered {num(p['measured_recovered_ms'], 'ms')} per step ({p.get('step_basis', 'profiled')}); "
+    console.print(Text(f"measured recovered {num(p.measured_recovered_ms, 'ms')} per step ({p.step_basis}); "
                        f"fixed findings "
-                       f"predicted {num(p['predicted_recovered_ms'], 'ms')}"
-                       + (f" ({', '.join(p['predicted_by'])})" if p.get("predicted_by") else "")))
+                       f"predicted {num(p.predicted_recovered_ms, 'ms')}"
+                       + (f" ({', '.join(p.predicted_by)})" if p.predicted_by else "")))
 
 
 def _totals(diff: Diff, console: Console) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfstack import outfile
-from perfstack.compare.record import Diff
+from perfstack.records.diff import Diff
 from perfstack.model import Measurement, Run
 from perfstack.records.profile import OpRow
 from perfstack.report import charts
@@ -256,8 +256,8 @@ def _short(v: Any, n: int = 80) -> str:
 
 def render_diff(diff: Diff) -> str:
     b, a = diff.before, diff.after
-    sub = (f"before: {e(b.get('file') or b.get('created'))} · {e(b.get('gpus'))}<br>"
-           f"after: {e(a.get('file') or a.get('created'))} · {e(a.get('gpus'))}")
+    sub = (f"before: {e(b.file or b.created)} · {e(b.gpus)}<br>"
+           f"after: {e(a.file or a.created)} · {e(a.gpus)}")
     sections = [*_diff_banners(diff), _diff_summary(diff)]
     for part in (_diff_facts, _diff_findings, _diff_bench, _diff_loadtest, _diff_profile):
         section = part(diff)
@@ -270,9 +270,9 @@ def _diff_banners(diff: Diff) -> list[Section]:
     out: list[Section] = []
     if diff.kinds_differ():
         out.append(("", "", f'<div class="banner notice">Note: {e(diff.kinds_differ())}.</div>'))
-    if not diff.hardware.get("same", True):
-        rows = [(e(k), e(_short(diff.hardware["before"].get(k))), e(_short(diff.hardware["after"].get(k))))
-                for k in diff.hardware.get("differs", [])]
+    if not diff.hardware.same:
+        rows = [(e(k), e(_short(diff.hardware.before.value(k))), e(_short(diff.hardware.after.value(k))))
+                for k in diff.hardware.differs]
         out.append(("", "", '<div class="banner notice"><h2>The hardware differs</h2>'
                             "Figures bound to the parts that differ are marked: their change measures the "
                             "machines, not your change." + table(("", "before", "after"), rows) + "</div>"))
@@ -290,7 +290,7 @@ def _diff_summary(diff: Diff) -> Section:
 def _diff_facts(diff: Diff) -> Section | None:
     if not diff.facts:
         return None
-    rows = [(e(f["category"]), f"{code(f['key'])}", e(_short(f["before"])), e(_short(f["after"])))
+    rows = [(e(f.category), f"{code(f.key)}", e(_short(f.before)), e(_short(f.after)))
             for f in diff.facts]
     return ("facts", "Facts", "<h2>Facts that drifted</h2>"
             + table(("category", "fact", "before", "after"), rows)
@@ -333,16 +333,16 @@ def _diff_profile(diff: Diff) -> Section | None:
     p = diff.profile
     if not p:
         return None
-    rows = [(e(r["category"]), e(num(r["before_ms"])), e(num(r["after_ms"])),
-             e(f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—")) for r in p["categories"]]
+    rows = [(e(r.category), e(num(r.before_ms)), e(num(r.after_ms)),
+             e(f"{r.delta_ms:+.2f}" if r.delta_ms is not None else "—")) for r in p.categories]
     html = "<h2>Profile: time per step</h2>" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
                                                       num_cols=(1, 2, 3))
-    bars = [("before", [(r["category"], r["before_ms"]) for r in p["categories"] if r["before_ms"]]),
-            ("after", [(r["category"], r["after_ms"]) for r in p["categories"] if r["after_ms"]])]
+    bars = [("before", [(r.category, r.before_ms) for r in p.categories if r.before_ms]),
+            ("after", [(r.category, r.after_ms) for r in p.categories if r.after_ms])]
     html += charts.stacked_bars([x for x in bars if x[1]], "Per-step time, before and after", "ms",
                                 kind="profile-diff")
-    html += (f"<p>Measured recovered: <b>{e(num(p['measured_recovered_ms'], 'ms'))}</b> per step "
-             f"({e(p.get('step_basis', 'profiled'))}); the fixed "
-             f"findings predicted <b>{e(num(p['predicted_recovered_ms'], 'ms'))}</b>"
-             + (f" ({e(', '.join(p['predicted_by']))})" if p.get("predicted_by") else "") + ".</p>")
+    html += (f"<p>Measured recovered: <b>{e(num(p.measured_recovered_ms, 'ms'))}</b> per step "
+             f"({e(p.step_basis)}); the fixed "
+             f"findings predicted <b>{e(num(p.predicted_recovered_ms, 'ms'))}</b>"
+             + (f" ({e(', '.join(p.predicted_by))})" if p.predicted_by else "") + ".</p>")
     return ("profile", "Profile", html)

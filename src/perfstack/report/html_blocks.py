@@ -12,7 +12,7 @@ from string import Template
 from typing import Any, Iterable, Sequence
 
 from perfstack import __version__
-from perfstack.compare.record import MeasurementDelta
+from perfstack.records.diff import MeasurementDelta
 from perfstack.model import Finding
 from perfstack.report.charts import num
 from perfstack.report.inert import html_text as escape

@@ -1,5 +1,5 @@
 """The load-test part of ``perfstack diff``, in the terminal, Markdown and HTML: formats a
-``compare.record.LoadtestDiff`` with the row formats of the benchmark figures' table, computes nothing.
+``records.diff.LoadtestDiff`` with the row formats of the benchmark figures' table, computes nothing.
 
 Without -v the terminal and Markdown show, per level, the medians and the throughputs, and any other
 figure (a p99) only when it moved; the HTML page shows every figure.
@@ -7,7 +7,7 @@ figure (a p99) only when it moved; the HTML page shows every figure.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from rich.console import Console
 from rich.rule import Rule
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS
-from perfstack.compare.record import IMPROVED, REGRESSED, LoadtestDiff, MeasurementDelta
+from perfstack.records.diff import IMPROVED, REGRESSED, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.report import charts, html_blocks, md_blocks, text_blocks
 from perfstack.report.charts import num
 from perfstack.report.html_blocks import e
@@ -39,11 +39,11 @@ def shown(ld: LoadtestDiff, verbose: bool) -> tuple[list[MeasurementDelta], int]
     return keep, len(figs) - len(keep)
 
 
-def sweep_value(row: dict[str, Any], side: str) -> str:
-    v = row.get(side)
+def sweep_value(row: SweepDelta, side: str) -> str:
+    v = row.before if side == "before" else row.after
     if v is None:
-        return "none" if row.get("is_load") else "—"
-    return f"{v:g} {row['unit']}" if row.get("is_load") else num(v, row["unit"])
+        return "none" if row.is_load else "—"
+    return f"{v:g} {row.unit}" if row.is_load else num(v, row.unit)
 
 
 def _levels_line(ld: LoadtestDiff) -> str:
@@ -82,8 +82,8 @@ def render_text(ld: LoadtestDiff, console: Console, verbose: bool = False) -> No
     if ld.sweep:
         sweep = Table("sweep", "before", "after", "", box=None, pad_edge=False, header_style="bold")
         for row in ld.sweep:
-            sweep.add_row(Text(row["figure"]), sweep_value(row, "before"), sweep_value(row, "after"),
-                          Text(row["change"], style={"better": "green", "worse": "bold red"}.get(row["change"],
+            sweep.add_row(Text(row.figure), sweep_value(row, "before"), sweep_value(row, "after"),
+                          Text(row.change, style={"better": "green", "worse": "bold red"}.get(row.change,
                                                                                                      "dim")))
         console.print(sweep)
 
@@ -100,8 +100,8 @@ def render_md(ld: LoadtestDiff, verbose: bool = False) -> str:
                    + md_blocks.table(DELTA_COLUMNS, (md_blocks.delta_row(f) for f in rest), right=DELTA_NUMERIC)
                    + "\n\n</details>")
     if ld.sweep:
-        out.append(md_blocks.table(("sweep", "before", "after", ""), ((r["figure"], sweep_value(r, "before"),
-                                                                       sweep_value(r, "after"), r["change"])
+        out.append(md_blocks.table(("sweep", "before", "after", ""), ((r.figure, sweep_value(r, "before"),
+                                                                       sweep_value(r, "after"), r.change)
                                                                       for r in ld.sweep), right=(1, 2)))
     out.append(f"_{t(EXPLAIN)}_")
     return "\n\n".join(out)
@@ -124,7 +124,7 @@ def render_html(ld: LoadtestDiff) -> str:
         parts.append(html_blocks.table(DELTA_COLUMNS, _rows(figs), num_cols=DELTA_NUMERIC))
     if ld.sweep:
         parts.append("<h3>The sweep</h3>" + html_blocks.table(
-            ("", "before", "after", ""), ((e(r["figure"]), e(sweep_value(r, "before")), e(sweep_value(r, "after")),
-                                          e(r["change"])) for r in ld.sweep), num_cols=(1, 2)))
+            ("", "before", "after", ""), ((e(r.figure), e(sweep_value(r, "before")), e(sweep_value(r, "after")),
+                                          e(r.change)) for r in ld.sweep), num_cols=(1, 2)))
     parts.append(f'<p class="muted">{e(EXPLAIN)}</p>')
     return "".join(parts)

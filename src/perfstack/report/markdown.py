@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfstack.compare.record import Diff
+from perfstack.records.diff import Diff
 from perfstack.model import Finding, Measurement
 from perfstack.report.charts import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
@@ -203,8 +203,8 @@ def _short(v: Any, n: int = 70) -> str:
 def render_diff(diff: Diff) -> str:
     b, a = diff.before, diff.after
     out = ["# perfstack diff",
-           f"**before**: {t(b.get('file') or b.get('created', ''))} · {t(b.get('gpus') or '')}  \n"
-           f"**after**: {t(a.get('file') or a.get('created', ''))} · {t(a.get('gpus') or '')}"]
+           f"**before**: {t(b.file or b.created or '')} · {t(b.gpus or '')}  \n"
+           f"**after**: {t(a.file or a.created or '')} · {t(a.gpus or '')}"]
     out += _diff_banners(diff)
     out.append(_diff_summary(diff))
     for part in (_diff_facts, _diff_findings, _diff_bench, _diff_loadtest, _diff_profile):
@@ -218,9 +218,9 @@ def _diff_banners(diff: Diff) -> list[str]:
     out = []
     if diff.kinds_differ():
         out.append(f"> [!NOTE]\n> {t(diff.kinds_differ()[0].upper() + diff.kinds_differ()[1:])}.")
-    if not diff.hardware.get("same", True):
-        rows = [(k, _short(diff.hardware["before"].get(k)), _short(diff.hardware["after"].get(k)))
-                for k in diff.hardware.get("differs", [])]
+    if not diff.hardware.same:
+        rows = [(k, _short(diff.hardware.before.value(k)), _short(diff.hardware.after.value(k)))
+                for k in diff.hardware.differs]
         out.append("> [!WARNING]\n> **The hardware differs.** Figures marked ⚠ compare the machines, not the change.\n\n"
                    + table(("", "before", "after"), rows))
     return out
@@ -241,7 +241,7 @@ def _diff_facts(diff: Diff) -> str | None:
         return None
     return ("## Facts that drifted\n\n" + table(
         ("category", "fact", "before", "after"),
-        ((x["category"], md_code(x["key"]), _short(x["before"]), _short(x["after"])) for x in diff.facts))
+        ((x.category, md_code(x.key), _short(x.before), _short(x.after)) for x in diff.facts))
         + f"\n\n_{diff.volatile_facts} volatile readings (temperatures, free memory, pressure) changed and are "
           "not listed._")
 
@@ -278,11 +278,11 @@ def _diff_profile(diff: Diff) -> str | None:
     p = diff.profile
     if not p:
         return None
-    rows = [(r["category"], num(r["before_ms"]), num(r["after_ms"]),
-             f"{r['delta_ms']:+.2f}" if r["delta_ms"] is not None else "—") for r in p["categories"]]
+    rows = [(r.category, num(r.before_ms), num(r.after_ms),
+             f"{r.delta_ms:+.2f}" if r.delta_ms is not None else "—") for r in p.categories]
     return ("## Profile: time per step\n\n" + table(("category", "before (ms)", "after (ms)", "Δ (ms)"), rows,
                                                       right=(1, 2, 3))
-            + f"\n\nMeasured recovered: **{num(p['measured_recovered_ms'], 'ms')}** per step "
-              f"({t(p.get('step_basis', 'profiled'))}); the fixed findings "
-              f"predicted **{num(p['predicted_recovered_ms'], 'ms')}**"
-            + (f" ({t(', '.join(map(str, p['predicted_by'])))})" if p.get("predicted_by") else "") + ".")
+            + f"\n\nMeasured recovered: **{num(p.measured_recovered_ms, 'ms')}** per step "
+              f"({t(p.step_basis)}); the fixed findings "
+              f"predicted **{num(p.predicted_recovered_ms, 'ms')}**"
+            + (f" ({t(', '.join(map(str, p.predicted_by)))})" if p.predicted_by else "") + ".")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from perfstack.compare.record import MeasurementDelta
+from perfstack.records.diff import MeasurementDelta
 from perfstack.report.charts import num
 from perfstack.report.inert import md_code, md_text
 

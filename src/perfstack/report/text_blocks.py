@@ -10,7 +10,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from perfstack.compare.record import MeasurementDelta
+from perfstack.records.diff import MeasurementDelta
 from perfstack.model import Finding
 from perfstack.report.charts import num
 

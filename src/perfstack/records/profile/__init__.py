@@ -9,7 +9,7 @@ and ``load``, the one way to read it). Import them from here.
 """
 
 from perfstack.records.base import Record
-from perfstack.records.profile.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
+from perfstack.records.profile.kernels import Compiled, GemmRow, KernelClass, MemcpyRow, Mfu, OpRow, TopKernel
 from perfstack.records.profile.means import Allocator, Comm, Launch, LaunchToStart, Overhead, Sync, Timeline
 from perfstack.records.profile.run_wide import RankRow, Straggler, Telemetry
 from perfstack.records.profile.section import Section, load
@@ -21,7 +21,7 @@ from perfstack.records.profile.waste import (ActivationRecompute, AttentionUnfus
 
 __all__ = ["ActivationRecompute", "Allocator", "AttentionUnfused", "Comm", "Compiled", "CopyBound", "CopyOp",
            "CpuCounts", "DdpSyncPerMicrobatch", "Fp32Conv", "Fp32Matmul",
-           "GemmMisaligned", "GpuStep", "IdleGap", "KernelClass", "LargeVocabLoss", "Launch", "LaunchToStart",
-           "load", "Mfu", "MisalignedGroup", "OpRow", "OptimizerNotFused", "Overhead", "PageableMemcpy", "RankRow",
+           "GemmMisaligned", "GemmRow", "GpuStep", "IdleGap", "KernelClass", "LargeVocabLoss", "Launch", "LaunchToStart",
+           "load", "MemcpyRow", "Mfu", "MisalignedGroup", "OpRow", "OptimizerNotFused", "Overhead", "PageableMemcpy", "RankRow",
            "Record", "Section", "Step", "Straggler", "Sync", "Telemetry", "Timeline", "TopKernel",
            "UnfusedElementwise", "WasteFound", "WhatIf"]

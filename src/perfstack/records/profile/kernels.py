@@ -108,3 +108,52 @@ class Compiled(Record):
     distinct_regions: int = 0
     compile_ms_per_step: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GemmRow(Record):
+    """One row of ``profile.gemms``: a GEMM class (dtype, Tensor Cores, misaligned, GEMV, category) per step,
+    with its commonest shapes, what it achieved and, once the efficiency pass has run, its share of the
+    SKU's peaks (``peaks``: the JSON then holds those three keys, null where unknown)."""
+
+    dtype: Optional[str] = None
+    tensor_cores: Optional[bool] = None  # None: the kernel's name does not say
+    misaligned: bool = False
+    gemv: bool = False
+    category: str = ""  # "gemm" or "attention"
+    shapes: dict[str, int] = field(default_factory=dict)  # "MxNxK" -> launches, the commonest first
+    time_ms_per_step: float = 0.0
+    flops_per_step: float = 0.0
+    bytes_per_step: float = 0.0
+    tflops: Optional[float] = None
+    gbps: Optional[float] = None
+    count_per_step: float = 0.0
+    peak_tflops: Optional[float] = None
+    pct_of_peak: Optional[float] = None
+    pct_of_hbm: Optional[float] = None
+    peaks: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    UNWRITTEN = frozenset({"peaks"})
+
+    def _writes(self, name: str) -> bool:
+        return self.peaks or name not in ("peak_tflops", "pct_of_peak", "pct_of_hbm")
+
+    @classmethod
+    def _unwritten(cls, d: Mapping[str, Any]) -> dict[str, Any]:
+        return {"peaks": "peak_tflops" in d}
+
+
+@dataclass
+class MemcpyRow(Record):
+    """One row of ``profile.memcpy``: the copies of one direction and memory kind (``HtoD`` from
+    ``Pageable``, ...), their count and bytes over the profiled steps, per step, and the rate reached."""
+
+    direction: str = ""
+    memory: str = ""
+    count: int = 0
+    bytes: int = 0
+    time_ms_per_step: float = 0.0
+    bytes_per_step: int = 0
+    gbps: Optional[float] = None
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 from perfstack import sections
 from perfstack.records.base import Record
-from perfstack.records.profile.kernels import Compiled, KernelClass, Mfu, OpRow, TopKernel
+from perfstack.records.profile.kernels import Compiled, GemmRow, KernelClass, MemcpyRow, Mfu, OpRow, TopKernel
 from perfstack.records.profile.means import Allocator, Comm, Launch, Overhead, Sync, Timeline
 from perfstack.records.profile.run_wide import RankRow, Straggler, Telemetry
 from perfstack.records.profile.steps import IdleGap, Step
@@ -64,8 +64,8 @@ class Section(Record):
     # kernels and operators (the efficiency pass)
     top_kernels: list[TopKernel] = field(default_factory=list)
     ops: list[OpRow] = field(default_factory=list)
-    gemms: list[dict[str, Any]] = field(default_factory=list)  # GEMM classes: dtype, Tensor Cores, shapes
-    memcpy: list[dict[str, Any]] = field(default_factory=list)  # copies by direction and memory
+    gemms: list[GemmRow] = field(default_factory=list)  # GEMM classes: dtype, Tensor Cores, shapes
+    memcpy: list[MemcpyRow] = field(default_factory=list)  # copies by direction and memory
     phases_ms: dict[str, float] = field(default_factory=dict)
     compiled: Optional[Compiled] = None  # torch.compile regions and compile time per step
     gpu_spec: Optional[str] = None  # the spec-table row the peaks come from
