@@ -5,6 +5,7 @@ functions over a modelled network, then on a Ray cluster of simulated machines w
 from __future__ import annotations
 
 import json
+import re
 import math
 import sys
 import time
@@ -15,7 +16,8 @@ from fixtures.ray_cluster import local_cluster
 
 from perfstack.errors import InputError
 from perfstack.fleet import allreduce as ar
-from perfstack.fleet.allreduce import Group, Point, halves, localize, point, slower
+from perfstack.fleet.allreduce import halves, localize, point, slower
+from perfstack.records.fleet import Comms, Group, Point
 from perfstack.fleet.analysis import FleetAnalysis
 from perfstack.fleet.rank import NodeRank
 from perfstack.records.meta import RunMeta
@@ -139,7 +141,7 @@ def test_attach_ranks_the_slow_node_and_the_one_that_did_not_join():
     assert by["na"].severity == "warning" and set(by) == {"na", "nc", "nx"}
     assert a.ranking[-1].node == "na"  # criticals first
     again = FleetAnalysis.from_dict(json.loads(json.dumps(a.to_dict())))
-    assert again.comms is not None and again.comms["fleet_gbps"] == 2.0
+    assert again.comms is not None and again.comms.fleet_gbps == 2.0
 
 
 def test_the_reports_show_the_all_reduce():
@@ -159,22 +161,24 @@ def test_the_reports_show_the_all_reduce():
     assert "All-reduce between machines" in html and "node nc: all-reduce busbw 2.00 GB/s" in html
 
 
-def test_a_saved_record_loads_back_the_same_and_a_hostile_one_loses_only_its_bad_parts():
+def test_a_saved_record_loads_back_the_same_and_a_hostile_one_is_refused_naming_the_field():
     machines = list("abcd")
     c = localize(machines, Network(machines, slow={"c": 2.0}), names={m: f"n{m}" for m in machines})
     c.failed["x"] = "did not join"
     d = json.loads(json.dumps(c.to_dict()))
-    assert ar.Comms.from_dict(d).to_dict() == c.to_dict()
-    d["groups"][0]["points"][0]["busbw_gbps"] = float("inf")  # not a figure: the point is left out
-    d["groups"].append("not a group")
-    d["suspects"].append({"kind": "gossip", "machines": ["a"]})
-    d["per_machine"]["a"] = "fast"
-    back = ar.Comms.from_dict(d)
-    assert len(back.groups) == len(c.groups) and len(back.groups[0].points) == len(c.groups[0].points) - 1
-    assert [s.kind for s in back.suspects] == ["node"] and "a" not in back.per_machine
+    assert Comms.from_dict(d, "fleet.comms").to_dict() == c.to_dict()
+    for change, message in ((lambda x: x["groups"][0]["points"][0].update(busbw_gbps="fast"),
+                             "fleet.comms.groups[0].points[0].busbw_gbps must be a number"),
+                            (lambda x: x["groups"].insert(0, "not a group"), "fleet.comms.groups[0] must be a JSON object"),
+                            (lambda x: x["per_machine"].update(a="fast"), "fleet.comms.per_machine must be an object of numbers"),
+                            (lambda x: x.pop("backend"), "fleet.comms.backend is missing")):
+        bad = json.loads(json.dumps(c.to_dict()))
+        change(bad)
+        with pytest.raises(InputError, match=re.escape(message)):
+            Comms.from_dict(bad, "fleet.comms")
     for bad in (None, [], {"groups": []}, {"backend": 3}):
         with pytest.raises(InputError):
-            ar.Comms.from_dict(bad)
+            Comms.from_dict(bad, "fleet.comms")
 
 
 def test_fleet_diff_reports_the_all_reduce_that_moved_and_the_node_it_no_longer_names():

@@ -105,7 +105,7 @@ def test_a_fleet_section_loads_back_byte_for_byte(fleet_section):
     (("skus",), {"h200": "node000"}, "fleet.skus.h200 must be a list of strings"),
     (("identity_keys",), 1.5, "fleet.identity_keys must be an integer"),
     (("ranking",), {}, "fleet.ranking must be a list"),
-    (("comms",), [], "fleet.comms must be an object or null"),
+    (("comms",), [], "fleet.comms must be a JSON object or null, not a list"),
 ])
 def test_a_fleet_section_with_a_wrong_type_is_refused_naming_the_field(fleet_section, where, bad, message):
     f = copy.deepcopy(fleet_section)

@@ -152,7 +152,7 @@ def _saved_allreduce(paths: list[Path], analysis: FleetAnalysis, err: Console) -
             run = output.load_run(str(p))
             saved = run.fleet.comms if run.fleet is not None and run.meta.command == "fleet" else None
             if saved is not None:
-                found.append((run.meta.created or "", p, allreduce.Comms.from_dict(saved)))
+                found.append((run.meta.created or "", p, saved))
         except PerfstackError as e:
             err.print(f"warning: {p}: the all-reduce record was not read: {e.message}", markup=False)
     if found:

@@ -18,14 +18,12 @@ machines are fast elsewhere is a slow link.
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from perfstack.bench.collectives import busbw_gbps
-from perfstack.errors import InputError
+from perfstack.records.fleet import Comms, Group, Point, Suspect
 
 if TYPE_CHECKING:
     from perfstack.records.fleet import FleetAnalysis
@@ -34,119 +32,6 @@ SLOW_RATIO = 0.8  # a group or machine below this share of the reference is slow
 FAST_QUANTILE = 0.1  # of a size's samples (``fast_time``)
 ALL_PAIRS_UP_TO = 4  # machines; all pairs of 4 is 6 rounds, a bisection of 4 would be 2-4
 OP = "all_reduce"
-
-
-@dataclass
-class Point:
-    """One message size of a group's sweep."""
-
-    bytes: int
-    time_us: float
-    busbw_gbps: float  # at the median time
-    samples: int
-    fast_busbw_gbps: float | None = None  # at the FAST_QUANTILE time (``fast_time``); None: as busbw_gbps
-
-
-@dataclass
-class Group:
-    """One all-reduce over some machines (one rank each): the sweep, or why it failed."""
-
-    machines: list[str]
-    why: str  # "fleet", "pair", "half", "probe", "confirm"
-    points: list[Point] = field(default_factory=list)
-    error: str = ""
-    missing: list[str] = field(default_factory=list)  # machines that never joined the rendezvous
-
-    @property
-    def busbw(self) -> float | None:
-        """The figure groups are compared by: the best of the sweep, at each size's fast quantile."""
-        if self.error:
-            return None
-        return max((p.busbw_gbps if p.fast_busbw_gbps is None else p.fast_busbw_gbps for p in self.points),
-                   default=None)
-
-
-@dataclass
-class Suspect:
-    kind: str  # "node" or "link"
-    machines: list[str]
-    busbw_gbps: float
-    median_gbps: float
-    text: str
-
-
-@dataclass
-class Comms:
-    """What ``fleet bench`` keeps in the fleet Run (``fleet.comms``)."""
-
-    backend: str
-    method: str  # "pairs" or "bisection"
-    names: dict[str, str]  # machine -> the Ray node name the report uses
-    groups: list[Group] = field(default_factory=list)
-    per_machine: dict[str, float] = field(default_factory=dict)  # best busbw of the groups it was in
-    median_gbps: float | None = None
-    suspects: list[Suspect] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # machine -> reason (did not join, ...)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def fleet_gbps(self) -> float | None:
-        whole = [g for g in self.groups if g.why == "fleet" and not g.error]
-        return whole[-1].busbw if whole else None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["fleet_gbps"] = self.fleet_gbps
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Comms:
-        """A saved record (``fleet.comms`` of a fleet Run) back, read as hostile input: entries of the
-        wrong shape are left out, and a record that is not one at all is an InputError."""
-        if not isinstance(d, dict) or not isinstance(d.get("backend"), str):
-            raise InputError("the all-reduce record is not one (no backend)")
-        per = d.get("per_machine")
-        per_machine = {str(k): v for k, v in per.items() if _number(v) is not None} if isinstance(per, dict) else {}
-        return cls(d["backend"], str(d.get("method", "")), _text_map(d.get("names")),
-                   [g for g in map(_group, _items(d.get("groups"))) if g], per_machine,
-                   _number(d.get("median_gbps")), [x for x in map(_suspect, _items(d.get("suspects"))) if x],
-                   _text_map(d.get("failed")), [str(n) for n in _items(d.get("notes")) if isinstance(n, str)])
-
-
-# -- reading a saved record (Comms.from_dict): each piece of the wrong shape is None, and left out --
-def _items(x: Any) -> list[Any]:
-    return x if isinstance(x, list) else []
-
-
-def _text_map(x: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in x.items()} if isinstance(x, dict) else {}
-
-
-def _number(x: Any) -> float | None:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    return float(x) if ok else None
-
-
-def _point(p: Any) -> Point | None:
-    if not isinstance(p, dict) or any(_number(p.get(k)) is None for k in ("bytes", "time_us", "busbw_gbps")):
-        return None
-    return Point(bytes=int(p["bytes"]), time_us=float(p["time_us"]), busbw_gbps=float(p["busbw_gbps"]),
-                 samples=int(_number(p.get("samples")) or 0), fast_busbw_gbps=_number(p.get("fast_busbw_gbps")))
-
-
-def _group(g: Any) -> Group | None:
-    if not isinstance(g, dict) or not isinstance(g.get("machines"), list):
-        return None
-    return Group([str(m) for m in g["machines"]], str(g.get("why", "")),
-                 [p for p in map(_point, _items(g.get("points"))) if p], str(g.get("error") or ""),
-                 [m for m in _items(g.get("missing")) if isinstance(m, str)])
-
-
-def _suspect(x: Any) -> Suspect | None:
-    if not isinstance(x, dict) or x.get("kind") not in ("node", "link") or not isinstance(x.get("machines"), list):
-        return None
-    return Suspect(str(x["kind"]), [str(m) for m in x["machines"]], _number(x.get("busbw_gbps")) or 0.0,
-                   _number(x.get("median_gbps")) or 0.0, str(x.get("text", "")))
 
 
 def fast_time(samples_s: list[float]) -> float:
@@ -306,7 +191,7 @@ def attach(analysis: FleetAnalysis, comms: Comms) -> FleetAnalysis:
     from perfstack.fleet.rank import WEIGHT
     from perfstack.records.fleet import NodeRank
     from perfstack.model import Severity
-    analysis.comms = comms.to_dict()
+    analysis.comms = comms
     hits: list[tuple[str, str, str]] = []  # (node, severity, reason)
     for s in comms.suspects:
         sev = "critical" if s.kind == "node" else "warning"

@@ -20,7 +20,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from perfstack.fleet.allreduce import OP, Comms, Group, localize, point
+from perfstack.fleet.allreduce import OP, localize, point
+from perfstack.records.fleet import Comms, Group
 from perfstack.fleet.collect import by_machine, machine_runner
 from perfstack.fleet.ray_engine import RayNode, _pinned, _reason, locate, nodes
 

@@ -71,13 +71,8 @@ def _medians(a: FleetAnalysis) -> dict[tuple[str, str], tuple[float, str]]:
 def _comms(a: FleetAnalysis) -> tuple[dict[str, float], dict[tuple[str, ...], dict[str, Any]]] | None:
     """The all-reduce's figures by subject ("fleet", then node names: machine ids change with a reboot)
     and its suspects (slow nodes, slow links, machines that did not join) by what they are about."""
-    from perfstack.errors import InputError
-    from perfstack.fleet.allreduce import Comms
-    if a.comms is None:
-        return None
-    try:
-        c = Comms.from_dict(a.comms)
-    except InputError:
+    c = a.comms
+    if c is None:
         return None
     def name(m: str) -> str:
         return c.names.get(m) or m

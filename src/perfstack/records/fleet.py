@@ -159,6 +159,77 @@ class HeatMap(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# -- the all-reduce between machines (fleet.comms; fleet.allreduce measures and judges it) ----------------
+@dataclass
+class Point(Record):
+    """One message size of a group's sweep."""
+
+    bytes: int
+    time_us: float
+    busbw_gbps: float  # at the median time
+    samples: int
+    fast_busbw_gbps: float | None = None  # at the FAST_QUANTILE time (``fast_time``); None: as busbw_gbps
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Group(Record):
+    """One all-reduce over some machines (one rank each): the sweep, or why it failed."""
+
+    machines: list[str]
+    why: str  # "fleet", "pair", "half", "probe", "confirm"
+    points: list[Point] = field(default_factory=list)
+    error: str = ""
+    missing: list[str] = field(default_factory=list)  # machines that never joined the rendezvous
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def busbw(self) -> float | None:
+        """The figure groups are compared by: the best of the sweep, at each size's fast quantile."""
+        if self.error:
+            return None
+        return max((p.busbw_gbps if p.fast_busbw_gbps is None else p.fast_busbw_gbps for p in self.points),
+                   default=None)
+
+
+@dataclass
+class Suspect(Record):
+    """A slow node or a slow link the all-reduces point at, with the figure that names it."""
+
+    kind: str  # "node" or "link"
+    machines: list[str]
+    busbw_gbps: float
+    median_gbps: float
+    text: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Comms(Record):
+    """What ``fleet bench`` keeps in the fleet Run (``fleet.comms``)."""
+
+    backend: str
+    method: str  # "pairs" or "bisection"
+    names: dict[str, str]  # machine -> the Ray node name the report uses
+    groups: list[Group] = field(default_factory=list)
+    per_machine: dict[str, float] = field(default_factory=dict)  # best busbw of the groups it was in
+    median_gbps: float | None = None
+    suspects: list[Suspect] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # machine -> reason (did not join, ...)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fleet_gbps(self) -> float | None:
+        whole = [g for g in self.groups if g.why == "fleet" and not g.error]
+        return whole[-1].busbw if whole else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["fleet_gbps"] = self.fleet_gbps  # figured again from the groups: a loaded Run's is replaced
+        return d
+
+
 @dataclass
 class FleetAnalysis(Record):
     members: list[Member] = field(default_factory=list)
@@ -171,7 +242,7 @@ class FleetAnalysis(Record):
     shared: list[SharedFinding] = field(default_factory=list)
     ranking: list[NodeRank] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    comms: dict[str, Any] | None = None
+    comms: Comms | None = None  # the all-reduce between machines (fleet bench)
     schema_version: int = FLEET_SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -131,21 +131,21 @@ def _uneven(a: FleetAnalysis) -> Section | None:
 
 def _comms(a: FleetAnalysis) -> Section | None:
     c = a.comms
-    if not isinstance(c, dict):
+    if c is None:
         return None
-    names = c.get("names") or {}
-    fleet = c.get("fleet_gbps")
-    head = (f"<p>{len(names)} machines, {e(c.get('backend', ''))}, one rank each; fleet busbw "
-            + (f"<b>{fleet:.2f} GB/s</b>" if isinstance(fleet, (int, float)) else "not measured")
-            + f"; {e(c.get('method', ''))}.</p>")
-    items = [e(s.get("text", "")) for s in c.get("suspects") or []]
-    items += [f"{e(names.get(m, m))}: {e(why)}" for m, why in (c.get("failed") or {}).items()]
+    names = c.names
+    fleet = c.fleet_gbps
+    head = (f"<p>{len(names)} machines, {e(c.backend)}, one rank each; fleet busbw "
+            + (f"<b>{fleet:.2f} GB/s</b>" if fleet is not None else "not measured")
+            + f"; {e(c.method)}.</p>")
+    items = [e(s.text) for s in c.suspects]
+    items += [f"{e(names.get(m, m))}: {e(why)}" for m, why in c.failed.items()]
     rows = []
-    for g in c.get("groups") or []:
-        best = max((p.get("busbw_gbps", 0) for p in g.get("points") or []), default=None)
-        rows.append((e(g.get("why", "")), e(", ".join(names.get(m, m) for m in g.get("machines", []))),
-                     e(g.get("error")) if g.get("error") else (f"{best:.2f} GB/s" if best is not None else "")))
-    notes = "".join(f"<li>{e(n)}</li>" for n in c.get("notes") or [])
+    for g in c.groups:
+        best = max((p.busbw_gbps for p in g.points), default=None)
+        rows.append((e(g.why), e(", ".join(names.get(m, m) for m in g.machines)),
+                     e(g.error) if g.error else (f"{best:.2f} GB/s" if best is not None else "")))
+    notes = "".join(f"<li>{e(n)}</li>" for n in c.notes)
     return ("allreduce", "All-reduce", "<h2>All-reduce between machines</h2>" + head
             + (f'<ul class="regressed">{"".join(f"<li>{x}</li>" for x in items)}</ul>' if items else "")
             + table(("all-reduce", "machines", "busbw (best of sweep)"), rows)

@@ -131,27 +131,27 @@ def _uneven(a: FleetAnalysis, console: Console, verbose: bool) -> None:
 def _comms(a: FleetAnalysis, console: Console, verbose: bool) -> None:
     """The all-reduce between machines: the fleet's figure, what stands out, each group with -v."""
     c = a.comms
-    if not isinstance(c, dict):
+    if c is None:
         return
-    names = c.get("names") or {}
+    names = c.names
     _section(console, "All-reduce between machines")
-    fleet = c.get("fleet_gbps")
-    med = c.get("median_gbps")
-    console.print(Text(f"  fleet ({len(names)} machines, {inert(c.get('backend', ''))}, one rank each): "
-                       + (f"busbw {fleet:.2f} GB/s" if isinstance(fleet, (int, float)) else "not measured")
-                       + (f"  ·  machines' median {med:.2f} GB/s" if isinstance(med, (int, float)) else "")
-                       + f"  ·  {inert(c.get('method', ''))}, {len(c.get('groups') or [])} all-reduces"))
-    for s in c.get("suspects") or []:
-        console.print(Text(f"  {inert(s.get('text', ''), 200)}", style="red"))
-    for m, why in (c.get("failed") or {}).items():
+    fleet = c.fleet_gbps
+    med = c.median_gbps
+    console.print(Text(f"  fleet ({len(names)} machines, {inert(c.backend)}, one rank each): "
+                       + (f"busbw {fleet:.2f} GB/s" if fleet is not None else "not measured")
+                       + (f"  ·  machines' median {med:.2f} GB/s" if med is not None else "")
+                       + f"  ·  {inert(c.method)}, {len(c.groups)} all-reduces"))
+    for s in c.suspects:
+        console.print(Text(f"  {inert(s.text, 200)}", style="red"))
+    for m, why in c.failed.items():
         console.print(Text(f"  {inert(names.get(m, m))}: {inert(why, 200)}", style="red"))
     if verbose:
-        for g in c.get("groups") or []:
-            who = ", ".join(inert(names.get(m, m)) for m in g.get("machines", []))
-            best = max((p.get("busbw_gbps", 0) for p in g.get("points") or []), default=None)
-            fig = inert(g.get("error"), 120) if g.get("error") else (f"{best:.2f} GB/s" if best is not None else "-")
-            console.print(Text(f"    {inert(g.get('why', '')):<6} {who}: {fig}", style="dim"))
-    for note in c.get("notes") or []:
+        for g in c.groups:
+            who = ", ".join(inert(names.get(m, m)) for m in g.machines)
+            best = max((p.busbw_gbps for p in g.points), default=None)
+            fig = inert(g.error, 120) if g.error else (f"{best:.2f} GB/s" if best is not None else "-")
+            console.print(Text(f"    {inert(g.why):<6} {who}: {fig}", style="dim"))
+    for note in c.notes:
         console.print(Text(f"  note: {inert(note)}", style="dim"))
 
 
