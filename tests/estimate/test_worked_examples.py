@@ -113,7 +113,7 @@ def test_we15_wrong_llama3_70b_bf16_does_not_fit_one_h200():
     est = infer.estimate(m, hardware.resolve("h200", "bf16"), _llama70_4k())
     assert est.memory["weights_bytes"] / GB == pytest.approx(141.1, abs=0.1)
     assert est.memory["total_bytes"] > 141e9
-    fit = {r["gpu"]: r["gpus_needed"] for r in est.fit}
+    fit = {r.gpu: r.gpus_needed for r in est.fit}
     assert fit["h200"] == 2 and fit["h100-sxm"] == 2  # 2×H100 (160 GB) does hold it ✓
 
 

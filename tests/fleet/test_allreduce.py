@@ -170,7 +170,7 @@ def test_a_saved_record_loads_back_the_same_and_a_hostile_one_is_refused_naming_
     for change, message in ((lambda x: x["groups"][0]["points"][0].update(busbw_gbps="fast"),
                              "fleet.comms.groups[0].points[0].busbw_gbps must be a number"),
                             (lambda x: x["groups"].insert(0, "not a group"), "fleet.comms.groups[0] must be a JSON object"),
-                            (lambda x: x["per_machine"].update(a="fast"), "fleet.comms.per_machine must be an object of numbers"),
+                            (lambda x: x["per_machine"].update(a="fast"), "fleet.comms.per_machine.a must be a number, not 'fast'"),
                             (lambda x: x.pop("backend"), "fleet.comms.backend is missing")):
         bad = json.loads(json.dumps(c.to_dict()))
         change(bad)

@@ -34,7 +34,7 @@ CASES = [
     (lambda: _set(_doctor(), "findings", "sources", "abc"), "findings[0].sources must be a list of strings"),
     (lambda: _set(_bench(), "measurements", "value", "x"), "measurements[0].value must be a number"),
     (lambda: _set(_bench(), "measurements", "status", "great"), "measurements[0].status must be one of"),
-    (lambda: _set(_bench(), "measurements", "samples", [1.0, None]), "measurements[0].samples must be a list"),
+    (lambda: _set(_bench(), "measurements", "samples", [1.0, None]), "measurements[0].samples[1] must be a number, not None"),
     (lambda: _set(_bench(), "measurements", "peak", -1), "measurements[0].peak must not be negative"),
     (lambda: _set(_doctor(), "checks", "status", "maybe"), "checks[0].status must be one of"),
     (lambda: dict(_doctor(), schema_version=True), "schema_version must be a positive integer"),

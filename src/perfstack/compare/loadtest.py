@@ -34,7 +34,8 @@ from typing import Callable, Optional, Sequence
 
 import msgspec
 
-from perfstack.records.diff import IMPROVED, NOISE, REGRESSED, LevelDiff, LoadtestDiff, MeasurementDelta, SweepDelta
+from perfstack.records.base import built
+from perfstack.records.diff import IMPROVED, NOISE, REGRESSED, LevelDiff, DiffSlo, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request, Slo
@@ -325,7 +326,7 @@ def loadtest_diff(before: Run, after: Run, alpha: float = ALPHA) -> Optional[Loa
     lb, la = before.loadtest, after.loadtest
     slo, notes = common_slo(lb, la)
     notes += _workload_notes(lb, la)
-    d = LoadtestDiff(slo=msgspec.to_builtins(slo) if slo is not None else None, notes=notes, alpha=alpha)
+    d = LoadtestDiff(slo=built(DiffSlo, msgspec.to_builtins(slo)) if slo is not None else None, notes=notes, alpha=alpha)
     key = lambda lv: (lv.mode, lv.load)  # noqa: E731
     after_levels = {key(lv): lv for lv in la.levels}
     matched = set()

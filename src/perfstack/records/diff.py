@@ -88,12 +88,24 @@ class SweepDelta(Record):
 
 
 @dataclass
+class DiffSlo(Record):
+    """The SLO both load tests were judged against, as the load test writes it (only the objectives set, and
+    the attainment where it is not the default 0.9)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+    attainment: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class LoadtestDiff(Record):
     levels: list[LevelDiff] = field(default_factory=list)
     only_before: list[str] = field(default_factory=list)  # labels of levels the after-Run did not run
     only_after: list[str] = field(default_factory=list)
     sweep: list[SweepDelta] = field(default_factory=list)
-    slo: Optional[dict[str, Any]] = None  # the SLO both sides were judged against, as the load test writes it
+    slo: Optional[DiffSlo] = None  # the SLO both sides were judged against
     notes: list[str] = field(default_factory=list)
     alpha: float = ALPHA
     extra: dict[str, Any] = field(default_factory=dict)

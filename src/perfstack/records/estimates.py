@@ -25,7 +25,7 @@ from typing import Any, Mapping, Union
 
 from perfstack import sections
 from perfstack.errors import InputError
-from perfstack.records.base import Record, set_loaded, written_fields
+from perfstack.records.base import Record, built
 
 
 @dataclass
@@ -41,6 +41,25 @@ class Figure(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 SECTIONS = ("params", "memory", "capacity", "flops", "time", "comms")  # the sheet's sections of numbers
+
+
+@dataclass
+class FitRow(Record):
+    """One GPU of the spec table in a sheet's ``fit``: its memory, and whether the model fits. An inference
+    sheet's rows say how many GPUs (tensor-parallel) hold the workload (``gpus_needed``, ``fits_one``; a GPU
+    without the dtype says why not), a training sheet's whether one GPU of the job holds its share (``fits``).
+    A row writes the keys it was made or read with."""
+
+    gpu: str = ""
+    name: str = ""
+    capacity_bytes: float | None = None
+    gpus_needed: int | None = None
+    per_gpu_total_bytes: float | None = None
+    fits_one: bool | None = None
+    reason: str | None = None
+    fits: bool | None = None
+    gpus_in_job: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _sheet_check(d: Any, where: str) -> None:
@@ -64,7 +83,7 @@ class EstimateSheet(Record):
     time: dict[str, float | None] | None = None
     comms: dict[str, float | None] | None = None
     regime: dict[str, str | None] | None = None  # phase -> compute-, memory- or launch-bound
-    fit: list[dict[str, Any]] | None = None  # per GPU of the table: whether the model fits
+    fit: list[FitRow] | None = None  # per GPU of the table: whether the model fits
     assumptions: list[str] | None = None
     working: dict[str, Figure] = field(default_factory=dict)  # figure key -> its working
     extra: dict[str, Any] = field(default_factory=dict)
@@ -91,23 +110,10 @@ class EstimateSheet(Record):
     def of(cls, d: Mapping[str, Any]) -> "EstimateSheet":
         """The record of a sheet an estimator just computed (its figures are not checked again), written in the
         order of ``d``'s keys."""
-        known = {k: v for k, v in d.items() if k in _names(cls)}
-        known["working"] = {k: _built(Figure, w) for k, w in (d.get("working") or {}).items()}
-        return _built(cls, d, known)
-
-
-def _names(cls: type) -> set[str]:
-    return {f.name for f in written_fields(cls)}
-
-
-def _built(cls: type, d: Mapping[str, Any], known: dict[str, Any] | None = None) -> Any:
-    """A record of ``cls`` made of the keys of ``d`` (the fields as given, unchecked; the others kept), that
-    writes them in ``d``'s order."""
-    names = _names(cls)
-    args = known if known is not None else {k: v for k, v in d.items() if k in names}
-    rec = cls(**args, extra={k: v for k, v in d.items() if k not in names})
-    set_loaded(rec, tuple(d))
-    return rec
+        known: dict[str, Any] = {"working": {k: built(Figure, w) for k, w in (d.get("working") or {}).items()}}
+        if d.get("fit") is not None:
+            known["fit"] = [built(FitRow, r) for r in d["fit"]]
+        return built(cls, d, **known)
 
 
 def _text(v: Any) -> str | None:

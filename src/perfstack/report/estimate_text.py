@@ -93,16 +93,16 @@ def _fit(est: EstimateSheet, console: Console, verbose: bool) -> None:
     """Which GPUs of the table the model fits on: one, with tensor parallelism, or (-v) not at all."""
     fit = est.fit or []
     if est.kind == "infer" and fit:
-        ones = [r["gpu"] for r in fit if r["gpus_needed"] == 1]
-        multi = [f"{r['gpu']}×{r['gpus_needed']}" for r in fit if r["gpus_needed"] and r["gpus_needed"] > 1]
-        none = [r["gpu"] for r in fit if not r["gpus_needed"]]
+        ones = [r.gpu for r in fit if r.gpus_needed == 1]
+        multi = [f"{r.gpu}×{r.gpus_needed}" for r in fit if r.gpus_needed and r.gpus_needed > 1]
+        none = [r.gpu for r in fit if not r.gpus_needed]
         console.print(Text.assemble(("fits on one: ", "bold"), ", ".join(ones) or "none"))
         if multi:
             console.print(Text.assemble(("needs tensor parallelism: ", "bold"), ", ".join(multi)))
         if none and verbose:
             console.print(Text.assemble(("does not fit (up to 64): ", "bold"), ", ".join(none)))
     elif fit:
-        ok = [r["gpu"] for r in fit if r["fits"]]
+        ok = [r.gpu for r in fit if r.fits]
         console.print(Text.assemble(("per-GPU memory fits: ", "bold"), ", ".join(ok) or "none of the table's GPUs"))
 
 

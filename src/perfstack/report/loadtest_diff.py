@@ -59,9 +59,10 @@ def _slo_line(ld: LoadtestDiff) -> str:
     if not ld.slo:
         return "no SLO in either Run: goodput and the highest load meeting it are not compared"
     s = ld.slo
-    parts = [f"{name} ≤ {s[k]:g} ms" for name, k in (("TTFT", "ttft_ms"), ("TPOT", "itl_ms"), ("E2E", "e2e_ms"))
-             if s.get(k) is not None]
-    return f"judged against the SLO {', '.join(parts)} for {s.get('attainment', 0.9):.0%} of requests"
+    parts = [f"{name} ≤ {v:g} ms" for name, v in (("TTFT", s.ttft_ms), ("TPOT", s.itl_ms), ("E2E", s.e2e_ms))
+             if v is not None]
+    attainment = s.attainment if s.attainment is not None else 0.9  # the load test's default, which it omits
+    return f"judged against the SLO {', '.join(parts)} for {attainment:.0%} of requests"
 
 
 # -- terminal ---------------------------------------------------------------------------------
