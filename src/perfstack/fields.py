@@ -1,9 +1,8 @@
-"""The fields of a record read from a saved Run, checked against the dataclass that holds them.
+"""The checks of values read from outside, in words a refusal can quote.
 
-``Run.from_dict`` passes every finding, measurement, check and fact through ``typed`` once, so a
-Run with ``recoverable_ms: "12"`` or ``value: "x"`` is refused on loading, naming the field
-(exit 2), instead of failing in a renderer far away. The checks follow the dataclass's own
-annotations, so a new field is covered by writing its annotation.
+A Run's records check themselves against their annotations (``records.base``); what is left here is the
+older, text-keyed form: ``typed`` checks a fact of a loaded Run (``Run.from_dict``), and ``KINDS``, ``one_of``
+and ``_show`` are the words ``sections`` (the shapes the profile and estimate sections must have) refuses in.
 """
 
 from __future__ import annotations
@@ -78,54 +77,8 @@ def typed(cls: type, d: Any, where: str, extra: Mapping[str, Callable[[Any], str
     return dict(d)
 
 
-# -- tolerant records: a dataclass with ``extra`` (keys this perfstack does not know) and ``order`` (the keys
-# in the order the Run had them), so that a record read from a newer or hand-edited Run saves back as read.
-OPEN = ("extra", "order")
-
-
-def open_fields(cls: type, d: Any, where: str, extra: Mapping[str, Callable[[Any], str]] | None = None) -> dict[str, Any]:
-    """``cls(**...)``'s arguments from the JSON object ``d``: its known fields checked (``typed``), the
-    others kept in ``extra``, the keys' order in ``order``."""
-    if not isinstance(d, dict):
-        raise InputError(f"{where} must be a JSON object")
-    names = {f.name for f in dataclasses.fields(cls)} - set(OPEN)
-    known = typed(cls, {k: v for k, v in d.items() if k in names}, where, extra)
-    return {**known, "extra": {k: v for k, v in d.items() if k not in names}, "order": tuple(d)}
-
-
-def open_dict(rec: Any) -> dict[str, Any]:
-    """The JSON object of a tolerant record: the keys it was read or built with, in that order, then the
-    fields set since (in the dataclass's order), then unknown keys added since. A field holding a record
-    (or a dict of records) is written as its ``to_dict()``."""
-    names = tuple(f.name for f in dataclasses.fields(rec) if f.name not in OPEN)
-    out: dict[str, Any] = {}
-    for k in rec.order:
-        if k in names:
-            out[k] = plain(getattr(rec, k))
-        elif k in rec.extra:
-            out[k] = rec.extra[k]
-    out.update((k, plain(getattr(rec, k))) for k in names if k not in out and getattr(rec, k) is not None)
-    out.update((k, v) for k, v in rec.extra.items() if k not in out)
-    return out
-
-
-def plain(v: Any) -> Any:
-    """A record (anything with ``to_dict``), or a list or dict of them, as JSON values."""
-    if hasattr(v, "to_dict"):
-        return v.to_dict()
-    if isinstance(v, list):
-        return [plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: plain(x) for k, x in v.items()}
-    return v
-
-
 def one_of(*allowed: str) -> Callable[[Any], str]:
     return lambda v: "" if v in allowed else f"must be one of {', '.join(allowed)}, not {_show(v)}"
-
-
-def not_negative(v: Any) -> str:
-    return "must not be negative" if v is not None and v < 0 else ""
 
 
 def _show(v: Any) -> str:
