@@ -118,8 +118,9 @@ def suspects(groups: list[Group], names: dict[str, str]) -> tuple[list[Suspect],
     if len(best) < 3:  # a median of two cannot say which one is odd
         return [], statistics.median(best.values()) if best else None
     med = statistics.median(best.values())
-    out = [Suspect("node", [m], bw, med, f"node {names.get(m, m)}: all-reduce busbw {bw:.2f} GB/s vs fleet median "
-                                        f"{med:.2f} GB/s ({(bw / med - 1) * 100:+.0f}%)")
+    out = [Suspect(kind="node", machines=[m], busbw_gbps=bw, median_gbps=med,
+                   text=f"node {names.get(m, m)}: all-reduce busbw {bw:.2f} GB/s vs fleet median "
+                        f"{med:.2f} GB/s ({(bw / med - 1) * 100:+.0f}%)")
            for m, bw in sorted(best.items(), key=lambda kv: kv[1]) if bw < SLOW_RATIO * med]
     slow_nodes = {m for s in out for m in s.machines}
     pair_bw = [g.busbw for g in groups if g.why == "pair" and g.busbw is not None]
@@ -130,9 +131,9 @@ def suspects(groups: list[Group], names: dict[str, str]) -> tuple[list[Suspect],
             continue
         if bw < SLOW_RATIO * pair_med:
             a, b = (names.get(m, m) for m in g.machines)
-            out.append(Suspect("link", list(g.machines), bw, pair_med,
-                               f"link {a} - {b}: all-reduce busbw {bw:.2f} GB/s vs pair median {pair_med:.2f} GB/s; "
-                               "both nodes are fast with others"))
+            out.append(Suspect(kind="link", machines=list(g.machines), busbw_gbps=bw, median_gbps=pair_med,
+                               text=f"link {a} - {b}: all-reduce busbw {bw:.2f} GB/s vs pair median {pair_med:.2f} "
+                                    "GB/s; both nodes are fast with others"))
     return out, med
 
 

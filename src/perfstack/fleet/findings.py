@@ -33,7 +33,7 @@ def findings(nodes: list[NodeSummary], sku: str) -> tuple[list[UnevenFinding], l
         first = refs[0]
         of = sum(1 for n in nodes if n.name in per_node or fid in n.checked)
         if len(per_node) == of:
-            shared.append(SharedFinding(fid, _worst(refs), first.title, sku, of))
+            shared.append(SharedFinding(id=fid, severity=_worst(refs), title=first.title, sku=sku, nodes=of))
             continue
         uneven.append(UnevenFinding(
             id=fid, severity=_worst(refs), layer=first.layer, title=first.title, sku=sku,
