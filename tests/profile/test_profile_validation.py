@@ -158,8 +158,8 @@ def test_diff_of_the_fix_compares_steps_measured_without_the_profiler():
     before = profile_run([trace("resnet50", "slow")], unprofiled_step_ms=m["slow"]["min_ms"])
     after = profile_run([trace("resnet50", "fixed")], unprofiled_step_ms=m["fixed"]["min_ms"])
     p = diff_runs(before, after).profile
-    assert p["step_basis"] == "without the profiler"
-    assert p["measured_recovered_ms"] == pytest.approx(m["slow"]["min_ms"] - m["fixed"]["min_ms"])
-    assert "fp32-conv" in p["predicted_by"]
-    assert within(100 * p["predicted_recovered_ms"] / m["slow"]["min_ms"],
-                  100 * p["measured_recovered_ms"] / m["slow"]["min_ms"])
+    assert p.step_basis == "without the profiler"
+    assert p.measured_recovered_ms == pytest.approx(m["slow"]["min_ms"] - m["fixed"]["min_ms"])
+    assert "fp32-conv" in p.predicted_by
+    assert within(100 * p.predicted_recovered_ms / m["slow"]["min_ms"],
+                  100 * p.measured_recovered_ms / m["slow"]["min_ms"])
