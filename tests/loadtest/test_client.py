@@ -199,3 +199,20 @@ def test_a_level_shared_by_client_processes_reads_as_one(tmp_path):
     # prompt 0 was also the probe's)
     for k, r in enumerate(lv.requests[1:], 1):
         assert len(sends[k]) == r.output_tokens == 5
+
+
+@pytest.mark.parametrize("where, word", [("api", "chatty"), ("mode", "burst"), ("tokens_from", "guess")])
+def test_a_word_outside_the_load_tests_vocabulary_is_refused(tmp_path, capsys, where, word):
+    """The load test's fixed sets (api, mode, where output tokens were counted) are checked when a Run is read:
+    a word outside them is an input error naming the field, not a report that renders it as if it were known."""
+    with Background(make_app(interval=0.002, ttft=0.002)) as srv:
+        _run(srv.url, tmp_path, "--requests", "2", "--output-len", "2")
+    d = json.loads((tmp_path / "lt.json").read_text())
+    lt = d["loadtest"]
+    target = {"api": lt, "mode": lt["levels"][0], "tokens_from": lt["levels"][0]["requests"][0]}[where]
+    target[where] = word
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert word in err and where in err and "Traceback" not in err

@@ -11,11 +11,12 @@ rather than ``X | None`` because msgspec evaluates them at run time on every sup
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 import msgspec
 
 from perfstack.errors import InputError
+from perfstack.loadtest.vocabulary import Api, Mode
 
 
 class Request(msgspec.Struct, omit_defaults=True):
@@ -27,7 +28,7 @@ class Request(msgspec.Struct, omit_defaults=True):
     itl_ms: List[float] = []  # gaps between successive chunks with text, after the first
     output_tokens: int = 0
     input_tokens: Optional[int] = None  # as the server counted them (usage), else our own count
-    tokens_from: str = "usage"  # "usage" (server's count) or "chunks" (one per chunk: approximate)
+    tokens_from: Literal["usage", "chunks"] = "usage"  # the server's count, or one per chunk (approximate)
     error: str = ""  # kind: http-429, http-5xx, timeout, stall, disconnect, bad-stream, refused, interrupted
     detail: str = ""  # one line about the error, from the server or the transport
     warmup: bool = False  # excluded from every figure
@@ -102,7 +103,7 @@ class Summary(msgspec.Struct, omit_defaults=True):
 class Level(msgspec.Struct, omit_defaults=True):
     """One load level: its requests, their summary, and what the server said meanwhile."""
 
-    mode: str  # "concurrency" (closed loop) or "rate" (open loop, requests/s)
+    mode: Mode  # closed loop, open loop (requests/s) or a replayed trace
     load: float  # the concurrency, or the rate (inf: all at once)
     requests: List[Request]
     summary: Summary
@@ -130,7 +131,7 @@ class LoadTest(msgspec.Struct, omit_defaults=True):
     """What ``Run.loadtest`` holds."""
 
     url: str  # without credentials
-    api: str  # "chat" or "completions"
+    api: Api
     model: str
     workload: Dict[str, Any]
     levels: List[Level]
