@@ -46,3 +46,19 @@ def test_need_records_sources_and_reasons():
     assert f.need("a.b") == {"x": [1, 2]}
     assert f.value("c", "dflt") == "dflt"
     assert f.sources() == ["/c", "/proc/x"]
+
+
+@pytest.mark.parametrize("fact, msg", [
+    ({"value": 1, "available": "yes"}, "facts.k.available must be true or false"),
+    ({"value": 1, "nope": 2}, "facts.k.nope is not a field of a fact"),
+    ({"source": "x"}, "facts.k.value is missing"),
+    (5, "facts.k must be a JSON object"),
+    ({"value": 1, "reason": None}, "facts.k.reason must be a string"),
+])
+def test_a_wrong_fact_is_refused_naming_its_field(fact, msg):
+    """Facts are checked by the records' own annotation checks, strictly: a fact is one reading, not an open
+    record."""
+    d = json.loads(Run(meta=RunMeta(), facts=Facts({})).to_json())
+    d["facts"] = {"k": fact}
+    with pytest.raises(InputError, match=msg):
+        Run.from_dict(d)

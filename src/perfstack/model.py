@@ -7,12 +7,12 @@ and loads back losslessly. Bump SCHEMA_VERSION whenever the shape of the JSON ch
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping
 
 from perfstack.errors import InputError
-from perfstack.records.base import Record, show
+from perfstack.records.base import Record, convert, hints_of, show
 from perfstack.records.meta import RunMeta
 from perfstack.severity import Severity as Severity  # re-exported: the code names it from model
 
@@ -79,6 +79,24 @@ class NotApplicable(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _fact(key: str, d: Any) -> Fact:
+    """A fact of a loaded Run, checked against ``Fact``'s annotations by the records' own checks. Strict: a key
+    that is no field of a fact is refused (a fact is one reading, not an open record)."""
+    where = f"facts.{key}"
+    if not isinstance(d, dict):
+        raise InputError(f"{where} must be a JSON object, not {show(d)}")
+    known = {f.name: f for f in fields(Fact)}
+    unknown = [k for k in d if k not in known]
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]} is not a field of a fact")
+    d = {**d, "key": key}
+    for name, f in known.items():
+        if name not in d and f.default is MISSING:
+            raise InputError(f"{where}.{name} is missing")
+    hints = hints_of(Fact)
+    return Fact(**{name: convert(hints[name], v, f"{where}.{name}") for name, v in d.items()})
 
 
 class Facts(Mapping[str, Fact]):
@@ -275,17 +293,14 @@ class Run:
                 f"this Run has schema_version {version}; this perfstack reads up to {SCHEMA_VERSION}",
                 hint="upgrade perfstack: pip install -U perfstack",
             )
-        # Every section is checked here, once, against the types of the records that hold it (fields.py;
-        # sections.py for profile and estimates), so that renderers can trust a loaded Run; a wrong type
-        # names its field.
-        from perfstack.fields import typed
+        # Every section is checked here, once, against the annotations of the records that hold it
+        # (records.base), so that renderers can trust a loaded Run; a wrong type names its field.
         sec = {k: d.get(k) for k in ("meta", "facts", "findings", "checks", "measurements", "profile", "estimates")}
         for k, want in (("meta", dict), ("facts", dict), ("findings", list), ("checks", list),
                         ("measurements", list), ("profile", dict), ("estimates", dict)):
             if sec[k] is not None and not isinstance(sec[k], want):
                 raise InputError(f"{k} must be a JSON {'object' if want is dict else 'list'}")
-        facts = Facts({k: Fact(**typed(Fact, {**fd, "key": k} if isinstance(fd, dict) else fd, f"facts.{k}"))
-                       for k, fd in (sec["facts"] or {}).items()})
+        facts = Facts({k: _fact(k, fd) for k, fd in (sec["facts"] or {}).items()})
         return cls(
             meta=RunMeta.from_dict(sec["meta"] or {}, "meta"),
             facts=facts,
