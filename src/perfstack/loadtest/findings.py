@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from perfstack.checks import SERVING, register
+from perfstack.checks import FAMILIES, SERVING, register
 from perfstack.loadtest import metrics, sweep
 from perfstack.loadtest.record import Level, LoadTest, Request
 from perfstack.model import Finding, Severity
@@ -72,6 +72,16 @@ def _mean(vals: list[Optional[float]]) -> Optional[float]:
     return sum(v) / len(v) if v else None
 
 
+def _why(id: str) -> str:
+    """The registered why of the check ``id``: written once, where ``perfstack explain`` reads it too."""
+    return " ".join(FAMILIES["loadtest"][id].why.split())
+
+
+def _fix(id: str) -> str:
+    """The registered general fix of the check ``id``, on one line (a finding with a fix of its own names it)."""
+    return " ".join(FAMILIES["loadtest"][id].fix.split())
+
+
 @register("loadtest", "serve-slo-missed", LAYER, "SLO missed", severity="warning",
           doc="""Reads the first level of the sweep whose requests, taken together, miss the SLO given with --slo
           (TTFT, TPOT and E2E at p90, and the share of requests that must meet them); fires when one does, naming
@@ -102,8 +112,7 @@ def slo_missed(lt: LoadTest) -> Optional[Finding]:
                  + "; ".join(parts) + where,
         fix="see the findings below for the cause; meanwhile keep the load at or below the highest level that "
             "meets the SLO",
-        why="A request that misses its latency objective is a user who waited too long; goodput counts only the "
-            "ones that did not.")
+        why=_why("serve-slo-missed"))
 
 
 def _per_stream(lv: Level) -> float:
@@ -257,11 +266,8 @@ def prefill_stalls(lt: LoadTest) -> Optional[Finding]:
         evidence=f"ITL p99 {p99:,.1f} ms is {p99 / med:.1f}× the median {med:,.1f} ms at {_label(lv)}; "
                  f"{spike_share:.0%} of the {len(spikes):,} gaps over {SPIKE:g}× the median overlap another request's "
                  f"prefill, against {chance:.0%} for windows of the same length placed at random",
-        fix="split long prefills so decodes keep running between their chunks: vLLM --enable-chunked-prefill with "
-            "--max-num-batched-tokens 2048-8192, SGLang --chunked-prefill-size, TGI --max-batch-prefill-tokens; at "
-            "scale, separate prefill and decode workers",
-        why="A prefill of a long prompt occupies the GPU for a whole batch step; every running stream waits for it, "
-            "which shows as inter-token spikes and a long ITL tail.")
+        fix=_fix("serve-prefill-stalls"),
+        why=_why("serve-prefill-stalls"))
 
 
 def _median_e2e(lv: Level) -> Optional[float]:
@@ -323,8 +329,7 @@ def plateau(lt: LoadTest) -> Optional[Finding]:
         id="serve-throughput-plateau", layer=LAYER, severity=Severity.INFO, subject=_label(last),
         title=f"Throughput flat past {_label(k)} while latency grows: {cause}",
         evidence=ev + more, fix=fix,
-        why="Past the knee, extra load only lengthens the queue; the batch the GPU runs each step no longer grows, "
-            "so the per-step cost is not spread over more tokens.")
+        why=_why("serve-throughput-plateau"))
 
 
 @register("loadtest", "serve-decode-below-bound", LAYER, "Decode runs below an engine-grade decode's speed",
@@ -413,8 +418,7 @@ def errors(lt: LoadTest) -> Optional[Finding]:
         title=f"{failed} of {n} requests failed",
         evidence=f"{kinds}; most at {_label(worst)}" + (f"; e.g. {sample}" if sample else ""),
         fix=fix,
-        why="A failed request is a user without an answer, and it leaves every latency figure looking better than "
-            "the service was.")
+        why=_why("serve-errors"))
 
 
 @register("loadtest", "serve-client-host-busy", LAYER, "The client's host was busy", severity="info",
@@ -450,17 +454,16 @@ def client_saturated(lt: LoadTest) -> Optional[Finding]:
             id="serve-client-saturated", layer=LAYER, severity=Severity.WARNING, subject=_label(lv),
             title="The load client was saturated: its own delays are in the figures",
             evidence=ev + f"; {c.cpu_us_per_chunk:.0f} µs of client CPU per streamed chunk",
-            fix="run the load from a host with a free core per client process, split the load over several client "
-                "processes, or lower the concurrency",
-            why="TTFT and ITL are timed when the client reads the stream; a client that is busy reads late.")
+            fix=_fix("serve-client-saturated"),
+            why=_why("serve-client-saturated"))
     # late timers with an idle client: something else holds the host's cores
     return Finding(
         id="serve-client-host-busy", layer=LAYER, severity=Severity.INFO, subject=_label(lv),
         title="The client's host was busy: latencies may read late by up to its timer delay",
         evidence=ev + ", while the client itself was mostly idle: other processes (the server itself, if it runs "
                       "on this host) held the CPUs",
-        fix="run the load client on a host (or cores, with taskset) that the server does not use",
-        why="TTFT and ITL are timed when the client's event loop gets to read the stream.")
+        fix=_fix("serve-client-host-busy"),
+        why=_why("serve-client-host-busy"))
 
 
 def findings(lt: LoadTest, bound: Optional[Bound] = None) -> list[Finding]:
