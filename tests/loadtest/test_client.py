@@ -216,3 +216,16 @@ def test_a_word_outside_the_load_tests_vocabulary_is_refused(tmp_path, capsys, w
     assert main(["report", str(bad)]) == 2
     err = capsys.readouterr().err
     assert word in err and where in err and "Traceback" not in err
+
+
+def test_a_huge_word_outside_the_vocabulary_is_quoted_short(tmp_path, capsys):
+    """The refusal names the field but does not echo a hostile Run's huge value back whole."""
+    with Background(make_app(interval=0.002, ttft=0.002)) as srv:
+        _run(srv.url, tmp_path, "--requests", "2", "--output-len", "2")
+    d = json.loads((tmp_path / "lt.json").read_text())
+    d["loadtest"]["api"] = "\x1b]0;t\x07" + "A" * 100_000
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "$.api" in err and len(err) < 1000 and "\x1b" not in err

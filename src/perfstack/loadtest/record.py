@@ -177,4 +177,7 @@ def from_builtins(data: Any, where: str = "Run") -> LoadTest:
     try:
         return msgspec.convert(data, LoadTest)
     except msgspec.ValidationError as e:
-        raise InputError(f"{where}: the load test section is not valid ({e})") from None
+        # msgspec quotes the offending value whole: a hostile Run's megabyte string is cut, the field kept
+        why = str(e)
+        why = why if len(why) <= 300 else why[:200] + " … " + why[-90:]
+        raise InputError(f"{where}: the load test section is not valid ({why})") from None
