@@ -5,7 +5,9 @@
 #
 # peers: perfstack beside AIPerf (when the aiperf command is installed; else perfstack and the referee only) and a
 # minimal referee client, on single-turn, multi-turn and trace-replay workloads (benchmarks/loadtest_vs_aiperf.py).
-# Pin the clients apart from the server where the host has the cores: CLIENT_CPUS=8-15 (taskset); ROUNDS=N
+# Pin the clients apart from the server where the host has the cores: SERVER_CPUS=0-7 CLIENT_CPUS=8-15 (taskset;
+# an unpinned server shares the clients' cores, and a CPU-bound server then runs at the speed of the busiest
+# client beside it); ROUNDS=N
 # alternating rounds per tool (default 3); PEERS="multi-turn trace" picks workloads (default: all three).
 #
 # Needs: torch + transformers with CUDA; the serving and client wheels in .whl/ (offline install). The model is
@@ -31,7 +33,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 serve() {  # serve NAME [transformers serve flags...]
     local name=$1; shift
     local t0=$(date +%s.%N)
-    setsid transformers serve $model --host 127.0.0.1 --port $port --continuous-batching "$@" \
+    setsid ${SERVER_CPUS:+taskset -c $SERVER_CPUS} transformers serve $model --host 127.0.0.1 --port $port --continuous-batching "$@" \
         > "$out/server-$name.log" 2>&1 &
     server_pid=$!
     for _ in $(seq 240); do

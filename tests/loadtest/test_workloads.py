@@ -68,6 +68,33 @@ def test_a_mooncake_trace_keeps_its_times_lengths_and_shared_blocks(tmp_path):
     assert "4 unusable or failed requests" in notes[0] and wl.spec["kind"] == "trace"
 
 
+class _WordTokenizer:
+    """Two tokens per word ("ab" -> "a", "b"), so that a count of words is not a count of tokens."""
+
+    all_special_ids: list[int] = []
+
+    def __len__(self) -> int:
+        return 26
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) - 97 for w in text.split() for c in w]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        chars = [chr(97 + i) for i in ids]
+        return " ".join("".join(chars[i:i + 2]) for i in range(0, len(chars), 2))
+
+
+def test_a_trace_with_a_tokenizer_cuts_each_prompt_to_its_recorded_tokens(tmp_path):
+    # a trace's blocks are 512 tokens: a request of 20 tokens over one block must send 20, not the block whole
+    f = _write(tmp_path / "t.jsonl", [{"timestamp": 0, "input_length": 20, "output_length": 5, "hash_ids": [0]},
+                                      {"timestamp": 5, "input_length": 30, "output_length": 5, "hash_ids": [0, 1]}])
+    tok = _WordTokenizer()
+    wl, _ = trace.load(f, block=512, tokenizer=tok)
+    assert [len(tok.encode(p.text)) for p in wl.prompts] == [20, 30]
+    assert [p.input_tokens for p in wl.prompts] == [20, 30] and wl.exact_counts
+    assert tok.encode(wl.prompts[1].text)[:20] == tok.encode(wl.prompts[0].text)  # the shared block's prefix
+
+
 def test_burstgpt_columns_as_csv_skip_the_failed_requests(tmp_path):
     p = tmp_path / "burst.csv"
     p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"

@@ -117,15 +117,18 @@ def load(path: str, block: int = 512, seed: int = 0, tokenizer: Any = None) -> t
         if hashes:
             # the blocks' text, the last one cut to the recorded length: shared ids, shared prefix
             text = " ".join(block_text(h) for h in hashes)
-            words = text.split(" ")
-            text = " ".join(words[:inp]) if tokenizer is None else text
+            if tokenizer is None:
+                text = " ".join(text.split(" ")[:inp])
+            else:
+                text = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:inp], skip_special_tokens=True)
         else:
             text = f"{i}: " + _text(random.Random(seed * 1_000_003 + i + 1), max(1, inp - 1), tokenizer)[0]
-        prompts.append(Prompt(text, inp, out))
+        count = inp if tokenizer is None else len(tokenizer.encode(text, add_special_tokens=False))
+        prompts.append(Prompt(text, count, out))
     notes = []
     if bad:
         shown = ", ".join(str(b) for b in bad[:MAX_BAD_LINES_SHOWN]) + ("…" if len(bad) > MAX_BAD_LINES_SHOWN else "")
         notes.append(f"{len(bad)} unusable or failed requests in {p.name} skipped (line {shown})")
     spec = {"kind": "trace", "file": p.name, "entries": len(rows), "skipped": len(bad), "block": block,
             "span_s": rows[-1][0] - t0, "seed": seed, "tokenizer": getattr(tokenizer, "name_or_path", None)}
-    return Workload(prompts, spec, exact_counts=False, arrivals=[r[0] - t0 for r in rows]), notes
+    return Workload(prompts, spec, exact_counts=tokenizer is not None, arrivals=[r[0] - t0 for r in rows]), notes
