@@ -163,7 +163,7 @@ def estimate(g: Golden) -> None:
 def loadtest_run(seed: int, ttft_ms: float) -> dict[str, Any]:
     """A load-test Run from seeded request records: three levels of a server that saturates at 4 streams."""
     from perfstack.loadtest import metrics, sweep
-    from perfstack.loadtest.record import Level, LoadTest, Request, Slo
+    from perfstack.records.loadtest import Level, LoadTest, Request, Slo
     from perfstack.model import Run
     from perfstack.records.meta import RunMeta
     rng = random.Random(seed)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from perfstack.loadtest.metrics import summarize
-from perfstack.loadtest.record import Level, LoadTest, Request
+from perfstack.records.loadtest import Level, LoadTest, Request
 from perfstack.model import Run
 from perfstack.records.meta import run_meta
 

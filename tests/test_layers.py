@@ -43,10 +43,8 @@ FLOORS: dict[str, int] = {
     "perfstack.sections": 2,
     # 3: the one seam to the machine
     "perfstack.host": 3,
-    # 4: the section records, one tolerant record base (perfstack.records; the load test's are still beside the
-    #    package that fills them)
+    # 4: the section records, one tolerant record base
     "perfstack.records": 4,  # the record base (records.base) and every section's records
-    "perfstack.loadtest.record": 4,
     "perfstack.loadtest.vocabulary": 4,  # the load test's fixed sets of words (mode, api): the records name them too
     # 5: the Run, made of the records below it
     "perfstack.model": 5,

@@ -20,7 +20,7 @@ import pytest
 
 import perfstack.records
 from perfstack.errors import InputError
-from perfstack.records.base import Record, convert, hints_of, written_fields
+from perfstack.records.base import Record, Spelled, convert, hints_of, written_fields
 
 for _m in pkgutil.walk_packages(perfstack.records.__path__, "perfstack.records."):
     importlib.import_module(_m.name)
@@ -67,6 +67,8 @@ def _sample(hint: Any, depth: int = 0) -> Any:
         return {str: "text", int: 3, float: 2.5, bool: True}[hint]
     if origin is Union:
         return _sample(next(a for a in args if a is not type(None)), depth)
+    if origin is typing.Annotated:  # a value JSON has no word for (records.base.Spelled): its word
+        return next(m.word for m in args[1:] if isinstance(m, Spelled))
     if origin is Literal:
         return args[-1]
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
@@ -145,3 +147,63 @@ def test_a_run_with_keys_this_perfstack_does_not_know_reports_and_saves_them_bac
     out = json.loads(capsys.readouterr().out)
     assert out["meta"]["newer"] == {"x": 1} and out["findings"][0]["newer"] == [1, 2]
     assert out["measurements"][0]["newer"] == "kept" and out["profile"] == {"busy_ms": 12.0, "newer": True}
+
+
+LOADTEST_RUN = Path(__file__).parents[1] / "docs" / "examples" / "loadtest-h100" / "decode-eager.json"
+
+
+def test_a_load_test_run_keeps_what_it_does_not_know_through_report(tmp_path, capsys):
+    """Through the CLI: a recorded load-test Run whose sections carry keys of a newer perfstack, at every depth
+    (the load test, a level, a request, a summary and its distribution, a server sample, the client's load, the
+    SLO), is rendered and its JSON report holds the whole section as it was read."""
+    from perfstack.cli.main import main
+    d = json.loads(LOADTEST_RUN.read_text())
+    lt = d["loadtest"]
+    lv = lt["levels"][0]
+    lv["server"] = [{"t_s": 1.5, "running": 4.0}]
+    for i, where in enumerate((lt, lv, lv["requests"][0], lv["summary"], lv["summary"]["ttft"], lv["server"][0],
+                               lv["client"], lt.setdefault("slo", {"ttft_ms": 500.0}))):
+        where[f"newer-{i}"] = {"kept": [i, "as it was"]}
+    run = tmp_path / "newer.json"
+    run.write_text(json.dumps(d))
+    assert main(["report", str(run), "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["loadtest"] == lt
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("levels", 0, "requests", 2, "ttft_ms"), "fast", "loadtest.levels[0].requests[2].ttft_ms must be a number or null"),
+    (("levels", 0, "summary", "ttft", "p99"), None, "loadtest.levels[0].summary.ttft.p99 must be a number"),
+    (("levels", 0, "load"), "all", 'loadtest.levels[0].load must be a number or "inf"'),
+    (("levels", 0, "client", "processes"), 1.5, "loadtest.levels[0].client.processes must be an integer"),
+    (("workload",), [], "loadtest.workload must be an object"),
+])
+def test_a_wrong_type_in_a_load_test_is_refused_naming_the_field(tmp_path, capsys, path, value, message):
+    from perfstack.cli.main import main
+    d = json.loads(LOADTEST_RUN.read_text())
+    where = d["loadtest"]
+    for k in path[:-1]:
+        where = where[k]
+    where[path[-1]] = value
+    run = tmp_path / "bad.json"
+    run.write_text(json.dumps(d))
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_an_unbounded_load_is_written_inf_and_read_back():
+    """JSON has no infinity: a load of everything at once is written "inf" (in the sweep's lists too), and read
+    back as infinity."""
+    import math
+    from perfstack.records.loadtest import Level, LoadTest, Summary
+    lv = Level(mode="rate", load=math.inf, requests=[], summary=Summary(duration_s=1.0, completed=0, failed=0))
+    lt = LoadTest(url="u", api="chat", model="m", workload={}, levels=[lv], sweep={"loads": [1.0, math.inf],
+                                                                                    "knee": math.inf})
+    d = json.loads(json.dumps(lt.to_dict(), allow_nan=False))
+    assert d["levels"][0]["load"] == "inf" and d["sweep"] == {"loads": [1.0, "inf"], "knee": "inf"}
+    # a producer's record writes only what differs from the defaults, as the load test's Runs always have
+    assert d["levels"][0] == {"mode": "rate", "load": "inf", "requests": [],
+                              "summary": {"duration_s": 1.0, "completed": 0, "failed": 0}}
+    back = LoadTest.from_dict(d, "loadtest")
+    assert back.levels[0].load == math.inf and back.sweep == {"loads": [1.0, math.inf], "knee": math.inf}
+    assert back.to_dict() == d

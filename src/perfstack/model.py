@@ -16,10 +16,10 @@ from perfstack.records.base import Record, convert, hints_of, show
 from perfstack.records.meta import RunMeta
 from perfstack.severity import Severity as Severity  # re-exported: the code names it from model
 
-if TYPE_CHECKING:  # imported when a Run holds one: a load test needs msgspec
+if TYPE_CHECKING:  # each section's records are imported when a Run holds one
     from perfstack.records.estimates import Estimates
     from perfstack.records.fleet import FleetAnalysis
-    from perfstack.loadtest.record import LoadTest
+    from perfstack.records.loadtest import LoadTest
     from perfstack.records.profile import Section
     from perfstack.records.trial import Trial
 
@@ -269,7 +269,7 @@ class Run:
             "measurements": [m.to_dict() for m in self.measurements],
             "profile": self.profile.to_dict() if self.profile is not None else None,
             "estimates": self.estimates.to_dict() if self.estimates is not None else None,
-            **({"loadtest": _loadtest_dict(self.loadtest)} if self.loadtest is not None else {}),
+            **({"loadtest": self.loadtest.to_dict()} if self.loadtest is not None else {}),
             **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
             **({"try": self.trial.to_dict()} if self.trial is not None else {}),
         }
@@ -353,16 +353,10 @@ def _profile(data: Any) -> Section | None:
 
 
 def _loadtest(data: Any) -> LoadTest | None:
-    """A load test section is checked against its types once, here, so that readers can trust it."""
     if data is None:
         return None
-    from perfstack.loadtest.record import from_builtins
-    return from_builtins(data)
-
-
-def _loadtest_dict(lt: LoadTest) -> dict[str, Any]:
-    from perfstack.loadtest.record import to_builtins
-    return to_builtins(lt)
+    from perfstack.records.loadtest import LoadTest
+    return LoadTest.from_dict(data, "loadtest")
 
 
 def _fleet(data: Any) -> FleetAnalysis | None:

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from perfstack.cli.main import main  # noqa: E402
-from perfstack.loadtest import record  # noqa: E402
+from perfstack.records.loadtest import LoadTest  # noqa: E402
 from perfstack.model import Run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -160,7 +160,7 @@ def test_ctrl_c_saves_the_partial_run(tmp_path):
         stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr
-    lt = record.from_builtins(json.loads(out.read_text())["loadtest"])
+    lt = LoadTest.from_dict(json.loads(out.read_text())["loadtest"], "loadtest")
     assert lt.interrupted and lt.levels[0].interrupted
     assert any(r.error == "interrupted" for r in lt.levels[0].requests)
     assert lt.levels[0].summary.completed > 0
@@ -228,4 +228,4 @@ def test_a_huge_word_outside_the_vocabulary_is_quoted_short(tmp_path, capsys):
     bad.write_text(json.dumps(d))
     assert main(["report", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "$.api" in err and len(err) < 1000 and "\x1b" not in err
+    assert "loadtest.api" in err and len(err) < 1000 and "\x1b" not in err

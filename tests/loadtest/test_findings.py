@@ -8,7 +8,7 @@ import random
 import pytest
 
 from perfstack.loadtest import findings, metrics, sweep
-from perfstack.loadtest.record import ClientLoad, Level, LoadTest, Request, ServerSample, Slo
+from perfstack.records.loadtest import ClientLoad, Level, LoadTest, Request, ServerSample, Slo
 
 
 def _level(load: float, reqs: list[Request], slo: Slo | None = None, server=(), client=None) -> Level:

@@ -11,7 +11,7 @@ import pytest
 from perfstack.errors import UsageError
 from perfstack.loadtest import metrics
 from perfstack.loadtest.load import arrivals
-from perfstack.loadtest.record import Request, Slo
+from perfstack.records.loadtest import Request, Slo
 
 
 def _reqs(seed: int = 1, n: int = 60) -> list[Request]:

@@ -11,7 +11,7 @@ import pytest
 
 from perfstack.compare.loadtest import level_diff
 from perfstack.loadtest import metrics
-from perfstack.loadtest.record import Level, Request
+from perfstack.records.loadtest import Level, Request
 
 
 @pytest.mark.parametrize("n,want", [(3, 0.75), (5, 0.9375), (10, 0.978515625)])

@@ -17,7 +17,7 @@ from perfstack.compare import diff_runs
 from perfstack.compare.diff import Diff
 from perfstack.compare.loadtest import WINDOWS, loadtest_diff, token_windows
 from perfstack.loadtest import metrics, sweep
-from perfstack.loadtest.record import Level, LoadTest, Request, Slo, from_builtins, to_builtins
+from perfstack.records.loadtest import Level, LoadTest, Request, Slo
 from perfstack.model import Finding, Run, Severity
 from perfstack.records.meta import RunMeta
 from perfstack.report import html, markdown
@@ -86,7 +86,7 @@ def test_an_unchanged_servers_rerun_is_noise():
 def test_figures_are_the_records_own_medians():
     before, after = _run(1), _run(2, ttft_ms=80.0)
     d = loadtest_diff(before, after)
-    lv_b = to_builtins(before.loadtest)["levels"][1]
+    lv_b = before.loadtest.to_dict()["levels"][1]
     ttft = [r["ttft_ms"] for r in lv_b["requests"] if not r.get("warmup")]
     fig = next(f for f in d.levels[1].figures if f.name == "TTFT p50 @ 4 streams")
     assert fig.before == pytest.approx(statistics.median(ttft))
@@ -160,11 +160,11 @@ def test_diff_cli_formats_and_the_regression_gate(tmp_path, capsys):
 # -- reports ----------------------------------------------------------------------------------
 def _hostile_run() -> Run:
     run = _run(1, loads=(1, 4, 16, 32), notes=[HOSTILE])  # throughput flat from 16 to 32: a knee
-    lt = dict(to_builtins(run.loadtest), model=HOSTILE, url="http://h/" + HOSTILE, server={"version": HOSTILE},
+    lt = dict(run.loadtest.to_dict(), model=HOSTILE, url="http://h/" + HOSTILE, server={"version": HOSTILE},
               workload={"kind": "file", "file": HOSTILE, "requests": 3})
     lt["levels"][1]["requests"][0].update(error="bad-stream", detail=HOSTILE, ttft_ms=None)
     lt["levels"][1]["summary"].update(completed=14, failed=1, errors={"bad-stream": 1})
-    run.loadtest = from_builtins(lt)
+    run.loadtest = LoadTest.from_dict(lt, "loadtest")
     run.findings = [Finding(id="serve-queueing", layer="serving", severity=Severity.WARNING, title=HOSTILE,
                             evidence=HOSTILE, fix=HOSTILE, subject=HOSTILE)]
     return run
@@ -246,7 +246,7 @@ def test_the_terminal_report_formats_the_view_the_markdown_and_html_reports_form
 
     from rich.console import Console
 
-    from perfstack.loadtest.record import ClientLoad
+    from perfstack.records.loadtest import ClientLoad
     from perfstack.report.loadtest_text import render_loadtest
     run = _run(1, loads=(1, 4))
     assert run.loadtest is not None

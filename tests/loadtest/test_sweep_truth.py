@@ -14,7 +14,7 @@ from fake_server import InThread, Server  # noqa: E402  (pytest puts this folder
 
 from perfstack.cli.main import main  # noqa: E402
 from perfstack.loadtest import findings, metrics, sweep  # noqa: E402
-from perfstack.loadtest.record import ClientLoad, Level, LoadTest, Request, ServerSample  # noqa: E402
+from perfstack.records.loadtest import ClientLoad, Level, LoadTest, Request, ServerSample  # noqa: E402
 from perfstack.model import Run  # noqa: E402
 from perfstack.report.loadtest_html import render_loadtest_html  # noqa: E402
 from perfstack.report.loadtest_view import view_of  # noqa: E402

@@ -17,7 +17,7 @@ from perfstack.report.text import render_doctor
 from perfstack.report.views import RunView, build
 
 if TYPE_CHECKING:
-    from perfstack.loadtest.record import LoadTest
+    from perfstack.records.loadtest import LoadTest
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:

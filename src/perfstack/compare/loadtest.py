@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-import msgspec
 
 from perfstack.records.base import built
 from perfstack.records.diff import IMPROVED, NOISE, REGRESSED, LevelDiff, DiffSlo, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
-from perfstack.loadtest.record import Level, LoadTest, Request, Slo
+from perfstack.records.loadtest import Level, LoadTest, Request, Slo
 from perfstack.model import Run
 
 NOT_COMPARED = "not compared"
@@ -272,7 +272,7 @@ def common_slo(lb: LoadTest, la: LoadTest) -> tuple[Optional[Slo], list[str]]:
 
 
 def _rejudged(lt: LoadTest, slo: Optional[Slo]) -> list[Level]:
-    return [msgspec.structs.replace(lv, summary=metrics.summarize(lv.requests, slo)) for lv in lt.levels]
+    return [replace(lv, summary=metrics.summarize(lv.requests, slo)) for lv in lt.levels]
 
 
 def sweep_rows(lb: LoadTest, la: LoadTest, slo: Optional[Slo]) -> list[SweepDelta]:
@@ -326,7 +326,7 @@ def loadtest_diff(before: Run, after: Run, alpha: float = ALPHA) -> Optional[Loa
     lb, la = before.loadtest, after.loadtest
     slo, notes = common_slo(lb, la)
     notes += _workload_notes(lb, la)
-    d = LoadtestDiff(slo=built(DiffSlo, msgspec.to_builtins(slo)) if slo is not None else None, notes=notes, alpha=alpha)
+    d = LoadtestDiff(slo=built(DiffSlo, slo.to_dict()) if slo is not None else None, notes=notes, alpha=alpha)
     key = lambda lv: (lv.mode, lv.load)  # noqa: E731
     after_levels = {key(lv): lv for lv in la.levels}
     matched = set()

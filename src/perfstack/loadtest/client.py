@@ -22,7 +22,7 @@ import aiohttp
 import msgspec
 
 from perfstack import redact
-from perfstack.loadtest.record import Request
+from perfstack.records.loadtest import Request
 from perfstack.loadtest.vocabulary import Api
 
 DETAIL_MAX = 200  # characters of server text a record keeps

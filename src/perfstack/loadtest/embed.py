@@ -16,7 +16,7 @@ import aiohttp
 import msgspec
 
 from perfstack.loadtest.client import Failed
-from perfstack.loadtest.record import Request
+from perfstack.records.loadtest import Request
 
 PATH = "/v1/embeddings"
 MAX_ANSWER = 64 << 20  # bytes: a 4096-wide float vector as JSON text is about 80 KiB

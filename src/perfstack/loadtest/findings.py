@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from perfstack.checks import FAMILIES, SERVING, register
 from perfstack.loadtest import metrics, sweep
-from perfstack.loadtest.record import Level, LoadTest, Request
+from perfstack.records.loadtest import Level, LoadTest, Request
 from perfstack.model import Finding, Severity
 
 LAYER = SERVING

@@ -22,7 +22,7 @@ import aiohttp
 
 from perfstack.loadtest import client, embed, metrics, scrape, workload
 from perfstack.loadtest.client import Target
-from perfstack.loadtest.record import ClientLoad, Level, Request, ServerSample, Slo
+from perfstack.records.loadtest import ClientLoad, Level, Request, ServerSample, Slo
 from perfstack.loadtest.vocabulary import Mode
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional, Sequence
 
-from perfstack.loadtest.record import Dist, Request, Slo, Summary
+from perfstack.records.loadtest import Dist, Request, Slo, Summary
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -224,8 +224,9 @@ def median_summary(parts: list[Summary]) -> Summary:
     for name in DISTS:
         ds = [getattr(p, name) for p in parts if getattr(p, name) is not None]
         if ds:
-            setattr(s, name, Dist(n=sum(d.n for d in ds), **{k: _med([getattr(d, k) for d in ds]) or 0.0
-                                                             for k in STATS}))
+            med = {k: _med([getattr(d, k) for d in ds]) or 0.0 for k in STATS}
+            setattr(s, name, Dist(n=sum(d.n for d in ds), mean=med["mean"], median=med["median"], p90=med["p90"],
+                                  p99=med["p99"], max=med["max"], min=med["min"]))
     return s
 
 

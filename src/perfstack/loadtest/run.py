@@ -21,7 +21,7 @@ from perfstack.loadtest import metrics, server, sweep
 from perfstack.loadtest.client import Target
 from perfstack.loadtest.load import LevelSpec, event_loop, new_session
 from perfstack.loadtest.workers import auto_procs, run_level
-from perfstack.loadtest.record import Level, LoadTest, Slo
+from perfstack.records.loadtest import Level, LoadTest, Slo
 from perfstack.loadtest.vocabulary import Api, Mode
 from perfstack.loadtest.workload import Prompt, Workload
 

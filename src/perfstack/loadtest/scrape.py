@@ -14,7 +14,7 @@ from typing import Optional
 
 import aiohttp
 
-from perfstack.loadtest.record import ServerSample
+from perfstack.records.loadtest import ServerSample
 
 MAX_BYTES = 4 << 20  # a metrics page beyond this is not one we can use
 

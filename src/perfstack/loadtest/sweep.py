@@ -24,7 +24,7 @@ import math
 from typing import Any, Optional
 
 from perfstack.loadtest import metrics
-from perfstack.loadtest.record import Level, Request, Slo, Summary
+from perfstack.records.loadtest import Level, Request, Slo, Summary
 
 RATE_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 KNEE_SHARE = 0.9

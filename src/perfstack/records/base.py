@@ -4,7 +4,8 @@
 
 - every key whose field the record has is checked against the field's annotation (``int``, ``float``, ``str``,
   ``bool``, ``Any``, ``Optional``/``X | None``, ``Literal`` (one of its values), an Enum (one of its values),
-  ``list[...]``, ``dict[str, ...]``, and records, read by their own ``from_dict``); a value of the wrong type
+  ``list[...]``, ``dict[str, ...]``, ``Annotated[X, Spelled(...)]`` (a value JSON has no word for, such as an
+  infinite load, written as a string), and records, read by their own ``from_dict``); a value of the wrong type
   is refused with an InputError naming the field (``profile.steps[3].busy_ms must be a number, not '12'``),
   which the CLI turns into exit 2;
 - a field that is absent takes its default; one without a default is refused as missing;
@@ -13,7 +14,12 @@
 ``to_dict`` writes the JSON: a record read by ``from_dict`` writes the keys it was read with, in that order,
 then the fields set since that the JSON did not have (those that differ from their default), then unknown keys
 added since; a record built by a producer writes every field in the order of the class (``WHEN_SET`` ones only
-when not None), then its ``extra``. So a loaded Run saves back as it was read, whatever wrote it.
+when not None; with ``OMIT_DEFAULTS``, only those that differ from their default), then its ``extra``. So a
+loaded Run saves back as it was read, whatever wrote it.
+
+How each field is read and written is worked out once per class from its annotation (a load test's Run holds
+a hundred thousand request records): a list of numbers is checked in one pass, and a value that fits is taken
+as it is.
 
 A subclass is a dataclass whose last field is ``extra: dict[str, Any] = field(default_factory=dict)``. It may
 name a JSON key that is no Python name (``KEYS``: field -> key), fields that are no JSON key (``UNWRITTEN``,
@@ -34,12 +40,25 @@ import math
 import sys
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, TypeVar, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optional, TypeVar, Union
 
 from perfstack.errors import InputError
 
 R = TypeVar("R", bound="Record")
 Check = Callable[[Any, str], None]  # raises InputError naming ``where``
+
+
+@dataclass(frozen=True)
+class Spelled:
+    """A value JSON has no word for, and the string a Run writes in its place. ``Annotated[float, INF]`` is a
+    number, or ``"inf"`` for an unbounded one (everything at once): JSON has no infinity, and a Run refuses
+    one. Over ``Any`` the word stands for the value at the top and inside lists."""
+
+    value: Any
+    word: str
+
+
+INF = Spelled(math.inf, "inf")
 
 
 @dataclass
@@ -48,6 +67,9 @@ class Record:
 
     KEYS: ClassVar[Mapping[str, str]] = {}
     WHEN_SET: ClassVar[frozenset[str]] = frozenset()  # written only when not None (absent keys stay absent)
+    # A record built by a producer writes only the fields that differ from their default, as a loaded one
+    # writes only those it was read with (a request record of the load test: most of its fields are unset).
+    OMIT_DEFAULTS: ClassVar[bool] = False
     UNWRITTEN: ClassVar[frozenset[str]] = frozenset()  # fields that are no JSON key (``_unwritten`` reads them)
     CHECK: ClassVar[Optional[Check]] = None  # what the annotations cannot say (ranges, keys that must be there)
 
@@ -57,21 +79,33 @@ class Record:
     loaded: ClassVar[Optional[tuple[str, ...]]] = None
 
     def to_dict(self) -> dict[str, Any]:
-        by_key = {self.KEYS.get(f.name, f.name): f for f in written_fields(type(self))}
+        plan = _plan(type(self))
         extra: dict[str, Any] = getattr(self, "extra", {})
         out: dict[str, Any] = {}
         loaded = self.loaded
         if loaded is not None:
+            by_key = plan.by_key
             for key in loaded:
                 f = by_key.get(key)
                 if f is not None:
-                    out[key] = plain(getattr(self, f.name))
+                    out[key] = f.write(getattr(self, f.name))
                 elif key in extra:
                     out[key] = extra[key]
-        for key, f in by_key.items():
-            if key not in out and self._writes(f.name) and (loaded is None or getattr(self, f.name) != default(f)):
-                out[key] = plain(getattr(self, f.name))
-        out.update((k, v) for k, v in extra.items() if k not in out)
+        omit = loaded is not None or self.OMIT_DEFAULTS
+        for f in plan.fields:
+            if f.key in out:
+                continue
+            v = getattr(self, f.name)
+            if plan.custom_writes:
+                if not self._writes(f.name):
+                    continue
+            elif v is None and f.when_set:
+                continue
+            if omit and v == f.default:
+                continue
+            out[f.key] = f.write(v)
+        if extra:
+            out.update((k, v) for k, v in extra.items() if k not in out)
         return out
 
     def _writes(self, name: str) -> bool:
@@ -89,21 +123,30 @@ class Record:
             raise InputError(f"{where} must be a JSON object, not {show(d)}")
         if cls.CHECK is not None:
             cls.CHECK(d, where)
-        hints = hints_of(cls)
+        plan = _plan(cls)
         args: dict[str, Any] = {}
-        known: set[str] = set()
-        for f in written_fields(cls):
-            key = cls.KEYS.get(f.name, f.name)
-            known.add(key)
+        found = 0
+        for f in plan.fields:
+            key = f.key
             if key in d:
-                args[f.name] = convert(hints[f.name], d[key], f"{where}.{key}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                found += 1
+                v = d[key]
+                ok = f.ok
+                args[f.name] = v if ok is not None and ok(v) else f.read(v, f"{where}.{key}")
+            elif f.required:
                 raise InputError(f"{where}.{key} is missing")
-        if "extra" in hints:
-            args["extra"] = {k: v for k, v in d.items() if k not in known}
+        if plan.extra:
+            args["extra"] = {k: v for k, v in d.items() if k not in plan.by_key} if found < len(d) else {}
         rec = cls(**args, **cls._unwritten(d))
-        object.__setattr__(rec, "loaded", tuple(d))  # frozen records too
+        keys = tuple(d)
+        # many records of a Run share the keys they were read with (a load test's requests): one tuple for all
+        if len(_KEY_ORDERS) < 4096:
+            keys = _KEY_ORDERS.setdefault(keys, keys)
+        object.__setattr__(rec, "loaded", keys)  # frozen records too
         return rec
+
+
+_KEY_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def built(cls: type[R], d: Mapping[str, Any], **fields: Any) -> R:
@@ -149,6 +192,51 @@ def plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: plain(x) for k, x in v.items()}
     return v
+
+
+# -- each class's fields, with how each is read and written, worked out once ----------------------------------
+Reader = Callable[[Any, str], Any]  # a JSON value at ``where`` -> the field's value, or an InputError
+Writer = Callable[[Any], Any]  # the field's value -> its JSON value
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    key: str
+    read: Reader
+    ok: Optional[Callable[[Any], bool]]  # where the JSON value is the field's value as it is: does it fit?
+    write: Writer
+    required: bool
+    default: Any  # compared with, never handed out (MISSING for a required field: nothing equals it)
+    when_set: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    fields: tuple[_Field, ...]
+    by_key: Mapping[str, _Field]
+    extra: bool  # the class keeps unknown keys
+    custom_writes: bool  # the class decides itself which fields it writes (``_writes``)
+
+
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type[Record]) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = hints_of(cls)
+        fields = []
+        for f in written_fields(cls):
+            hint = hints[f.name]
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            fields.append(_Field(name=f.name, key=cls.KEYS.get(f.name, f.name), read=reader(hint), ok=_fits(hint),
+                                 write=writer(hint), required=required,
+                                 default=dataclasses.MISSING if required else default(f),
+                                 when_set=f.name in cls.WHEN_SET))
+        plan = _PLANS[cls] = _Plan(tuple(fields), {f.key: f for f in fields}, "extra" in hints,
+                                   cls._writes is not Record._writes)
+    return plan
 
 
 # -- annotations, read once per class -------------------------------------------------------------------------
@@ -198,14 +286,29 @@ def _node(n: ast.expr, names: Mapping[str, Any]) -> Any:
     raise TypeError(f"annotation not understood: {ast.dump(n)}")
 
 
-# -- checking a JSON value against an annotation ----------------------------------------------------------------
+# -- what an annotation takes ---------------------------------------------------------------------------------
 def _is_record(hint: Any) -> bool:
     # A parametrized builtin (dict[str, Any]) passes isinstance(..., type) before Python 3.11, and issubclass
     # then raises: only a plain class can be a record.
     return isinstance(hint, type) and typing.get_origin(hint) is None and issubclass(hint, Record)
 
 
+def _is_enum(hint: Any) -> bool:
+    return isinstance(hint, type) and typing.get_origin(hint) is None and issubclass(hint, enum.Enum)
+
+
+def _spelled(hint: Any) -> tuple[Any, Optional[Spelled]]:
+    """An ``Annotated`` hint's type and its Spelled (None if it has none)."""
+    inner, *meta = typing.get_args(hint)
+    return inner, next((m for m in meta if isinstance(m, Spelled)), None)
+
+
 def _number(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return bool(v - v == 0.0)  # finite (inf - inf and NaN are NaN)
+    if t is int:
+        return True
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -227,13 +330,16 @@ def describe(hint: Any, plural: bool = False) -> str:
     if hint in _SCALARS:
         _, one, many = _SCALARS[hint]
         return many if plural else one
+    if origin is Annotated:
+        inner, sp = _spelled(hint)
+        return describe(inner, plural) + (f' or "{sp.word}"' if sp is not None else "")
     if origin is Union:
         inner = [a for a in args if a is not type(None)]
         words = " or ".join(describe(a, plural) for a in inner)
         return f"{words} or null" if len(inner) < len(args) else words
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+    if _is_enum(hint):
         return "one of " + ", ".join(str(m.value) for m in hint)
     if origin is tuple:
         return "lists" if plural else "a list"
@@ -253,66 +359,151 @@ def describe(hint: Any, plural: bool = False) -> str:
 def convert(hint: Any, v: Any, where: str) -> Any:
     """``v`` (a JSON value at ``where``) as the annotation ``hint`` asks: checked, records read by their own
     ``from_dict``; an InputError naming ``where`` if it does not fit."""
-    if hint is Any or hint is object:
-        return v
-    scalar = _SCALARS.get(hint)
-    if scalar is not None:
-        if not scalar[0](v):
-            raise InputError(f"{where} must be {scalar[1]}, not {show(v)}")
-        return v
+    return reader(hint)(v, where)
+
+
+_READERS: dict[Any, Reader] = {}
+_WRITERS: dict[Any, Writer] = {}
+
+
+def reader(hint: Any) -> Reader:
+    """How a JSON value is read as the annotation ``hint`` asks (worked out once per annotation)."""
+    try:
+        r = _READERS.get(hint)
+    except TypeError:  # an annotation that cannot be hashed (a Literal of a list): worked out each time
+        return _reader(hint)
+    if r is None:
+        r = _READERS[hint] = _reader(hint)
+    return r
+
+
+def _refuse(hint: Any, v: Any, where: str) -> InputError:
+    return InputError(f"{where} must be {describe(hint)}, not {show(v)}")
+
+
+def _reader(hint: Any) -> Reader:
+    fits = _fits(hint)
+    if fits is not None:  # a JSON value that is the field's value as it is: a check
+        def check(v: Any, where: str) -> Any:
+            if not fits(v):
+                raise _refuse(hint, v, where)
+            return v
+        return check
     if _is_record(hint):
-        return hint.from_dict(v, where)
+        return hint.from_dict  # type: ignore[no-any-return]
     origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return _spelled_reader(hint)
     if origin is Union:
-        return _union(hint, v, where)
-    if origin is Literal:
-        if not any(v == a and type(v) is type(a) for a in typing.get_args(hint)):
-            raise InputError(f"{where} must be {describe(hint)}, not {show(v)}")
-        return v
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(v)
-        except ValueError:
-            raise InputError(f"{where} must be {describe(hint)}, not {show(v)}") from None
+        return _union_reader(hint)
+    if _is_enum(hint):
+        def member(v: Any, where: str) -> Any:
+            try:
+                return hint(v)
+            except ValueError:
+                raise _refuse(hint, v, where) from None
+        return member
     if origin in (list, tuple) or hint is list:
-        return _list(hint, v, where)
+        return _list_reader(hint)
     if origin in (dict, collections.abc.Mapping) or hint is dict:
-        return _dict(hint, v, where)
-    raise TypeError(f"{where}: no check for the annotation {hint!r}")
+        return _dict_reader(hint)
+
+    def unknown(v: Any, where: str) -> Any:
+        raise TypeError(f"{where}: no check for the annotation {hint!r}")
+    return unknown
 
 
-def _union(hint: Any, v: Any, where: str) -> Any:
-    args = typing.get_args(hint)
-    if v is None:
-        if type(None) in args:
+def _fits(hint: Any) -> Optional[Callable[[Any], bool]]:
+    """Whether a JSON value is of ``hint`` as it is, for annotations whose values are JSON's own (numbers,
+    strings, one word of a Literal, and those or null); None for the others, which ``reader`` converts."""
+    if hint is Any or hint is object:
+        return lambda v: True
+    if hint in _SCALARS:
+        return _SCALARS[hint][0]
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        words = typing.get_args(hint)
+        return lambda v: any(v == a and type(v) is type(a) for a in words)
+    if origin is Union:
+        args = typing.get_args(hint)
+        arms = [_fits(a) for a in args if a is not type(None)]
+        if len(arms) != 1 or arms[0] is None or len(args) != 2:
             return None
-        raise InputError(f"{where} must be {describe(hint)}, not None")
-    for a in args:  # the first arm of the value's JSON kind
-        if a is not type(None) and _kind_fits(a, v):
-            return convert(a, v, where)
-    raise InputError(f"{where} must be {describe(hint)}, not {show(v)}")
+        one = arms[0]
+        return lambda v: v is None or one(v)
+    return None
 
 
-def _list(hint: Any, v: Any, where: str) -> Any:
-    if not isinstance(v, list):
-        raise InputError(f"{where} must be {describe(hint)}, not {show(v)}")
+def _spelled_reader(hint: Any) -> Reader:
+    inner, sp = _spelled(hint)
+    read = reader(inner)
+    if sp is None:
+        return read
+    word, value = sp.word, sp.value
+    fits = _fits(inner)
+
+    def spelled(v: Any, where: str) -> Any:
+        if v == word and isinstance(v, str):
+            return value
+        if inner is Any and isinstance(v, list):
+            return [spelled(x, where) for x in v]
+        if fits is not None and not fits(v):
+            raise _refuse(hint, v, where)  # 'a number or "inf"'
+        return read(v, where)
+    return spelled
+
+
+def _union_reader(hint: Any) -> Reader:
+    args = typing.get_args(hint)
+    nullable = type(None) in args
+    arms = [(a, reader(a)) for a in args if a is not type(None)]
+
+    def union(v: Any, where: str) -> Any:
+        if v is None:
+            if nullable:
+                return None
+            raise _refuse(hint, v, where)
+        for a, read in arms:  # the first arm of the value's JSON kind
+            if _kind_fits(a, v):
+                return read(v, where)
+        raise _refuse(hint, v, where)
+    return union
+
+
+def _list_reader(hint: Any) -> Reader:
     args = typing.get_args(hint)
     if typing.get_origin(hint) is tuple:
-        return tuple(v)
+        def as_tuple(v: Any, where: str) -> Any:
+            if not isinstance(v, list):
+                raise _refuse(hint, v, where)
+            return tuple(v)
+        return as_tuple
     item = args[0] if args else Any
-    if item is Any:
-        return list(v)
-    return [convert(item, x, f"{where}[{i}]") for i, x in enumerate(v)]
+    fits = _fits(item)
+    read = reader(item)
+
+    def items(v: Any, where: str) -> Any:
+        if not isinstance(v, list):
+            raise _refuse(hint, v, where)
+        if fits is not None and all(map(fits, v)):  # a list of numbers or strings: checked in one pass
+            return list(v)
+        return [read(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    return items
 
 
-def _dict(hint: Any, v: Any, where: str) -> Any:
-    if not isinstance(v, dict):
-        raise InputError(f"{where} must be {describe(hint)}, not {show(v)}")
+def _dict_reader(hint: Any) -> Reader:
     args = typing.get_args(hint)
     value = args[1] if len(args) == 2 else Any
-    if value is Any:
-        return dict(v)
-    return {k: convert(value, x, f"{where}.{k}") for k, x in v.items()}
+    read = reader(value)
+    fits = _fits(value)
+
+    def mapping(v: Any, where: str) -> Any:
+        if not isinstance(v, dict):
+            raise _refuse(hint, v, where)
+        if fits is not None and all(map(fits, v.values())):
+            return dict(v)
+        return {k: read(x, f"{where}.{k}") for k, x in v.items()}
+    return mapping
 
 
 def _kind_fits(hint: Any, v: Any) -> bool:
@@ -324,13 +515,70 @@ def _kind_fits(hint: Any, v: Any) -> bool:
     origin = typing.get_origin(hint)
     if origin is Literal:
         return any(v == a and type(v) is type(a) for a in typing.get_args(hint))
+    if origin is Annotated:
+        inner, sp = _spelled(hint)
+        return (sp is not None and v == sp.word and isinstance(v, str)) or _kind_fits(inner, v)
     if _is_record(hint) or origin in (dict, collections.abc.Mapping) or hint is dict:
         return isinstance(v, dict)
     if origin in (list, tuple) or hint is list:
         return isinstance(v, list)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+    if _is_enum(hint):
         return isinstance(v, str)
     return True
+
+
+# -- writing a field's value as JSON ----------------------------------------------------------------------------
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def writer(hint: Any) -> Writer:
+    """How a field of the annotation ``hint`` is written as a JSON value (worked out once per annotation)."""
+    try:
+        w = _WRITERS.get(hint)
+    except TypeError:
+        return _writer(hint)
+    if w is None:
+        w = _WRITERS[hint] = _writer(hint)
+    return w
+
+
+def _writer(hint: Any) -> Writer:
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        inner, sp = _spelled(hint)
+        if sp is not None:
+            return _spelled_writer(sp, writer(inner))
+        return writer(inner)
+    if origin is Union:
+        arms = [writer(a) for a in typing.get_args(hint) if a is not type(None)]
+        if len(arms) == 1 and arms[0] is not plain:
+            one = arms[0]
+            return lambda v: None if v is None else one(v)
+        return plain
+    if hint in _SCALARS or origin is Literal:
+        return lambda v: v if type(v) in _JSON_SCALARS else plain(v)
+    args = typing.get_args(hint)
+    if origin is list and args:
+        if args[0] in _SCALARS:
+            return lambda v: list(v) if type(v) is list else plain(v)  # a list of numbers or strings: copied whole
+        item = writer(args[0])
+        if item is not plain:
+            return lambda v: [item(x) for x in v] if type(v) is list else plain(v)
+    if origin in (dict, collections.abc.Mapping) and len(args) == 2:
+        value = writer(args[1])
+        if value is not plain:
+            return lambda v: {k: value(x) for k, x in v.items()} if type(v) is dict else plain(v)
+    return plain
+
+
+def _spelled_writer(sp: Spelled, then: Writer) -> Writer:
+    def spelled(v: Any) -> Any:
+        if v == sp.value and type(v) is type(sp.value):
+            return sp.word
+        if isinstance(v, list):
+            return [spelled(x) for x in v]
+        return then(v)
+    return spelled
 
 
 def show(v: Any) -> str:

@@ -14,7 +14,7 @@ import math
 from typing import Any, Iterable, Optional, Sequence
 
 from perfstack.loadtest.metrics import CI_FIGURES
-from perfstack.loadtest.record import Dist, Level, LoadTest
+from perfstack.records.loadtest import Dist, Level, LoadTest
 
 DISTS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "median", "p90", "p99", "min", "max")

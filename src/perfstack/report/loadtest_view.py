@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from perfstack.loadtest.metrics import figure
 from perfstack.loadtest.sweep import tput
-from perfstack.loadtest.record import Dist, Level, LoadTest
+from perfstack.records.loadtest import Dist, Level, LoadTest
 from perfstack.model import Finding, Run
 
 X_LABEL = "output throughput (tokens/s)"

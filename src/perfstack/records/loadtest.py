@@ -1,31 +1,33 @@
-"""The typed records of a load test, from one request to a whole sweep.
+"""The records of a load test, from one request to a whole sweep (``Run.loadtest``).
 
-A Run holds a ``LoadTest`` (``Run.loadtest``) and saves it as plain JSON (``to_builtins``); loading the
-Run turns that back into these types with ``from_builtins``, which rejects a hostile or damaged file
-with the path of the wrong field, so readers (report, diff, rules) never re-validate a dict.
+Each is a ``records.base.Record``: a loaded Run's load test is checked against the annotations once (a wrong
+type is refused naming the field: ``loadtest.levels[0].requests[3].ttft_ms must be a number or null``), keys
+this perfstack does not know are kept and written back, and a record a producer built writes only the fields
+that differ from their default (most of a request's are unset), as the load test's Runs always have. A load
+of everything at once is infinite, written ``"inf"`` (JSON has no infinity).
 
-Times are in milliseconds, offsets from the level's start in seconds. Annotations use ``Optional``
-rather than ``X | None`` because msgspec evaluates them at run time on every supported Python.
+Times are in milliseconds, offsets from the level's start in seconds. Annotations use ``Optional`` rather than
+``X | None``: the client processes of a level send their records back through msgspec, which evaluates them at
+run time on every supported Python.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, List, Literal, Optional
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Dict, List, Literal, Optional
 
-import msgspec
-
-from perfstack.errors import InputError
 from perfstack.loadtest.vocabulary import Api, Mode
+from perfstack.records.base import INF, Record
 
 
-class Request(msgspec.Struct, omit_defaults=True):
+@dataclass
+class Request(Record):
     """One request as the client saw it."""
 
     start_s: float  # when it was sent, seconds after the level began
     ttft_ms: Optional[float] = None  # send -> first chunk with generated text
     e2e_ms: Optional[float] = None  # send -> end of the stream
-    itl_ms: List[float] = []  # gaps between successive chunks with text, after the first
+    itl_ms: List[float] = field(default_factory=list)  # gaps between successive chunks with text, after the first
     output_tokens: int = 0
     input_tokens: Optional[int] = None  # as the server counted them (usage), else our own count
     tokens_from: Literal["usage", "chunks"] = "usage"  # the server's count, or one per chunk (approximate)
@@ -33,6 +35,9 @@ class Request(msgspec.Struct, omit_defaults=True):
     detail: str = ""  # one line about the error, from the server or the transport
     warmup: bool = False  # excluded from every figure
     repeat: int = 0  # which run of its level (--repeat): offsets are from that run's start
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    OMIT_DEFAULTS = True
 
     @property
     def ok(self) -> bool:
@@ -46,7 +51,8 @@ class Request(msgspec.Struct, omit_defaults=True):
         return (self.e2e_ms - (self.ttft_ms or 0.0)) / (self.output_tokens - 1)
 
 
-class Dist(msgspec.Struct):
+@dataclass
+class Dist(Record):
     """A latency distribution (ms)."""
 
     n: int
@@ -56,9 +62,11 @@ class Dist(msgspec.Struct):
     p99: float
     max: float
     min: float
+    extra: Dict[str, Any] = field(default_factory=dict)
 
 
-class ServerSample(msgspec.Struct, omit_defaults=True):
+@dataclass
+class ServerSample(Record):
     """One scrape of the server's Prometheus endpoint."""
 
     t_s: float
@@ -66,9 +74,13 @@ class ServerSample(msgspec.Struct, omit_defaults=True):
     waiting: Optional[float] = None
     kv_usage: Optional[float] = None  # fraction 0..1 of the KV cache in use
     preemptions: Optional[float] = None  # counter since the server started
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    OMIT_DEFAULTS = True
 
 
-class ClientLoad(msgspec.Struct):
+@dataclass
+class ClientLoad(Record):
     """How hard the client itself worked: a saturated client adds its own latency."""
 
     cpu_fraction: float  # process CPU seconds / wall seconds (one event loop: 1.0 is saturated)
@@ -77,15 +89,17 @@ class ClientLoad(msgspec.Struct):
     cpu_us_per_chunk: float  # client CPU per streamed chunk received
     processes: int = 1  # client processes that shared the level (figures above: the busiest one)
     cpu_wait_fraction: float = 0.0  # time spent ready to run but waiting for a CPU / wall (Linux schedstat; 0: unknown)
+    extra: Dict[str, Any] = field(default_factory=dict)
 
 
-class Summary(msgspec.Struct, omit_defaults=True):
+@dataclass
+class Summary(Record):
     """The figures of one load level, over the measured (non-warm-up) requests."""
 
     duration_s: float
     completed: int
     failed: int
-    errors: Dict[str, int] = {}
+    errors: Dict[str, int] = field(default_factory=dict)
     request_throughput: float = 0.0  # completed requests / s
     output_throughput: float = 0.0  # output tokens / s
     total_throughput: float = 0.0  # (input + output) tokens / s
@@ -98,36 +112,48 @@ class Summary(msgspec.Struct, omit_defaults=True):
     mean_input_tokens: Optional[float] = None
     mean_output_tokens: Optional[float] = None
     concurrency_mean: Optional[float] = None  # requests in flight, time-averaged
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    OMIT_DEFAULTS = True
 
 
-class Level(msgspec.Struct, omit_defaults=True):
+@dataclass
+class Level(Record):
     """One load level: its requests, their summary, and what the server said meanwhile."""
 
     mode: Mode  # closed loop, open loop (requests/s) or a replayed trace
-    load: float  # the concurrency, or the rate (inf: all at once)
+    load: Annotated[float, INF]  # the concurrency, or the rate (inf: all at once)
     requests: List[Request]
     summary: Summary
-    server: List[ServerSample] = []
+    server: List[ServerSample] = field(default_factory=list)
     client: Optional[ClientLoad] = None
     interrupted: bool = False
     probe: bool = False  # a rate sweep's capacity probe (everything at once): outside the knee and the SLO search
     bisect: bool = False  # added by the sweep's search for the SLO's boundary
     stopped: str = ""  # why the level ended before all its requests were answered, other than Ctrl-C (a fault)
     repeats: int = 1  # runs of this level (--repeat): the summary's figures are their medians
-    ci: Dict[str, List[float]] = {}  # per figure ("output_throughput", "ttft.median"...): [low, high] across runs
+    ci: Dict[str, List[float]] = field(default_factory=dict)  # per figure ("ttft.median"...): [low, high] across runs
     ci_coverage: Optional[float] = None  # how often such an interval holds the true median (order statistics)
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    OMIT_DEFAULTS = True
 
 
-class Slo(msgspec.Struct, omit_defaults=True):
+@dataclass
+class Slo(Record):
     """Latency objectives a request must meet to count as good (ms); unset ones are not judged."""
 
     ttft_ms: Optional[float] = None
     itl_ms: Optional[float] = None  # judged on the request's mean inter-token time (TPOT)
     e2e_ms: Optional[float] = None
     attainment: float = 0.9  # a level meets the SLO when this share of its requests are good
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    OMIT_DEFAULTS = True
 
 
-class LoadTest(msgspec.Struct, omit_defaults=True):
+@dataclass
+class LoadTest(Record):
     """What ``Run.loadtest`` holds."""
 
     url: str  # without credentials
@@ -136,48 +162,11 @@ class LoadTest(msgspec.Struct, omit_defaults=True):
     workload: Dict[str, Any]
     levels: List[Level]
     slo: Optional[Slo] = None
-    server: Dict[str, Any] = {}  # identity: models listed, version headers, metrics endpoint
-    sweep: Dict[str, Any] = {}  # knee and highest load meeting the SLO, when levels were swept
-    notes: List[str] = []
+    server: Dict[str, Any] = field(default_factory=dict)  # identity: models listed, version headers, metrics endpoint
+    # knee and highest load meeting the SLO, when levels were swept (a load may be "inf", in a list too)
+    sweep: Dict[str, Annotated[Any, INF]] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
     interrupted: bool = False
+    extra: Dict[str, Any] = field(default_factory=dict)
 
-
-INF = "inf"  # an infinite load (everything at once) as JSON writes it: JSON has no infinity, and Runs refuse one
-
-
-def _loads_out(v: Any) -> Any:
-    if isinstance(v, float) and math.isinf(v) and v > 0:
-        return INF
-    return [_loads_out(x) for x in v] if isinstance(v, list) else v
-
-
-def _loads_in(v: Any) -> Any:
-    if v == INF:
-        return math.inf
-    return [_loads_in(x) for x in v] if isinstance(v, list) else v
-
-
-def to_builtins(lt: LoadTest) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.to_builtins(lt)
-    for lv in out.get("levels", []):
-        lv["load"] = _loads_out(lv["load"])
-    out["sweep"] = {k: _loads_out(v) for k, v in out.get("sweep", {}).items()}
-    return out
-
-
-def from_builtins(data: Any, where: str = "Run") -> LoadTest:
-    """The typed load test of a Run's ``loadtest`` section, or an InputError naming the bad field."""
-    if isinstance(data, dict):
-        data = dict(data)
-        if isinstance(data.get("levels"), list):
-            data["levels"] = [dict(lv, load=_loads_in(lv.get("load"))) if isinstance(lv, dict) and "load" in lv else lv
-                              for lv in data["levels"]]
-        if isinstance(data.get("sweep"), dict):
-            data["sweep"] = {k: _loads_in(v) for k, v in data["sweep"].items()}
-    try:
-        return msgspec.convert(data, LoadTest)
-    except msgspec.ValidationError as e:
-        # msgspec quotes the offending value whole: a hostile Run's megabyte string is cut, the field kept
-        why = str(e)
-        why = why if len(why) <= 300 else why[:200] + " … " + why[-90:]
-        raise InputError(f"{where}: the load test section is not valid ({why})") from None
+    OMIT_DEFAULTS = True
