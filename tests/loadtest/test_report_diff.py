@@ -4,6 +4,7 @@ before/after diff that calls a doubled TTFT a regression and an unchanged server
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 import sys
@@ -262,3 +263,21 @@ def test_the_terminal_report_formats_the_view_the_markdown_and_html_reports_form
     assert view.headline in text and view.workload in text and all(row[0] in text for row in view.rows)
     # figures are written as they are: only text that could open a list is escaped
     assert "| 4 streams | 97% | 4.00 ms | 120 µs | 3 |" in render_loadtest_md(view)
+
+
+def test_a_diff_of_rate_sweeps_with_an_unbounded_level_writes_json_that_loads(tmp_path):
+    """A rate sweep's capacity probe sends everything at once (load inf). The diff's level and sweep rows name
+    that load as the Runs do, "inf": JSON has no infinity (json wrote Infinity, which no JSON reader accepts)."""
+    runs = []
+    for seed in (1, 2):
+        run = _run(seed)
+        for lv in run.loadtest.levels:
+            lv.mode = "rate"
+        run.loadtest.levels[-1].load = math.inf
+        run.loadtest.sweep = sweep.summary(run.loadtest.levels, SLO, None)
+        runs.append(run)
+    d = diff_runs(*runs)
+    text = json.dumps(d.to_dict(), allow_nan=False)
+    loaded = Diff.from_dict(json.loads(text))
+    assert [lv.load for lv in loaded.loadtest.levels][-1] == math.inf
+    assert '"load": "inf"' in text

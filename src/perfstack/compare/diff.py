@@ -23,8 +23,8 @@ from typing import Any
 
 from perfstack.compare import facts as factdiff
 from perfstack.compare.loadtest import loadtest_diff
-from perfstack.records.diff import (IMPROVED, NOISE, REGRESSED, CategoryDelta, Diff, FindingChange, MeasurementDelta,
-                                    ProfileDelta, RunSide)
+from perfstack.records.diff import (IMPROVED, NOISE, REGRESSED, CategoryDelta, ChangeStatus, Diff, FindingChange,
+                                    MeasurementDelta, ProfileDelta, RunSide, StepBasis)
 from perfstack.compare.stats import ALPHA, compare
 from perfstack.model import Finding, Measurement, Run
 from perfstack.records.profile import Section
@@ -61,7 +61,7 @@ def finding_changes(before: Run, after: Run) -> list[FindingChange]:
     return sorted(out, key=lambda c: rank[c.status])
 
 
-def _gone(f: Finding, after: Run, check: Any) -> tuple[str, str]:
+def _gone(f: Finding, after: Run, check: Any) -> tuple[ChangeStatus, str]:
     """A finding of the before-Run the after-Run lacks: fixed, or only not looked at?"""
     if f.recoverable_ms is not None:  # a profile finding: judged by whether the after-Run has a profile
         return ("fixed", "") if _has_profile(after) else ("not checked after", "the after-Run has no profile")
@@ -77,7 +77,7 @@ def _has_profile(run: Run) -> bool:
     return run.profile is not None and not run.profile.is_empty()
 
 
-def _new(f: Finding, before: Run, check: Any) -> tuple[str, str]:
+def _new(f: Finding, before: Run, check: Any) -> tuple[ChangeStatus, str]:
     """A finding the before-Run lacks: introduced, or only not looked at before (a bench Run
     against a doctor Run runs different checks)?"""
     if f.recoverable_ms is not None:
@@ -220,7 +220,7 @@ def profile_delta(before: Run, after: Run, findings: list[FindingChange]) -> Pro
 
 
 def _step_times(pb: Section | None, pa: Section | None, bb: dict[str, float],
-                ba: dict[str, float]) -> tuple[float | None, float | None, str]:
+                ba: dict[str, float]) -> tuple[float | None, float | None, StepBasis]:
     """The step time before and after, and what it was measured with."""
     ub, ua = (pb.unprofiled_step_ms() if pb else None), (pa.unprofiled_step_ms() if pa else None)
     if ub is not None and ua is not None:

@@ -35,13 +35,12 @@ from typing import Callable, Optional, Sequence
 
 
 from perfstack.records.base import built
-from perfstack.records.diff import IMPROVED, NOISE, REGRESSED, LevelDiff, DiffSlo, LoadtestDiff, MeasurementDelta, SweepDelta
+from perfstack.records.diff import IMPROVED, NOISE, NOT_COMPARED, REGRESSED, LevelDiff, DiffSlo, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.compare.stats import ALPHA, bootstrap_quantile_ratio, compare
 from perfstack.loadtest import metrics, sweep
 from perfstack.records.loadtest import Level, LoadTest, Request, Slo
 from perfstack.model import Run
 
-NOT_COMPARED = "not compared"
 WINDOWS = 8  # time windows a level is cut into to see its throughput's spread
 # A p99 is judged only with at least 10 values beyond it on each side, from at least 20 requests: the
 # bootstrap of a quantile near the sample's maximum is too narrow, and a p99 of 30 TTFTs is the slowest one.

@@ -23,7 +23,7 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Callable
 
 from perfstack.bench.collectives import busbw_gbps
-from perfstack.records.fleet import Comms, Group, Point, Suspect
+from perfstack.records.fleet import Comms, CommsMethod, Group, GroupWhy, Point, Suspect
 
 if TYPE_CHECKING:
     from perfstack.records.fleet import FleetAnalysis
@@ -71,7 +71,7 @@ def slower(a: Group, b: Group) -> Group | None:
     return None
 
 
-Measure = Callable[[list[str], str], Group]
+Measure = Callable[[list[str], GroupWhy], Group]
 
 
 def _pairs(machines: list[str], measure: Measure) -> list[Group]:
@@ -143,7 +143,7 @@ def localize(machines: list[str], measure: Measure, names: dict[str, str] | None
     Machines that never joined a rendezvous are set aside (named in ``failed``) and the fleet is
     measured again without them, once."""
     names = names or {m: m for m in machines}
-    method = "pairs" if len(machines) <= ALL_PAIRS_UP_TO else "bisection"
+    method: CommsMethod = "pairs" if len(machines) <= ALL_PAIRS_UP_TO else "bisection"
     out = Comms(backend=backend, method=method, names=names)
     live = list(machines)
     whole = measure(live, "fleet")

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from perfstack.fleet.allreduce import OP, localize, point
-from perfstack.records.fleet import Comms, Group
+from perfstack.records.fleet import Comms, Group, GroupWhy
 from perfstack.fleet.collect import by_machine, machine_runner
 from perfstack.fleet.ray_engine import RayNode, _pinned, _reason, locate, nodes
 
@@ -105,7 +105,7 @@ class RayMeasure:
         # the rendezvous, then per size the warm-up, estimate and budget (a few seconds on gloo)
         return self.join_timeout_s + len(self.sizes) * (self.budget_s * 4 + 10) + 30
 
-    def __call__(self, machines: list[str], why: str) -> Group:
+    def __call__(self, machines: list[str], why: GroupWhy) -> Group:
         ray, n = self.ray, len(machines)
         g = Group(machines=list(machines), why=why)
         remote_addr = ray.remote(max_retries=0)(_address)

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.timeline import gaps, sweep, union
+from perfstack.records.profile.means import Bound
 from perfstack.records.profile import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
                                        Section, Step, Sync, Timeline)
 from perfstack.profile.trace import GpuEvent, Trace
@@ -260,7 +261,7 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     return row, gaps_out
 
 
-def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu_ms: float) -> str:
+def _bound(busy: float, total: float, idle: dict[str, float], gpu_ms: float, cpu_ms: float) -> Bound:
     """What sets the step time: the GPU's work, the CPU's, or syncs that make them take turns."""
     if not total or busy >= 0.85 * total:
         return "gpu"

@@ -16,15 +16,14 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import eq
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.trace import GpuEvent, Trace
+# how GPU work was given its step: the words a Run's profile.timeline.attribution keeps
+from perfstack.records.profile.means import Attribution as Method
 
 PHASES = ("forward", "backward", "optimizer")
-# How GPU work was given its step: by the op that launched it, by the GPU-side ProfilerStep spans, or by
-# its timestamp within the CPU's step windows (the words the analysis quotes).
-Method = Literal["launch", "the GPU-side ProfilerStep spans", "timestamp (the CPU step windows)"]
 _RANK = {"attention": 0, "conv": 1, "gemm": 2, "copy": 3}
 COMPILED, LOSS, ATTN_MATH, DATALOADER = 1, 2, 4, 8
 

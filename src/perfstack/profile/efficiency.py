@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from perfstack.profile import classify
+from perfstack.records.profile.kernels import OpBound
 from perfstack.records.profile import Compiled, GemmRow, KernelClass, MemcpyRow, OpRow, TopKernel
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ def _op_peaks(r: OpRow, spec: GpuSpec | None, hbm: float | None) -> OpRow:
     """An operator row with its share of the peaks and what bounds it (by arithmetic intensity
     against the ridge point, where both are known)."""
     peak = peak_for(spec, r.dtype, True) if r.tflops else None
-    bound = None
+    bound: OpBound | None = None
     if r.flops_per_step and r.bytes_per_step and peak and hbm:
         ridge = peak * 1e3 / hbm  # FLOP per byte where compute and memory take equally long
         bound = "compute" if r.flops_per_step / r.bytes_per_step >= ridge else "memory"

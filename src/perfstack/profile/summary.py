@@ -13,6 +13,7 @@ from perfstack.records.meta import run_meta
 from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
+from perfstack.records.profile.means import OverheadMethod
 from perfstack.records.profile import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
 from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
@@ -53,6 +54,7 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
         removed = us_per_event * p.events_per_step / 1e3
         return max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
     estimated = at(PROFILER_US_PER_EVENT)
+    method: OverheadMethod
     if unprofiled_ms:
         method = "measured"
         scale, how, calibrated = _measured_scale(tl, n, model, estimated, unprofiled_ms)

@@ -278,9 +278,12 @@ def _node(n: ast.expr, names: Mapping[str, Any]) -> Any:
     if isinstance(n, ast.Subscript):
         base = _node(n.value, names)
         inner = n.slice
-        if base is Literal:
+        if base is Literal:  # its words, and those of a Literal it names (Literal["", Attribution])
             parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
-            return Literal[tuple(ast.literal_eval(p) for p in parts)]
+            words: list[Any] = []
+            for p in parts:
+                words += [ast.literal_eval(p)] if isinstance(p, ast.Constant) else typing.get_args(_node(p, names))
+            return Literal[tuple(words)]
         args = tuple(_node(e, names) for e in inner.elts) if isinstance(inner, ast.Tuple) else _node(inner, names)
         return base[args]
     raise TypeError(f"annotation not understood: {ast.dump(n)}")
@@ -338,7 +341,7 @@ def describe(hint: Any, plural: bool = False) -> str:
         words = " or ".join(describe(a, plural) for a in inner)
         return f"{words} or null" if len(inner) < len(args) else words
     if origin is Literal:
-        return "one of " + ", ".join(str(a) for a in args)
+        return "one of " + ", ".join(str(a) if a != "" else '""' for a in args)
     if _is_enum(hint):
         return "one of " + ", ".join(str(m.value) for m in hint)
     if origin is tuple:

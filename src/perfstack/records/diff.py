@@ -11,16 +11,26 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Final, Literal, Mapping, Optional
 
 from perfstack import outfile
 from perfstack.errors import InputError
-from perfstack.records.base import Record, plain
+from perfstack.loadtest.vocabulary import Mode
+from perfstack.records.base import INF, Record, plain
 
 DIFF_SCHEMA_VERSION = 1
 KIND = "perfstack-diff"  # the "kind" of a saved Diff; a Run has none
 
-IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
+# What became of a finding from one Run to the other (compare.diff.finding_changes)
+ChangeStatus = Literal["fixed", "introduced", "unchanged", "not checked after", "not checked before"]
+# What became of a figure: the change is significant either way, within the noise, or the figure was not compared
+# (one side has none, too few samples: the note says why)
+Verdict = Literal["improved", "regressed", "within noise", "not compared"]
+IMPROVED: Final = "improved"
+REGRESSED: Final = "regressed"
+NOISE: Final = "within noise"
+NOT_COMPARED: Final = "not compared"
+StepBasis = Literal["profiled", "without the profiler"]  # how a profile diff timed the step
 ALPHA = 0.01  # two-sided level of the diff's test (compare.stats); the interval is the matching percentile one
 
 
@@ -30,7 +40,7 @@ class FindingChange(Record):
     subject: str
     layer: str
     title: str
-    status: str  # "fixed" | "introduced" | "unchanged" | "not checked after" | "not checked before"
+    status: ChangeStatus
     severity: str  # the after-Run's severity where it has the finding, else the before-Run's
     before_severity: str | None = None
     evidence_before: str = ""
@@ -47,7 +57,7 @@ class MeasurementDelta(Record):
     unit: str
     before: float | None
     after: float | None
-    verdict: str  # improved | regressed | within noise | not compared (+ reason in note)
+    verdict: Verdict  # not compared: the reason is in the note
     delta_pct: float | None = None  # change of the figure, in % of before (sign: the figure's own)
     change_pct: float | None = None  # the same change with the sign of "better": + better, - worse
     ci_low_pct: float | None = None  # 95% bootstrap interval of the change of the median, in %
@@ -65,8 +75,8 @@ class MeasurementDelta(Record):
 
 @dataclass
 class LevelDiff(Record):
-    mode: str
-    load: float
+    mode: Mode
+    load: Annotated[float, INF]  # inf: everything at once, written "inf"
     label: str
     figures: list[MeasurementDelta]
     partial: bool = False  # either side's level was interrupted
@@ -80,8 +90,8 @@ class SweepDelta(Record):
 
     figure: str
     unit: str
-    before: float | None
-    after: float | None
+    before: Annotated[float, INF] | None  # a load may be inf (everything at once), written "inf"
+    after: Annotated[float, INF] | None
     is_load: bool
     change: str
     extra: dict[str, Any] = field(default_factory=dict)
@@ -198,7 +208,7 @@ class ProfileDelta(Record):
     categories: list[CategoryDelta]
     step_before_ms: float | None
     step_after_ms: float | None
-    step_basis: str = "profiled"  # or "without the profiler"
+    step_basis: StepBasis = "profiled"
     measured_recovered_ms: float | None = None
     predicted_recovered_ms: float | None = None
     predicted_by: list[str] = field(default_factory=list)

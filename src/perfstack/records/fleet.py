@@ -11,13 +11,21 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from perfstack.errors import InputError
 from perfstack.records.base import Record, show
 from perfstack.severity import Severity
 
 FLEET_SCHEMA_VERSION = 1
+
+# What became of a node: its Run was read ("ok"), it failed (unreachable, no Run, a broken one: the reason
+# says), or its Run came from another perfstack version (kept out of the comparison)
+MemberStatus = Literal["ok", "failed", "other version"]
+# Why an all-reduce ran (fleet.allreduce): the whole fleet, a pair of the all-pairs sweep, a half of the
+# bisection, a machine probed against a healthy one, or a slow one confirmed against the fastest
+GroupWhy = Literal["fleet", "pair", "half", "probe", "confirm"]
+CommsMethod = Literal["pairs", "bisection"]  # every pair of machines, or halves of the fleet in turn
 
 
 def _severity(d: Any, where: str) -> None:
@@ -114,7 +122,7 @@ class NodeRank(Record):
 @dataclass
 class Member(Record):
     name: str
-    status: str  # "ok", "failed", "other version"
+    status: MemberStatus
     reason: str = ""
     source: str = ""
     machine: str = ""  # where fleet ran it (Ray nodes of one machine share one); "" for gathered Runs
@@ -177,7 +185,7 @@ class Group(Record):
     """One all-reduce over some machines (one rank each): the sweep, or why it failed."""
 
     machines: list[str]
-    why: str  # "fleet", "pair", "half", "probe", "confirm"
+    why: GroupWhy
     points: list[Point] = field(default_factory=list)
     error: str = ""
     missing: list[str] = field(default_factory=list)  # machines that never joined the rendezvous
@@ -196,7 +204,7 @@ class Group(Record):
 class Suspect(Record):
     """A slow node or a slow link the all-reduces point at, with the figure that names it."""
 
-    kind: str  # "node" or "link"
+    kind: Literal["node", "link"]
     machines: list[str]
     busbw_gbps: float
     median_gbps: float
@@ -209,7 +217,7 @@ class Comms(Record):
     """What ``fleet bench`` keeps in the fleet Run (``fleet.comms``)."""
 
     backend: str
-    method: str  # "pairs" or "bisection"
+    method: CommsMethod
     names: dict[str, str]  # machine -> the Ray node name the report uses
     groups: list[Group] = field(default_factory=list)
     per_machine: dict[str, float] = field(default_factory=dict)  # best busbw of the groups it was in

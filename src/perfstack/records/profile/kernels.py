@@ -6,10 +6,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from perfstack import sections
 from perfstack.records.base import Record
+
+
+# What bounds an operator: its arithmetic intensity against the ridge point (efficiency.against_peaks)
+OpBound = Literal["compute", "memory"]
 
 
 @dataclass
@@ -32,7 +36,7 @@ class OpRow(Record):
     gbps: Optional[float] = None
     pct_of_peak: Optional[float] = None
     pct_of_hbm: Optional[float] = None
-    bound: Optional[str] = None  # "compute" | "memory", where the intensity says
+    bound: Optional[OpBound] = None  # where the intensity says
     extra: dict[str, Any] = field(default_factory=dict)
 
 

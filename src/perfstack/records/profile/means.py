@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from perfstack import sections
 from perfstack.records.base import Record
+
+
+# What sets the step time (profile.analyze): the GPU's work, the CPU's, or syncs that make them take turns
+Bound = Literal["gpu", "cpu", "syncs"]
+# How GPU work was given its step (profile.attribute): by the op that launched it, by the GPU-side ProfilerStep
+# spans, or by its timestamp within the CPU's step windows (the words the analysis quotes)
+Attribution = Literal["launch", "the GPU-side ProfilerStep spans", "timestamp (the CPU step windows)"]
+# Where the step without the profiler comes from (see Overhead); "" before the overhead is worked out
+OverheadMethod = Literal["", "none", "measured", "estimated"]
 
 
 @dataclass
@@ -20,8 +29,8 @@ class Timeline(Record):
 
     cpu_step_ms: float = 0.0
     gpu_step_ms: float = 0.0
-    bound: Optional[str] = None  # "gpu" | "cpu" | "syncs"
-    attribution: str = ""  # how GPU work was attributed to steps: "launch" | "gpu annotations" | "timestamps"
+    bound: Optional[Bound] = None
+    attribution: Literal["", Attribution] = ""  # "": not said
     cpu_ahead_ms: Optional[float] = None  # median launch-return to kernel-start delay
     unattributed_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -107,7 +116,7 @@ class Overhead(Record):
     events_per_step: float = 0.0  # recorded CPU events per step
     model_step_ms: Optional[float] = None  # the profiled trace, replayed
     model_fit: Optional[float] = None  # model_step_ms / profiled_step_ms
-    method: str = ""
+    method: OverheadMethod = ""
     note: str = ""
     cpu_scale: float = 1.0  # CPU time without the profiler / CPU time profiled
     cpu_inflation: Optional[float] = None  # 1 / cpu_scale
