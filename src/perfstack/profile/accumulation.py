@@ -40,7 +40,7 @@ OPTIMIZER_STEP = "Optimizer.step#"
 
 def uses_ddp(A: Analysis) -> bool:
     """Whether the trace runs a DistributedDataParallel model (its forward's record_function range)."""
-    return any(o.name.startswith(DDP_FORWARD) for o in A.trace.ops)
+    return any(name.startswith(DDP_FORWARD) for name in A.op_names())
 
 
 def is_allreduce(name: str) -> bool:
@@ -50,6 +50,8 @@ def is_allreduce(name: str) -> bool:
 def detect(A: Analysis) -> Waste | None:
     """The extra all-reduce rounds of a DDP job with gradient accumulation, or None."""
     ops, gpu, att, rts = A.trace.ops, A.gpu, A.att, A.trace.runtime
+    if not uses_ddp(A):
+        return None
     fwd = sorted(o.ts for o in ops if o.name.startswith(DDP_FORWARD))
     if len(fwd) < 2:
         return None

@@ -32,6 +32,14 @@ class Analysis:
         # a large trace has millions of calls and a few hundred distinct ones
         self._cost_of: dict[tuple[Any, ...], flops.Cost] = {}
         self._op_time: dict[int, float] | None = None
+        self._op_names: frozenset[str] | None = None
+
+    def op_names(self) -> frozenset[str]:
+        """The distinct names of the trace's operators: a pass that looks for a name asks here first, and
+        skips the millions of operators of a large trace when none has it."""
+        if self._op_names is None:
+            self._op_names = frozenset([o.name for o in self.trace.ops])
+        return self._op_names
 
     def cost(self, o: int) -> flops.Cost | None:
         if o < 0:

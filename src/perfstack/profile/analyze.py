@@ -18,6 +18,8 @@ from __future__ import annotations
 import statistics
 from bisect import bisect_left
 from collections import defaultdict
+from itertools import islice
+from operator import le
 from typing import NamedTuple
 
 from perfstack.profile import classify, cpu, efficiency
@@ -26,7 +28,7 @@ from perfstack.profile.timeline import gaps, sweep, union
 from perfstack.records.profile.means import Bound
 from perfstack.records.profile import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
                                        Section, Step, Sync, Timeline)
-from perfstack.profile.trace import GpuEvent, Trace
+from perfstack.profile.trace import CpuEvent, GpuEvent, Trace
 
 GAP_LIST_US = 50.0
 MAX_GAPS = 40
@@ -278,8 +280,8 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     ends = [b for _, _, b in A.windows]
     acc: list[dict[str, float]] = [defaultdict(float) for _ in A.windows]
     events = [0] * len(A.windows)  # recorded CPU events per step
-    # a loop over every runtime call and op of the trace: the step found inline, what a name counts
-    # as looked up once per name
+    # a loop over every runtime call of the trace: the step found inline, what a name counts as looked up
+    # once per name; the ops (millions) are counted by bisection, and looped over only for their waits
     counted: dict[str, bool] = {}
     for r in t.runtime:
         ts = r.ts
@@ -293,17 +295,21 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
             c = counted[name] = name in _COUNTED_CALLS
         if c:
             _count_runtime(acc[k], name, r.dur)
-    waits: dict[str, int] = {}  # per name: 1 a DataLoader wait, 2 empty_cache, 0 neither
-    for o in t.ops:
+    # per name: 1 a DataLoader wait, 2 empty_cache, 0 neither
+    waits = {name: 1 if name.startswith("enumerate(DataLoader)") else 2 if "empty_cache" in name else 0
+             for name in A.op_names()}
+    counted_ops = _count_sorted(t.ops, starts, ends, events)
+    some_wait = any(waits.values())
+    for o in (t.ops if some_wait or not counted_ops else ()):
+        w = waits[o.name]
+        if counted_ops and not w:
+            continue
         ts = o.ts
         k = bisect_left(starts, ts + 1e-9) - 1
         if k < 0 or ts >= ends[k]:
             continue
-        events[k] += 1
-        name = o.name
-        w = waits.get(name)
-        if w is None:
-            w = waits[name] = 1 if name.startswith("enumerate(DataLoader)") else 2 if "empty_cache" in name else 0
+        if not counted_ops:
+            events[k] += 1
         if w == 1:
             acc[k]["data_wait_ms"] += o.dur / 1e3
         elif w == 2:
@@ -314,6 +320,36 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
                       data_wait_ms=round(a["data_wait_ms"], 4),
                       launch_call_us=round(a["_launch_us"] / a["launches"], 2) if a["launches"] else 0.0)
             for a, n in zip(acc, events)]
+
+
+def _count_sorted(ops: list[CpuEvent], starts: list[float], ends: list[float], events: list[int]) -> bool:
+    """Add to ``events`` the operators in each step window, counted by bisection where the operators are
+    in time order (as a loaded trace's are: a large one has millions), as the loop in _cpu_counts counts
+    them (an op belongs to the last window starting before it, if it starts before that window ends).
+    False, with nothing counted, where they are not in order."""
+    ts = [o.ts for o in ops]
+    if not all(map(le, ts, islice(ts, 1, None))):
+        return False
+    first = [_first_after(ts, a) for a in starts]  # the first op of each window's range, and the end of the last
+    first.append(len(ts))
+    for k, e in enumerate(ends):
+        lo, hi = first[k], first[k + 1]
+        if hi > lo:
+            events[k] += bisect_left(ts, e, lo, hi) - lo
+    return True
+
+
+def _first_after(ts: list[float], a: float) -> int:
+    """The first index of the sorted ``ts`` whose ``ts + 1e-9 > a``: where bisect_left(starts, ts + 1e-9)
+    in _cpu_counts first passes the window starting at ``a`` (bisection by hand: no list of the sums)."""
+    lo, hi = 0, len(ts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ts[mid] + 1e-9 > a:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 _COUNTED_CALLS = (cpu.KERNEL_LAUNCHES | cpu.GRAPH_LAUNCHES | cpu.SYNC_CALLS | cpu.BLOCKING_COPIES

@@ -17,6 +17,7 @@ correlation ids, a kernel replayed from a CUDA graph, Triton kernels of compiled
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
 
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "copy", "optimizer", "memcpy", "memset", "comm", "other")
@@ -132,6 +133,7 @@ def category(kind: str, name: str, fam: str | None = None, phase: str | None = N
     return cat if cat in ("gemm", "conv", "attention", "copy", "comm") else "elementwise"
 
 
+@lru_cache(maxsize=1 << 14)  # asked per GEMM kernel of a trace (millions), of a few hundred names
 def tensor_cores(name: str, dtype: str | None = None, precision: str | None = None) -> bool | None:
     """True/False when the kernel name (or the op's dtype and precision) says; None when unknown."""
     if _NO_TC.search(name):

@@ -230,8 +230,11 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
     for _ts, j, kind in cand:
         if kind == LAUNCH:
             typical.setdefault(rts[j].name, []).append(rts[j].dur)
-    cap = {name: max(4 * sorted(v)[len(v) // 2], sorted(v)[len(v) // 2] + 30.0) for name, v in typical.items()}
+    median = {name: sorted(v)[len(v) // 2] for name, v in typical.items()}
+    cap = {name: max(4 * m, m + 30.0) for name, m in median.items()}
     cursor = tl.t0
+    dl_of, alloc_of, ops_of = cs.dataloader.overlap, cs.alloc.overlap, cs.ops.overlap
+    add, g_action, n_actions = tl.add, tl.g_action, len(tl.kind)
     for ts, j, kind in cand:
         r = rts[j]
         gap_a, gap_b = cursor, max(cursor, ts)
@@ -241,14 +244,16 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
         evs = [] if launched is None else [remap[launched[0]]] if len(launched) == 1 else \
             sorted(remap[i] for i in launched)
         for e in evs:
-            tl.g_action[e] = len(tl.kind)
+            g_action[e] = n_actions
+        n_actions += 1
         dur = min(r.dur, cap[r.name]) if kind == LAUNCH else min(r.dur, 8.0)
+        alloc_sync = kind == SYNC and r.name in ALLOC_SYNCS
         if gap_b > gap_a:
-            dl = cs.dataloader.overlap(gap_a, gap_b)
-            tl.add(kind, dur, step, gap_b - gap_a, dl, cs.alloc.overlap(gap_a, gap_b),
-                   max(0.0, cs.ops.overlap(gap_a, gap_b) - dl), evs, alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
+            dl = dl_of(gap_a, gap_b)
+            add(kind, dur, step, gap_b - gap_a, dl, alloc_of(gap_a, gap_b), max(0.0, ops_of(gap_a, gap_b) - dl), evs,
+                alloc_sync)
         else:  # no CPU work before it (an empty interval overlaps nothing)
-            tl.add(kind, dur, step, gap_b - gap_a, 0.0, 0.0, 0.0, evs, alloc_sync=kind == SYNC and r.name in ALLOC_SYNCS)
+            add(kind, dur, step, gap_b - gap_a, 0.0, 0.0, 0.0, evs, alloc_sync)
         cursor = max(cursor, ts + r.dur)
     return cursor
 

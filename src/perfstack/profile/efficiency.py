@@ -151,14 +151,11 @@ def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
     starts = [a for _, a, _ in A.windows]
     from bisect import bisect_right
     regions, spans, frames = 0, [], set()
-    kinds: dict[str, tuple[bool, bool]] = {}  # per name: a compiled region, compilation (a trace has millions of ops)
-    for o in A.trace.ops:
+    kinds = {name: _compiled_kind(name) for name in A.op_names()}  # per name: a compiled region, compilation
+    # (a trace has millions of ops and a few hundred names: an eager one has none of these, and is not read)
+    for o in (A.trace.ops if any(a or b for a, b in kinds.values()) else ()):
         name = o.name
-        kind = kinds.get(name)
-        if kind is None:
-            kind = kinds[name] = (name.startswith("Torch-Compiled Region"), "(dynamo_timed)" in name
-                                  or name.startswith(("_compile.compile_inner", "compile_inner")))
-        is_region, is_compile = kind
+        is_region, is_compile = kinds[name]
         if not (is_region or is_compile):
             continue
         k = bisect_right(starts, o.ts) - 1
@@ -173,6 +170,12 @@ def compiled(A: Analysis, triton_us: float, busy_us: float) -> Compiled:
     compile_us = sum(e - s for s, e in union(spans))  # nested dynamo-timed ranges count once
     return Compiled(round(100 * triton_us / busy_us, 1) if busy_us else 0.0, round(regions / n, 2), len(frames),
                     round(compile_us / n / 1e3, 3))
+
+
+def _compiled_kind(name: str) -> tuple[bool, bool]:
+    """(a compiled region, compilation) for an operator's name."""
+    return name.startswith("Torch-Compiled Region"), "(dynamo_timed)" in name or \
+        name.startswith(("_compile.compile_inner", "compile_inner"))
 
 
 def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,

@@ -114,7 +114,18 @@ def _nodes(A: Analysis) -> list[int]:
     """Per op, its innermost enclosing autograd node (an evaluate_function range; -1: none)."""
     ops, parent = A.trace.ops, A.att.ops.parent
     node = [-2] * len(ops)
+    named: dict[str, bool] = {}  # per name: an autograd node's range
     for o in range(len(ops)):
+        if node[o] != -2:
+            continue
+        p = parent[o]
+        if p < o:  # the parent (started first) is done: the usual case, one step
+            name = ops[o].name
+            is_node = named.get(name)
+            if is_node is None:
+                is_node = named[name] = name.startswith(NODE)
+            node[o] = o if is_node else node[p] if p >= 0 else -1
+            continue
         chain, x = [], o
         while x >= 0 and node[x] == -2:
             chain.append(x)

@@ -50,6 +50,14 @@ class Timeline:
     g_action: list[int] = field(default_factory=list)  # the action that launches each GPU event
     latency_us: float = 3.0
     recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
+    _positions: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def positions(self) -> dict[int, int]:
+        """Each GPU event's position here, by its index among the analysed device's events (built once:
+        every fix's scenario asks, and the timeline no longer changes by then)."""
+        if not self._positions and self.g_index:
+            self._positions = {gi: k for k, gi in enumerate(self.g_index)}
+        return self._positions
 
     def add(self, kind: int, dur: float, step: int, gap: float, dl: float, alloc: float, op: float,
             events: list[int], alloc_sync: bool = False) -> None:
@@ -93,43 +101,84 @@ def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> fl
 
 
 def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
+    # One pass over every action and GPU event per replay, and a summary asks for a dozen replays: the
+    # loop reads plain lists and compares inline (no call per event); the arithmetic is the model's,
+    # in the same order, so every replay gives the same figure to the last bit.
     g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
     g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
-    last_sync = _last_sync_per_step(t) if sc.keep_sync == "last-per-step" else None
-    dep = t.g_dep
-    free: dict[int, float] = {}
-    gpu_end = t.t0
-    cpu = t.t0
+    skip = _skipped_syncs(t, sc)
+    changed = sc.no_dataloader or sc.no_allocator or sc.graph or sc.no_dispatch
+    gap = _cpu_work(t, sc) if changed else t.gap  # the CPU work before each action (counted where positive)
+    dur = t.dur
+    graph, gone = sc.graph, sc.no_dispatch
+    dep, stream = t.g_dep, t.g_stream
+    t0 = t.t0
+    free = dict.fromkeys(t.g_stream, t0)  # when each stream is next free
+    gpu_end = cpu = t0
     lat = t.latency_us
+    sync_us = SYNC_OVERHEAD_US * cpu_scale
     for i, kind in enumerate(t.kind):
-        work = t.gap[i]
-        if sc.no_dataloader:
-            work -= t.gap_dl[i]
-        if sc.no_allocator:
-            work -= t.gap_alloc[i]
-        gone = i in sc.no_dispatch
-        if sc.graph or gone:
-            work -= t.gap_op[i]
-        cpu += max(0.0, work) * cpu_scale
+        work = gap[i]
+        if work > 0.0:
+            cpu += work * cpu_scale
         if kind != SYNC:
             evs = t.events[i]
-            cpu += (GRAPH_US_PER_KERNEL * len(evs) if sc.graph else 0.0 if gone else t.dur[i] * cpu_scale)
+            cpu += (GRAPH_US_PER_KERNEL * len(evs) if graph else 0.0 if i in gone else dur[i] * cpu_scale)
             ready = cpu + lat
             for e in evs:
-                s = t.g_stream[e]
-                start = max(ready, free.get(s, t.t0) + g_bub[e])
+                s = stream[e]
+                b = g_bub[e]
+                start = free[s] + b
+                if not start > ready:
+                    start = ready
                 if dep[e]:
-                    start = max(start, gpu_end + g_bub[e])
+                    after = gpu_end + b
+                    if after > start:
+                        start = after
                 end = start + g_dur[e]
                 free[s] = end
                 if end > gpu_end:
                     gpu_end = end
         if kind != LAUNCH:
-            if (sc.no_allocator and t.alloc_sync[i]) or (last_sync is not None and i not in last_sync):
+            if skip is not None and i in skip:
                 continue
-            cpu = max(cpu + SYNC_OVERHEAD_US * cpu_scale, gpu_end)
+            cpu += sync_us
+            if gpu_end > cpu:
+                cpu = gpu_end
     cpu += t.tail_us * cpu_scale
-    return max(cpu, gpu_end) - t.t0
+    return max(cpu, gpu_end) - t0
+
+
+def _cpu_work(t: Timeline, sc: Scenario) -> list[float]:
+    """The CPU work before each action under ``sc`` (unscaled; the replay counts it where positive)."""
+    gone = sc.no_dispatch
+    if not (sc.no_dataloader or sc.no_allocator or sc.graph):  # only some launches go: only theirs change
+        out = list(t.gap)
+        for i in gone:
+            if 0 <= i < len(out):
+                out[i] = t.gap[i] - t.gap_op[i]
+        return out
+    out = []
+    for i, work in enumerate(t.gap):
+        if sc.no_dataloader:
+            work -= t.gap_dl[i]
+        if sc.no_allocator:
+            work -= t.gap_alloc[i]
+        if sc.graph or i in gone:
+            work -= t.gap_op[i]
+        out.append(work)
+    return out
+
+
+def _skipped_syncs(t: Timeline, sc: Scenario) -> set[int] | None:
+    """The syncs the scenario takes away (None: none)."""
+    skip: set[int] = set()
+    if sc.no_allocator:
+        skip = {i for i, a in enumerate(t.alloc_sync) if a}
+    if sc.keep_sync == "last-per-step":
+        last = _last_sync_per_step(t)
+        skip |= {i for i, k in enumerate(t.kind) if k != LAUNCH and i not in last}
+    return skip or None
 
 
 def _last_sync_per_step(t: Timeline) -> set[int]:

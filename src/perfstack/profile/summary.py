@@ -217,7 +217,7 @@ _REMOVING = ("activation-recompute", "ddp-sync-per-microbatch")
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
     """The timeline with one busy-GPU fix applied: its kernels' new durations, the bubbles between
     merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
-    pos = {gi: k for k, gi in enumerate(tl.g_index)}
+    pos = tl.positions()
     d = list(tl.g_dur)
     for gi, new in w.new_dur.items():
         k = pos.get(gi)
@@ -227,18 +227,17 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
     if w.id in _MERGING:
         bub = list(tl.g_bubble)
         prev: dict[int, int] = {}
-        for k, gi in enumerate(tl.g_index):  # in start order
-            st = A.gpu[gi].stream
-            if gi in w.new_dur and prev.get(st) in w.new_dur:
+        new_dur = w.new_dur
+        for k, (gi, st) in enumerate(zip(tl.g_index, tl.g_stream)):  # in start order
+            if gi in new_dur and prev.get(st) in new_dur:
                 bub[k] = 0.0
             prev[st] = gi
     gone: set[int] = set()
     if w.merged and (cpu_free or w.id in _REMOVING):
         # an action whose every event is fused into another no longer dispatches anything
-        per_action: dict[int, list[int]] = {}
-        for k, gi in enumerate(tl.g_index):
-            per_action.setdefault(tl.g_action[k], []).append(gi)
-        gone = {a for a, gis in per_action.items() if a >= 0 and all(gi in w.merged for gi in gis)}
+        merged, g_index = w.merged, tl.g_index
+        actions = {tl.g_action[pos[gi]] for gi in merged if gi in pos}
+        gone = {a for a in actions if a >= 0 and all(g_index[k] in merged for k in tl.events[a])}
     return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
 
 

@@ -8,16 +8,23 @@ from typing import Iterable, Sequence
 
 def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merge (start, end) pairs into disjoint sorted intervals."""
-    out: list[list[float]] = []
+    out: list[tuple[float, float]] = []
+    add = out.append
+    cur_s = cur_e = 0.0
+    started = False
     for s, e in sorted(intervals):
         if e <= s:
             continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
+        if started and s <= cur_e:
+            if e > cur_e:
+                cur_e = e
         else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
+            if started:
+                add((cur_s, cur_e))
+            cur_s, cur_e, started = s, e, True
+    if started:
+        add((cur_s, cur_e))
+    return out
 
 
 class Spans:
@@ -68,7 +75,8 @@ def gaps(busy: Sequence[tuple[float, float]], a: float, b: float, lo: int = 0) -
     """Idle intervals of [a, b] not covered by the disjoint sorted ``busy`` intervals (scanning from
     index ``lo``, at or before the first interval that reaches ``a``)."""
     out, cur = [], a
-    for s, e in busy[lo:]:
+    for k in range(lo, len(busy)):  # by index: a slice would copy the rest of a long timeline per call
+        s, e = busy[k]
         if s >= b:
             break
         if e <= cur:

@@ -149,6 +149,7 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     chains = eager = fused_total = 0.0
     ops: dict[str, float] = defaultdict(float)
     n_kernels = 0
+    reads: dict[tuple[int, int, int], int] = {}  # see passes
     for run in _stream_runs(A, member):
         if len(run) < 2:
             continue
@@ -169,7 +170,7 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         for numel, members in groups.items():
             eager_g = sum(gpu[i].dur for i in members)
             big = max(A.known_cost(att.op[i]).big or 0.0 for i in members)
-            fused_g = min(eager_g, max(passes(A, members, numel, training) * big / (bw * 1e3), MIN_KERNEL_US))
+            fused_g = min(eager_g, max(passes(A, members, numel, training, reads) * big / (bw * 1e3), MIN_KERNEL_US))
             fused += fused_g
             for i in members:
                 scale[i] = fused_g / eager_g if eager_g else 1.0
@@ -197,7 +198,8 @@ BATCH_NORM = re.compile(r"batch_norm")
 WRITES_FIRST = re.compile(r"::(copy_|fill_|zero_)$")  # their first tensor is written, not read
 
 
-def passes(A: Analysis, members: list[int], numel: int, training: bool) -> int:
+def passes(A: Analysis, members: list[int], numel: int, training: bool,
+           memo: dict[tuple[int, int, int], int] | None = None) -> int:
     """How many times a fused kernel must move data of the size ``numel`` through HBM: it writes the result
     once and reads each input once, at least as many inputs as the member that reads the most of that size
     takes (``add(x, y)``, ``threshold_backward(grad, y)``: two; ``copy_(dst, src)``: one; tensors are not named
@@ -205,10 +207,18 @@ def passes(A: Analysis, members: list[int], numel: int, training: bool) -> int:
     a kernel holds on chip: they take a reading pass of their own before the normalisation reads the data again
     (Inductor emits a reduction, then the element-wise kernel); a layer norm's row stays on chip."""
     ops = A.trace.ops
+    memo = {} if memo is None else memo  # per op, by (its name and shapes, numel): ops share them
     reads = stats = 0
     for i in members:
         o = A.att.op[i]
-        k = _same_size_inputs(ops[o].dims, numel) - bool(WRITES_FIRST.search(ops[o].name)) if o >= 0 else 1
+        if o >= 0:
+            op = ops[o]
+            key = (id(op.name), id(op.dims), numel)
+            k = memo.get(key)
+            if k is None:
+                k = memo[key] = _same_size_inputs(op.dims, numel) - bool(WRITES_FIRST.search(op.name))
+        else:
+            k = 1
         reads = max(reads, k)
         if training and o >= 0 and BATCH_NORM.search(ops[o].name):
             stats = max(stats, k)
@@ -304,6 +314,7 @@ def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
     gpu, att, flags = A.gpu, A.att, A.att.ops.flags
     region, gemm_flops = [], 0.0
     math_path = masked = False
+    like: dict[int, bool] = {}
     for i, g in enumerate(gpu):
         o = att.op[i]
         if att.step[i] < 0 or o < 0 or g.kind != "kernel" or att.phase[i] == "optimizer":
@@ -319,7 +330,10 @@ def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
                 hit = True
                 gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
         elif not hit and op.dims:
-            hit = any(_scores_like(classify.dims(d)) for d in op.dims)
+            scores = like.get(id(op.dims))  # ops with the same shapes share their list
+            if scores is None:
+                scores = like[id(op.dims)] = any(_scores_like(classify.dims(d)) for d in op.dims)
+            hit = scores
             masked = masked or (hit and op.name in MASKS)
         if hit:
             region.append(i)
