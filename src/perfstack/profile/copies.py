@@ -27,6 +27,14 @@ all but the median rise); preallocated and written in place, only the new part w
 (Other copy operators whose tensors grow are not claimed: in a decode loop without a KV cache every
 activation grows, and preallocation is not the fix there.)
 
+What rolls. A cat one of whose inputs is a slice of a tensor of the output's own shape (its ``Input
+Strides`` are that shape's, its length along the concatenated dimension shorter): a window moved forward,
+``cat([window[:, k:], new], dim=1)``, which copies the whole window to add k entries. Seen by a series of
+at least ``MIN_LINKS`` such calls; a ring buffer written in place at ``step % M`` writes only the new
+part. Along the first dimension a slice has the strides of a tensor of its own size, so a window rolled
+along dimension 0 is not seen. Assumed: what reads the window does not need it in order (attention, a
+sum, a max; or it indexes with an offset); one that needs the order back would gather it again.
+
 The fixed copy of a call writes ``growth / length`` of its bytes at ``waste.HBM_PRACTICAL`` of the
 HBM peak (the spec table; else the fastest large copy of this trace), at least ``MIN_KERNEL_US``;
 the difference from the measured copy time is replayed through the step model. Assumed: the cache
@@ -81,6 +89,7 @@ class _Call:
     inputs: list[tuple[int, ...]] = field(default_factory=list)  # for a cat: its inputs' shapes
     fraction: float = 1.0  # of its bytes a preallocated tensor would still write
     growth: str = ""
+    rolled: int = 0  # for a cat: the length of its input sliced from a tensor of the output's shape (0: none)
 
 
 def detect(A: Analysis, spec: GpuSpec | None) -> Waste | None:
@@ -204,6 +213,7 @@ def _describe(A: Analysis, r: int) -> _Call:
             d = 0
         else:
             out = tuple(sum(s[d] for s in shapes) if k == d else shapes[0][k] for k in range(nd))
+            c.rolled = _rolled(listed, op.strides, out, d)
         c.shape, c.grow_dim, c.inputs = out, d, shapes
     elif op.name == "aten::index_select":
         src, idx = (classify.dims(dims[0]) if dims else None), (classify.dims(dims[2]) if len(dims) > 2 else None)
@@ -240,6 +250,30 @@ def _dim(concrete: list[Any] | None, pos: int, nd: int) -> int | None:
     return d + nd if d < 0 else d
 
 
+def _rolled(listed: list[tuple[int, ...] | None], strides: list[Any] | None, out: tuple[int, ...], d: int) -> int:
+    """The length along ``d`` of the input that is a slice of a tensor shaped as ``out`` (its strides are
+    ``out``'s contiguous strides, its length shorter), or 0: the window a ``cat([w[:, k:], new])`` rolls."""
+    given = strides[0] if strides and isinstance(strides[0], list) else []
+    want = _contiguous(out)
+    for shape, st in zip(listed, given):
+        if not shape or len(shape) != len(out) or not 0 < shape[d] < out[d] or not isinstance(st, list) \
+                or len(st) != len(out):
+            continue
+        seen = [k for k in range(len(out)) if shape[k] > 1]  # a dimension of one has any stride
+        own = _contiguous(shape)
+        if [st[k] for k in seen] == [want[k] for k in seen] != [own[k] for k in seen]:
+            return shape[d]
+    return 0
+
+
+def _contiguous(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return out[::-1]
+
+
 def _itemsize_from_kernels(A: Analysis, events: list[int]) -> int:
     """Element size from a copy kernel's template arguments (CatArrayBatchedCopy<OpaqueType<2u>...>);
     2 (16-bit) when no kernel says."""
@@ -265,6 +299,17 @@ def _growth(calls: list[_Call]) -> list[_Call]:
         series[(c.name, c.itemsize, len(c.shape), d, c.shape[:d] + c.shape[d + 1:])].append(c)
     out: list[_Call] = []
     for (_, _, _, d, _), members in series.items():
+        rolled = [c for c in members if c.rolled]
+        if len(rolled) >= MIN_LINKS:
+            for c in rolled:
+                n = _len(c)
+                c.fraction = 1 - c.rolled / n
+                c.growth = (f"a window of {n} along dim {d} rolled forward by {n - c.rolled} per call (a slice of "
+                            f"a tensor of its own shape concatenated with the new part)")
+                out.append(c)
+            members = [c for c in members if not c.rolled]
+        if not members:
+            continue
         starts = [k for k in range(len(members)) if k == 0 or _len(members[k]) != _len(members[k - 1])]
         runs = [members[k] for k in starts]
         width = [b - a for a, b in zip(starts, starts[1:] + [len(members)])]  # calls collapsed into each run

@@ -9,12 +9,14 @@ from perfstack.profile.recovery import fmt, recovered, step_ms
 from perfstack.profile.registry import Context, PHit, profile_check
 
 
-@profile_check("copy-bound", "framework", "Device-to-device copies of tensors the step grows",
+@profile_check("copy-bound", "framework", "Device-to-device copies of tensors the step grows or rolls",
                doc="""Finds the device-to-device copies launched by copy operators (cat, stack, index, index_select,
                gather, clone, contiguous, copy_; casts excluded) and the bytes they move (``profile/copies.py``).
                A cat that writes a tensor growing from call to call along the dimension it concatenates (a KV cache
-               extended every token) re-copies what the tensor already holds: preallocated and written in place,
-               each call writes only the new part, at 90% of the HBM peak (at least 2.5 µs a copy); the copies' new
+               extended every token) re-copies what the tensor already holds, and so does a cat that rolls a window
+               forward (one input a slice of a tensor of the output's shape, by its Input Strides: cat([w[:, 1:],
+               new], dim=1)): preallocated or kept as a ring buffer and written in place, each call writes only the
+               new part, at 90% of the HBM peak (at least 2.5 µs a copy); the copies' new
                durations are replayed through the step model, and it fires at ≥ 2% of the step. Copies of tensors
                that do not grow are named once they take ≥ 25% of the GPU time (info: no time claimed, since
                whether a view can replace them depends on the code). Not counted: attention over a preallocated
@@ -27,10 +29,14 @@ from perfstack.profile.registry import Context, PHit, profile_check
                    "maximum length once and write each token into it, cache[:, :, pos] = k, then attend over "
                    "cache[:, :, :pos + 1]); collect pieces in a list and concatenate once, or write them into a "
                    "preallocated buffer; use views (slicing, view, narrow, expand) instead of clone/contiguous/"
-                   "index_select where the data need not move.",
+                   "index_select where the data need not move; a window rolled forward with cat([w[:, 1:], new], "
+                   "dim=1) becomes a ring buffer written in place at w[:, step % M] (where what reads it does not "
+                   "need the order: attention, sums, max).",
                measure=("static-kv-cache",),
                assumptions="""Preallocated and written in place, a growing tensor's copies write only the new part
-               at 90% of the HBM peak (at least 2.5 µs a copy); copies of tensors that do not grow are not
+               at 90% of the HBM peak (at least 2.5 µs a copy), and so do a rolled window's, kept as a ring buffer
+               (what reads the window is assumed not to need its order; one that does would gather it back, and
+               the gain would be lost); copies of tensors that neither grow nor roll are not
                claimed (whether a view can replace them depends on the code: low confidence). Inputs: each copy's
                bytes from Input Dims and its time.""",
                confidence="medium")
@@ -46,7 +52,7 @@ def copy_bound(p: Section, ctx: Context) -> PHit | None:
         ms, pct = recovered(p, "copy-bound")
         if pct < 2:
             return None
-        return PHit(ev + f"; {fmt(e.growing_ms)} ms of them copy tensors that grow, "
+        return PHit(ev + f"; {fmt(e.growing_ms)} ms of them copy tensors that grow or roll, "
                          f"{e.avoidable_bytes_per_step / 1e9:.2f} GB per step of it data already in place; written in "
                          f"place, the new data takes ≈ {fmt(e.fixed_ms)} ms at {e.hbm_gbps:g} GB/s", ms)
     return PHit(ev + "; none of them grows from call to call, so perfstack cannot tell whether views or in-place "

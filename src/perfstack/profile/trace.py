@@ -86,6 +86,7 @@ class CpuEvent(msgspec.Struct, gc=False):
     dims: Optional[List[Any]] = None  # Input Dims of an operator, as in the trace; shared: do not modify
     types: Optional[List[Any]] = None  # Input type of an operator; shared: do not modify
     concrete: Optional[List[Any]] = None  # Concrete Inputs (scalar and int-list arguments as strings); shared
+    strides: Optional[List[Any]] = None  # Input Strides, kept for concatenations only (STRIDED_OPS); shared
 
 
 @dataclass
@@ -134,6 +135,7 @@ class _Args(msgspec.Struct, gc=False):
     dims: Raw = msgspec.field(default=_NULL, name="Input Dims")
     types: Raw = msgspec.field(default=_NULL, name="Input type")
     concrete: Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
+    strides: Raw = msgspec.field(default=_NULL, name="Input Strides")
     device_type: Optional[_I64] = msgspec.field(default=None, name="Device Type")  # [memory] events
     device_id: Optional[_I64] = msgspec.field(default=None, name="Device Id")
     allocated: Optional[_I64] = msgspec.field(default=None, name="Total Allocated")
@@ -173,6 +175,10 @@ class _Shapes(dict[bytes, Any]):
             self[key] = v
         return v
 
+
+# The operators whose Input Strides are kept: a concatenation's show whether an input is a slice of a larger
+# tensor (a window rolled forward); every other operator's would only cost memory on a large trace.
+STRIDED_OPS = frozenset({"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate"})
 
 _EVENT = msgspec.json.Decoder(_Event)
 _EVENTS = msgspec.json.Decoder(List[_Event])
@@ -397,7 +403,8 @@ class _Builder:
                     continue
             # Input Dims, Input type, Concrete Inputs: one list per distinct text (null: None)
             add_op(CpuEvent(kind, n, ts, dur, tid, None, a.external_id, shapes[bytes(a.dims)],
-                            shapes[bytes(a.types)], shapes[bytes(a.concrete)]))
+                            shapes[bytes(a.types)], shapes[bytes(a.concrete)],
+                            shapes[bytes(a.strides)] if n in STRIDED_OPS else None))
         self.skipped += skipped
         self._gpu_events(gpu)
 
@@ -490,4 +497,5 @@ class _Builder:
             return
         t.ops.append(CpuEvent(kind, n, ts, dur, tid, None, _int(args.get("External id")),
                               _shapes(args.get("Input Dims")), _shapes(args.get("Input type")),
-                              _shapes(args.get("Concrete Inputs"))))
+                              _shapes(args.get("Concrete Inputs")),
+                              _shapes(args.get("Input Strides")) if n in STRIDED_OPS else None))
