@@ -35,12 +35,10 @@ FLOORS: dict[str, int] = {
     "perfstack._child": 1,  # standard library only: loaded by path into the user's process (profile, try)
     "perfstack.extras": 1,  # standard library only: the "pip install 'perfstack[x]'" hints
     # 2: reading and writing safely; the hardware table
-    "perfstack.fields": 2,
     "perfstack.jsonload": 2,
     "perfstack.outfile": 2,
     "perfstack.specs": 2,
     "perfstack.redact": 2,
-    "perfstack.sections": 2,
     # 3: the one seam to the machine
     "perfstack.host": 3,
     # 4: the section records, one tolerant record base

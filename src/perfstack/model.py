@@ -346,8 +346,8 @@ def _estimates(data: Any) -> Estimates | None:
 
 
 def _profile(data: Any) -> Section | None:
-    """The profile section, typed once here and checked against ``sections.PROFILE`` (exit 2 naming the
-    field); it writes back the JSON it was read from."""
+    """The profile section, typed once here against its records' annotations (exit 2 naming the field); it
+    writes back the JSON it was read from."""
     from perfstack.records.profile import load
     return load(data)
 

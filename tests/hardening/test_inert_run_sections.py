@@ -51,7 +51,7 @@ _DELETE = object()
 PROFILE_CASES = [
     (("profile", "steps", 0, "total_ms"), "12", "profile.steps[0].total_ms must be a number, not '12'"),
     (("profile", "steps", 1, "categories", "gemm"), None, "profile.steps[1].categories.gemm must be a number"),
-    (("profile", "steps"), 5, "profile.steps must be a list, not 5"),
+    (("profile", "steps"), 5, "profile.steps must be a list of objects, not 5"),
     (("profile", "ops", 1, "tflops"), "fast", "profile.ops[1].tflops must be a number or null"),
     (("profile", "ops", 0, "pct_of_peak"), [], "profile.ops[0].pct_of_peak must be a number or null, not a list"),
     (("profile", "idle_gaps", 0, "duration_ms"), "2.0", "profile.idle_gaps[0].duration_ms must be a number"),
@@ -60,9 +60,10 @@ PROFILE_CASES = [
     (("profile", "kernel_classes", 0, "time_ms"), True, "profile.kernel_classes[0].time_ms must be a number or null"),
     (("profile", "breakdown_ms", "gemm"), "0.2", "profile.breakdown_ms.gemm must be a number"),
     (("profile", "mfu", "value"), "1.7%", "profile.mfu.value must be a number"),
-    (("profile", "overhead", "method"), 3, "profile.overhead.method must be a string"),
+    (("profile", "overhead", "method"), 3, "profile.overhead.method must be one of \"\", none, measured, estimated, not 3"),
     (("profile", "device_name"), ["H100"], "profile.device_name must be a string or null"),
     (("profile", "straggler"), {"rank": 1}, "profile.straggler.excess_ms is missing"),
+    (("profile", "mfu", "value"), _DELETE, "profile.mfu.value is missing"),
 ]
 
 ESTIMATE_CASES = [
@@ -76,6 +77,11 @@ ESTIMATE_CASES = [
     ("infer", ("estimates", "fit", 0, "gpus_needed"), "2", "estimates.fit[0].gpus_needed must be an integer or null"),
     ("infer", ("estimates", "kind"), 3, "estimates.kind must be one of infer, train, not 3"),
     ("infer", ("estimates", "model"), "gpt2", "estimates.model must be a JSON object"),
+    ("infer", ("estimates", "model", "name"), 2, "estimates.model.name must be a string, not 2"),
+    ("infer", ("estimates", "settings"), ["batch"], "estimates.settings must be a JSON object, not a list"),
+    ("infer", ("estimates", "settings"), _DELETE, "estimates.settings is missing"),
+    ("infer", ("estimates", "fit", 0, "gpus_needed"), _DELETE, "estimates.fit[0].gpus_needed is missing"),
+    ("infer", ("estimates", "fit"), 7, "estimates.fit must be a list of objects or null, not 7"),
     ("train", ("estimates", "settings", "seq"), _DELETE, "estimates.settings.seq is missing"),
     ("train", ("estimates", "settings", "grad_ckpt"), "no", "estimates.settings.grad_ckpt must be true or false"),
     ("train", ("estimates", "fit", 1, "fits"), _DELETE, "estimates.fit[1].fits is missing"),

@@ -1,5 +1,5 @@
 """The profile's typed records write exactly the JSON a profile Run holds, and read it back losslessly,
-checked by the same field checks as a loaded Run (sections.py)."""
+checked by their annotations as a loaded Run is (records.base)."""
 
 import json
 from pathlib import Path
@@ -116,10 +116,10 @@ def test_an_overhead_without_a_replay_model_reads_back_without_the_model_figures
     ({"overhead": {"method": "estimated", "cpu_scale": "fast"}}, r"profile.overhead.cpu_scale must be a number, not 'fast'"),
     ({"overhead": {"events_per_step": [1]}}, r"profile.overhead.events_per_step must be a number, not a list"),
     ({"ops": [{"op": "aten::add", "flops_per_step": {"x": 1}}]}, r"profile.ops\[0\].flops_per_step must be a number"),
-    ({"ops": [{"op": "aten::add", "bound": 3}]}, r"profile.ops\[0\].bound must be a string or null, not 3"),
+    ({"ops": [{"op": "aten::add", "bound": 3}]}, r"profile.ops\[0\].bound must be one of compute, memory or null, not 3"),
     ({"overhead": {"step_ms": 4.0, "cpu_scale": None}}, r"profile.overhead.cpu_scale must be a number, not None"),
     ({"busy_ms": "12"}, r"profile.busy_ms must be a number, not '12'"),
-    ({"overhead": {"method": 3}}, r"profile.overhead.method must be a string"),
+    ({"overhead": {"method": 3}}, r"profile.overhead.method must be one of \"\", none, measured, estimated, not 3"),
 ])
 def test_a_value_of_the_wrong_kind_is_refused_naming_the_field(section, message):
     # it took the field's default before: a wrongly typed busy_ms loaded as 0.0

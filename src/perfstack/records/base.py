@@ -23,8 +23,8 @@ as it is.
 
 A subclass is a dataclass whose last field is ``extra: dict[str, Any] = field(default_factory=dict)``. It may
 name a JSON key that is no Python name (``KEYS``: field -> key), fields that are no JSON key (``UNWRITTEN``,
-implied by ``_unwritten``), and a check of the whole object beyond the annotations (``CHECK``: ranges, keys
-that must be there). Annotations may be written ``X | None`` under ``from __future__ import annotations``:
+implied by ``_unwritten``), keys a loaded object must have though their fields have defaults (``REQUIRED``),
+and a check of the whole object beyond the annotations (``CHECK``: ranges, what depends on another key). Annotations may be written ``X | None`` under ``from __future__ import annotations``:
 they are read here, on every supported Python (3.9 has no ``|`` between types at run time), from the names of
 the record's module.
 """
@@ -71,6 +71,8 @@ class Record:
     # writes only those it was read with (a request record of the load test: most of its fields are unset).
     OMIT_DEFAULTS: ClassVar[bool] = False
     UNWRITTEN: ClassVar[frozenset[str]] = frozenset()  # fields that are no JSON key (``_unwritten`` reads them)
+    # keys a loaded object must have, though a producer may leave their fields to the default (the value of an MFU)
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
     CHECK: ClassVar[Optional[Check]] = None  # what the annotations cannot say (ranges, keys that must be there)
 
     # The keys ``from_dict`` read, in order; None for a record built by a producer. An attribute rather than a
@@ -121,6 +123,9 @@ class Record:
     def from_dict(cls: type[R], d: Any, where: str) -> R:
         if not isinstance(d, dict):
             raise InputError(f"{where} must be a JSON object, not {show(d)}")
+        for key in cls.REQUIRED:
+            if key not in d:
+                raise InputError(f"{where}.{key} is missing")
         if cls.CHECK is not None:
             cls.CHECK(d, where)
         plan = _plan(cls)

@@ -14,18 +14,17 @@ Two shapes are accepted, and each has its record:
 
 Both are tolerant records (``records.base.Record``): keys this perfstack does not know are kept (``extra``)
 and written back in the order the Run had its keys, so that a loaded Run saves back byte for byte. A known key
-of the wrong type is refused when the Run is loaded, naming it (the annotations, and ``sections.estimates``
-for what depends on the sheet's kind), so that renderers read attributes without re-checking them.
+of the wrong type is refused when the Run is loaded, naming it (the annotations, and ``_sheet_check`` for what
+depends on the sheet's kind), so that renderers read attributes without re-checking them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
-from perfstack import sections
 from perfstack.errors import InputError
-from perfstack.records.base import Record, built
+from perfstack.records.base import Record, built, convert, show
 
 
 @dataclass
@@ -62,8 +61,43 @@ class FitRow(Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+Kind = Literal["infer", "train"]
+# The settings a sheet names, by type (estimate's InferSettings, TrainSettings), and those each kind must have
+SETTINGS: dict[str, Any] = {"batch": int, "prompt": int, "gen": int, "seq": int, "tp": int, "dp": int, "pp": int,
+                            "zero": int, "dtype": str, "weights": Optional[str], "kv_dtype": Optional[str],
+                            "precision": str, "optimizer": str, "grad_ckpt": bool}
+KIND_SETTINGS = {"infer": ("batch", "prompt", "gen", "dtype", "tp"),
+                 "train": ("batch", "seq", "precision", "optimizer", "grad_ckpt", "zero", "dp", "tp", "pp")}
+FIT_KEYS = {"infer": ("gpu", "gpus_needed"), "train": ("gpu", "fits")}  # what a fit row of each kind must say
+
+
 def _sheet_check(d: Any, where: str) -> None:
-    sections.estimates(d, where)  # what the sheet's kind asks of its settings and fit rows
+    """What the annotations cannot say: the settings and fit rows each kind must have, and the names of the
+    model and the GPU (open objects otherwise)."""
+    kind = convert(Kind, d.get("kind"), f"{where}.kind")
+    settings = d.get("settings")
+    if "settings" not in d:
+        raise InputError(f"{where}.settings is missing")
+    if not isinstance(settings, dict):
+        raise InputError(f"{where}.settings must be a JSON object, not {show(settings)}")
+    for k in KIND_SETTINGS[kind]:
+        if k not in settings:
+            raise InputError(f"{where}.settings.{k} is missing")
+    for k, v in settings.items():
+        if k in SETTINGS:
+            convert(SETTINGS[k], v, f"{where}.settings.{k}")
+    fit = d.get("fit")
+    for i, row in enumerate(fit if isinstance(fit, list) else []):  # (a fit of another kind: the annotation says)
+        for k in FIT_KEYS[kind] if isinstance(row, dict) else ():
+            if k not in row:
+                raise InputError(f"{where}.fit[{i}].{k} is missing")
+    for part in ("model", "gpu"):
+        if part in d:
+            if not isinstance(d[part], dict):
+                raise InputError(f"{where}.{part} must be a JSON object, not {show(d[part])}")
+            for k in ("name", "description"):
+                if k in d[part]:
+                    convert(str, d[part][k], f"{where}.{part}.{k}")
 
 
 @dataclass
@@ -72,7 +106,7 @@ class EstimateSheet(Record):
     rows hold the names of that kind's settings (InferSettings, TrainSettings) and are checked against
     them on loading; a section of numbers the estimate did not produce is None."""
 
-    kind: str
+    kind: Kind
     model: dict[str, Any] | None = None  # the model's shape, with name and description
     gpu: dict[str, Any] | None = None  # the hardware figures used, with name
     settings: dict[str, Any] = field(default_factory=dict)

@@ -11,19 +11,13 @@ unmodified script's step time (positive: faster).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from perfstack.errors import InputError
-from perfstack.fields import one_of
 from perfstack.records.base import Record
 
-VERDICTS = ("baseline", "works", "no measurable gain", "slower", "failed", "not applied", "not run")
-
-
-def _verdict(v: Any, where: str) -> None:
-    complaint = one_of(*VERDICTS)(v)
-    if complaint:
-        raise InputError(f"{where} {complaint}")
+# What an arm's runs showed against the unmodified script (trial.stats.verdict, trial.runner)
+Verdict = Literal["baseline", "works", "no measurable gain", "slower", "failed", "not applied", "not run"]
 
 
 @dataclass
@@ -71,7 +65,7 @@ class ArmResult(Record):
     predicted_by: list[str] = field(default_factory=list)
     numerics: str = ""
     numerics_diff: Optional[float] = None  # the largest relative difference of the first values
-    verdict: str = "not run"
+    verdict: Verdict = "not run"
     note: str = ""
     peak_mem_mb: Optional[float] = None
     first_step_s: Optional[float] = None  # the fastest run's start-up to the end of its first step
@@ -104,9 +98,7 @@ class Trial(Record):
 
 
 def _arm_result_check(v: Any, where: str) -> None:
-    """Beyond an arm's annotations: its verdict from the known words, its interval a pair."""
-    if "verdict" in v:
-        _verdict(v["verdict"], f"{where}.verdict")
+    """Beyond an arm's annotations: its interval a pair."""
     ci = v.get("ci_pct")
     if isinstance(ci, list) and len(ci) != 2:
         raise InputError(f"{where}.ci_pct must be [low, high]")

@@ -17,6 +17,8 @@ import random
 import statistics
 from typing import Optional, Sequence
 
+from perfstack.records.trial import Verdict
+
 B = 1000  # bootstrap resamples
 SEED = 20261127
 
@@ -56,7 +58,7 @@ def gain_ci(base: Sequence[Sequence[float]], arm: Sequence[Sequence[float]],
     return gains[int(0.025 * (b - 1))], gains[int(0.975 * (b - 1))]
 
 
-def verdict(gain: Optional[float], ci: Optional[tuple[float, float]], noise: Optional[float]) -> str:
+def verdict(gain: Optional[float], ci: Optional[tuple[float, float]], noise: Optional[float]) -> Verdict:
     """works / slower / no measurable gain, from the gain, its interval and the noise (all in %)."""
     if gain is None or ci is None:
         return "failed"

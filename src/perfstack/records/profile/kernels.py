@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Optional
 
-from perfstack import sections
 from perfstack.records.base import Record
 
 
@@ -21,7 +20,6 @@ class OpRow(Record):
     """One row of ``profile.ops``: an operator's kernels of one category and dtype, per step, with what
     they achieved and their share of the SKU's peaks (``efficiency.against_peaks``)."""
 
-    CHECK = sections.OP
     WHEN_SET = frozenset({"bound"})
 
     op: str = ""  # the launching operator, "(no operator)" where none is known
@@ -44,8 +42,6 @@ class OpRow(Record):
 class TopKernel(Record):
     """One row of ``profile.top_kernels``: a kernel name's launches and GPU time per step."""
 
-    CHECK = sections.TOP_KERNEL
-
     name: str = ""  # shortened (classify.short_name)
     category: str = ""
     count: int = 0  # launches over the profiled steps
@@ -58,7 +54,6 @@ class KernelClass(Record):
     """One row of ``profile.kernel_classes`` (the roofline's points): a GEMM class (category, dtype, Tensor
     Cores) or a category of the other kernels, with its time, FLOPs and bytes per step."""
 
-    CHECK = sections.KERNEL_CLASS
     KEYS = {"kclass": "class"}
     WHEN_SET = frozenset({"name", "kclass", "intensity", "peak_tflops", "gbps"})
 
@@ -92,7 +87,7 @@ class KernelClass(Record):
 
 @dataclass
 class Mfu(Record):
-    CHECK = sections.MFU
+    REQUIRED = ("value",)
 
     value: float = 0.0
     source: str = ""

@@ -8,7 +8,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from perfstack import sections
 from perfstack.records.base import Record
 
 
@@ -25,8 +24,6 @@ OverheadMethod = Literal["", "none", "measured", "estimated"]
 class Timeline(Record):
     """The CPU and GPU timelines compared: which one sets the step time, and how far the CPU runs ahead."""
 
-    CHECK = sections.TIMELINE
-
     cpu_step_ms: float = 0.0
     gpu_step_ms: float = 0.0
     bound: Optional[Bound] = None
@@ -40,7 +37,6 @@ class Timeline(Record):
 class LaunchToStart(Record):
     """Launch-return to kernel-start delay (µs), measured as HTA does."""
 
-    CHECK = sections.obj({"median": sections.NUM_})
     KEYS = {"origin": "from"}
 
     median: Optional[float] = None
@@ -52,8 +48,6 @@ class LaunchToStart(Record):
 
 @dataclass
 class Launch(Record):
-    CHECK = sections.LAUNCH
-
     kernels_per_step: float = 0.0
     launches_per_step: float = 0.0
     graph_launches_per_step: float = 0.0
@@ -67,8 +61,6 @@ class Launch(Record):
 
 @dataclass
 class Sync(Record):
-    CHECK = sections.SYNC
-
     calls_per_step: float = 0.0
     wait_ms_per_step: float = 0.0
     by_name: dict[str, float] = field(default_factory=dict)  # calls per step by runtime call
@@ -77,8 +69,6 @@ class Sync(Record):
 
 @dataclass
 class Allocator(Record):
-    CHECK = sections.ALLOCATOR
-
     calls_per_step: float = 0.0
     ms_per_step: float = 0.0
     idle_ms_per_step: float = 0.0  # GPU idle caused by allocator calls
@@ -89,8 +79,6 @@ class Allocator(Record):
 @dataclass
 class Comm(Record):
     """NCCL time per step; ``if_overlapped`` (summary's overlap model) only where there is NCCL time."""
-
-    CHECK = sections.COMM
 
     ms_per_step: float = 0.0
     exposed_ms_per_step: float = 0.0
@@ -109,7 +97,6 @@ class Overhead(Record):
     --step-ms), "estimated" (the calibrated cost per recorded event) or "none" (no replay model: the
     figures are of the profiled step). The replay model's figures exist only where there is a model."""
 
-    CHECK = sections.OVERHEAD
     WHEN_SET = frozenset({"model_step_ms", "model_fit", "cpu_inflation", "model_unprofiled_ms", "fast_cpu_scale"})
 
     profiled_step_ms: Optional[float] = None

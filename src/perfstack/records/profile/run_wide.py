@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from perfstack import sections
 from perfstack.records.base import Record
 from perfstack.records.profile.means import Comm
 
@@ -37,7 +36,7 @@ class Straggler(Record):
     out) and CPU-caused idle beyond the profiler's own CPU time in that rank's step. ``verdict``: 'gpu
     work' or 'wait' (the larger, where both), or 'cannot tell' (also read from a Run without one)."""
 
-    CHECK = sections.STRAGGLER
+    REQUIRED = ("rank", "excess_ms", "cause")
 
     rank: int = 0
     non_comm_ms: float = 0.0

@@ -7,7 +7,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from perfstack import sections
 from perfstack.records.base import Record
 from perfstack.records.profile.kernels import Compiled, GemmRow, KernelClass, MemcpyRow, Mfu, OpRow, TopKernel
 from perfstack.records.profile.means import Allocator, Comm, Launch, Overhead, Sync, Timeline
@@ -27,7 +26,6 @@ class Section(Record):
     then ``summary``'s), so ``to_dict`` of a summary writes the JSON the Run always held; the ones only a
     multi-rank or captured run has are written only when set."""
 
-    CHECK = sections.PROFILE
     WHEN_SET = frozenset({"mean_step_ms", "ranks", "straggler", "files", "telemetry", "unprofiled"})
 
     # the trace and its device (analyze)
@@ -122,6 +120,6 @@ class Section(Record):
 
 def load(profile: Any) -> Section | None:
     """The one way to read a Run's profile section (``Run.from_dict`` calls it): typed, or None where the
-    Run has none. The section is checked against ``sections.PROFILE`` (exit 2 naming the field), so a
+    Run has none. The section is checked against its records' annotations (exit 2 naming the field), so a
     reader trusts the types."""
     return Section.from_dict(profile, "profile") if isinstance(profile, Mapping) else None

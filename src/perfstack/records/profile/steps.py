@@ -8,7 +8,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from perfstack import sections
 from perfstack.records.base import Record
 
 
@@ -53,8 +52,6 @@ class CpuCounts:
 class Step(Record):
     """One row of ``profile.steps``: the GPU view of the step, then its CPU-side counts."""
 
-    CHECK = sections.STEP
-
     step: int = 0
     total_ms: float = 0.0
     cpu_ms: float = 0.0
@@ -89,8 +86,6 @@ class Step(Record):
 class IdleGap(Record):
     """An interval of a step's GPU period with nothing running, at least ``analyze.GAP_LIST_US`` long;
     ``reason`` comes from the launch of the event that ends it."""
-
-    CHECK = sections.IDLE_GAP
 
     start_ms: float = 0.0  # from the first step's CPU start
     duration_ms: float = 0.0
