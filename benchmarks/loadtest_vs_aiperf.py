@@ -148,9 +148,17 @@ def perfstack(a: argparse.Namespace, data: Path, out: Path) -> dict:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     lv = json.loads(out.read_text())["loadtest"]["levels"][0]
     s = lv["summary"]
-    return {"ttft_p50": s["ttft"]["median"], "tpot_p50": s["tpot"]["median"], "itl_p50": s["itl"]["median"],
-            "e2e_p50": s["e2e"]["median"], "out_tok_s": s["output_throughput"], "req_s": s["request_throughput"],
-            "cpu_wait": (lv.get("client") or {}).get("cpu_wait_fraction")}
+    got = {"ttft_p50": s["ttft"]["median"], "tpot_p50": s["tpot"]["median"], "itl_p50": s["itl"]["median"],
+           "e2e_p50": s["e2e"]["median"], "out_tok_s": s["output_throughput"], "req_s": s["request_throughput"],
+           "cpu_wait": (lv.get("client") or {}).get("cpu_wait_fraction")}
+    if a.workload != "single":
+        # like for like: AIPerf and the referee divide by first send -> last end; perfstack's own rates are over
+        # the window the load was held (a trace's arrivals, the conversations in flight), kept as window_*
+        reqs = [r for r in lv["requests"] if r.get("e2e_ms") is not None]
+        span = max(r["start_s"] + r["e2e_ms"] / 1e3 for r in reqs) - min(r["start_s"] for r in reqs)
+        got.update(window_tok_s=got["out_tok_s"], window_req_s=got["req_s"],
+                   out_tok_s=sum(r.get("output_tokens") or 0 for r in reqs) / span, req_s=len(reqs) / span)
+    return got
 
 
 # -- the referee: one loop, a stamp per chunk read, nothing else ---------------------------------
