@@ -6,7 +6,7 @@
 # raises the finding its fix answers. Also records the streaming-window copies workload, slow and fixed, and
 # times it without the profiler (alternating rounds, wall time of the whole run, the minimum kept).
 #
-#   bash benchmarks/record_fixed.sh OUT LANE        LANE: copies | models | convs | ddp (one GPU each;
+#   bash benchmarks/record_fixed.sh OUT LANE        LANE: copies | decay | models | convs | ddp (one GPU each;
 #                                                 ddp two) | smoke (a CPU check of the script)
 #
 # Run the lanes side by side, one per GPU (CUDA_VISIBLE_DEVICES), each pinned to its own cores.
@@ -57,6 +57,14 @@ copies)
     profile kv-cat-long-fixed 240 --skip-first 600 --steps 2 -- \
         python3 $W/kv_cat_decode.py --batch-size 64 --max-new-tokens 960 --static-cache
     fixed hf-grad-ckpt-fixed no-checkpointing 60 200 --steps 2 -- $W/hf_grad_ckpt_train.py ;;
+decay)  # the streaming window read in order (pooled by age): its fix is a mirrored ring buffer
+    SD="$W/stream_window.py --reader decay"
+    profile stream-decay 150 --skip-first 1500 --steps 4 -- python3 $SD
+    profile stream-decay-fixed 150 --skip-first 1500 --steps 4 -- python3 $SD --fixed
+    for r in 1 2 3; do
+        echo "round $r slow: $(timeout 100 python3 $SD --steps 6000 | tail -1)"
+        echo "round $r fixed: $(timeout 100 python3 $SD --steps 6000 --fixed | tail -1)"
+    done | tee "$OUT/stream-decay.timing.txt" ;;
 models)
     fixed gpt2-fixed tf32 60 200 --steps 2 -- $W/gpt2_train.py
     fixed llama-fixed bf16-autocast 60 200 --steps 2 -- $W/llama_train.py
