@@ -62,3 +62,16 @@ def test_the_load_tests_ladder_is_read_from_its_findings(capsys):
     assert rows["host-sync"]["severities"] == ["by share"]
     assert {"doctor", "profile", "loadtest"} == {c.family for f in FAMILIES.values() for c in f.values()}
     assert set(rows) == {i for f in FAMILIES.values() for i in f}  # every family, every id
+
+
+def test_explain_answers_every_id_of_every_family(capsys):
+    """Every id the one registry holds (the doctor's, the profile's and the load test's checks) is explained by
+    the CLI: what it checks, why it matters, how to fix it."""
+    assert main(["explain", "--json"]) == 0
+    ids = [r["id"] for r in json.loads(capsys.readouterr().out)]
+    assert len(ids) == len(set(ids)) == sum(len(f) for f in FAMILIES.values()) >= 100
+    assert set(FAMILIES) == {"doctor", "profile", "loadtest"}
+    for fid in ids:
+        assert main(["explain", fid, "--json"]) == 0, fid
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["id"] == fid and doc["title"] and doc["checks"] and doc["why"] and doc["fix"], fid
