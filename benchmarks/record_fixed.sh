@@ -45,26 +45,26 @@ fixed() {
     profile "$name" "$limit" "${pflags[@]}" -- python3 $ARM "$cfg"
 }
 
+# slow_and_fixed NAME SCRIPT ARGS...: a workload with its own --fixed flag, profiled both ways, then timed
+# without the profiler in three alternating rounds of 6000 steps (wall time of each run)
+slow_and_fixed() {
+    local name=$1; shift
+    profile "$name" 150 --skip-first 1500 --steps 4 -- python3 "$@"
+    profile "$name-fixed" 150 --skip-first 1500 --steps 4 -- python3 "$@" --fixed
+    for r in 1 2 3; do
+        echo "round $r slow: $(timeout 100 python3 "$@" --steps 6000 | tail -1)"
+        echo "round $r fixed: $(timeout 100 python3 "$@" --steps 6000 --fixed | tail -1)"
+    done | tee "$OUT/$name.timing.txt"
+}
+
 case $LANE in
 copies)
-    SW="$W/stream_window.py"
-    profile stream-window 150 --skip-first 1500 --steps 4 -- python3 $SW
-    profile stream-window-fixed 150 --skip-first 1500 --steps 4 -- python3 $SW --fixed
-    for r in 1 2 3; do
-        echo "round $r slow: $(timeout 100 python3 $SW --steps 6000 | tail -1)"
-        echo "round $r fixed: $(timeout 100 python3 $SW --steps 6000 --fixed | tail -1)"
-    done | tee "$OUT/stream-window.timing.txt"
+    slow_and_fixed stream-window $W/stream_window.py
     profile kv-cat-long-fixed 240 --skip-first 600 --steps 2 -- \
         python3 $W/kv_cat_decode.py --batch-size 64 --max-new-tokens 960 --static-cache
     fixed hf-grad-ckpt-fixed no-checkpointing 60 200 --steps 2 -- $W/hf_grad_ckpt_train.py ;;
 decay)  # the streaming window read in order (pooled by age): its fix is a mirrored ring buffer
-    SD="$W/stream_window.py --reader decay"
-    profile stream-decay 150 --skip-first 1500 --steps 4 -- python3 $SD
-    profile stream-decay-fixed 150 --skip-first 1500 --steps 4 -- python3 $SD --fixed
-    for r in 1 2 3; do
-        echo "round $r slow: $(timeout 100 python3 $SD --steps 6000 | tail -1)"
-        echo "round $r fixed: $(timeout 100 python3 $SD --steps 6000 --fixed | tail -1)"
-    done | tee "$OUT/stream-decay.timing.txt" ;;
+    slow_and_fixed stream-decay $W/stream_window.py --reader decay ;;
 models)
     fixed gpt2-fixed tf32 60 200 --steps 2 -- $W/gpt2_train.py
     fixed llama-fixed bf16-autocast 60 200 --steps 2 -- $W/llama_train.py
