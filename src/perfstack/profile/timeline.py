@@ -102,20 +102,24 @@ def sweep(events: Sequence[tuple[float, float, int]], a: float, b: float, n_cats
             points.append((e, -1, c))
     points.sort()
     active = [0] * n_cats
+    mask = 0  # bit k set while category k is active: the lowest set bit is the one that counts
+    comm_bit = 0 if comm is None else 1 << comm
     out = [0.0] * n_cats
     overlapped = exposed = 0.0
-    prev = None
+    prev = 0.0
     for t, d, c in points:
-        if prev is not None and t > prev:
-            for k in range(n_cats):
-                if active[k]:
-                    out[k] += t - prev
-                    if comm is not None and active[comm]:
-                        if k == comm:
-                            exposed += t - prev
-                        else:
-                            overlapped += t - prev
-                    break
-        active[c] += d
+        if mask and t > prev:
+            k = (mask & -mask).bit_length() - 1
+            out[k] += t - prev
+            if mask & comm_bit:
+                if k == comm:
+                    exposed += t - prev
+                else:
+                    overlapped += t - prev
+        n = active[c] = active[c] + d
+        if n:
+            mask |= 1 << c
+        else:
+            mask &= ~(1 << c)
         prev = t
     return out, overlapped, exposed
