@@ -123,8 +123,9 @@ def load(path: str, block: int = 512, seed: int = 0, tokenizer: Any = None) -> t
                 text = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:inp], skip_special_tokens=True)
         else:
             text = f"{i}: " + _text(random.Random(seed * 1_000_003 + i + 1), max(1, inp - 1), tokenizer)[0]
-        count = inp if tokenizer is None else len(tokenizer.encode(text, add_special_tokens=False))
-        prompts.append(Prompt(text, count, out))
+        # with a tokenizer, what is sent counted as the server will (decoding and encoding again can merge)
+        prompts.append(Prompt(text, inp if tokenizer is None else len(tokenizer.encode(text, add_special_tokens=False)),
+                              out))
     notes = []
     if bad:
         shown = ", ".join(str(b) for b in bad[:MAX_BAD_LINES_SHOWN]) + ("…" if len(bad) > MAX_BAD_LINES_SHOWN else "")

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import COMPILED
+from perfstack.profile.trace import CONCAT_OPS
 from perfstack.records.profile import CopyBound, CopyOp
 from perfstack.profile.waste import MIN_KERNEL_US, Waste, _hbm_gbps
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from perfstack.specs.table import GpuSpec
 
 STACK_OPS = {"aten::stack", "aten::hstack", "aten::vstack", "aten::dstack"}
-CAT_OPS = {"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate"} | STACK_OPS
+CAT_OPS = CONCAT_OPS | STACK_OPS
 INDEX_OPS = {"aten::index", "aten::index_select", "aten::gather", "aten::take_along_dim", "aten::masked_select"}
 CLONE_OPS = {"aten::clone", "aten::contiguous", "aten::copy_", "aten::_copy_from"}
 COPY_OPS = CAT_OPS | INDEX_OPS | CLONE_OPS

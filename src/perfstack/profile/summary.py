@@ -82,12 +82,12 @@ def _measured_scale(tl: Timeline, n: int, model: float, estimated: float,
     """The CPU scale that replays the trace at the step time measured without the profiler, what the note
     adds about it, and whether it is the calibrated estimate after all (the measured time cannot tell it)."""
     target = unprofiled_ms * 1e3 * n
-    floor = recorded(tl, MIN_SCALE)
-    # Nearly flat between the calibrated estimate and the CPU as recorded: every CPU speed in that range
-    # replays within a few % of the measured time, inside a measured step's own noise; the measured time
-    # cannot choose among them (solving would take the slowest, as recorded)
-    flat = recorded(tl) < recorded(tl, estimated) * FLAT
-    if recorded(tl, estimated) < floor * 1.05 or floor > target * 1.02 or flat:
+    floor, at_estimate = recorded(tl, MIN_SCALE), recorded(tl, estimated)
+    # Nearly flat between the calibrated estimate and the CPU as recorded (``model``): every CPU speed in
+    # that range replays within a few % of the measured time, inside a measured step's own noise; the
+    # measured time cannot choose among them (solving would take the slowest, as recorded)
+    flat = model * 1e3 * n < at_estimate * FLAT
+    if at_estimate < floor * 1.05 or floor > target * 1.02 or flat:
         # The step is GPU-bound (a faster CPU barely changes it), or even a CPU five times faster
         # would not make it that short: the measured time says nothing about the CPU's speed, and
         # what differs is on the GPU side (run-to-run noise, clocks).

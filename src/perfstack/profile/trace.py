@@ -86,7 +86,7 @@ class CpuEvent(msgspec.Struct, gc=False):
     dims: Optional[List[Any]] = None  # Input Dims of an operator, as in the trace; shared: do not modify
     types: Optional[List[Any]] = None  # Input type of an operator; shared: do not modify
     concrete: Optional[List[Any]] = None  # Concrete Inputs (scalar and int-list arguments as strings); shared
-    strides: Optional[List[Any]] = None  # Input Strides, kept for concatenations only (STRIDED_OPS); shared
+    strides: Optional[List[Any]] = None  # Input Strides, kept for concatenations only (CONCAT_OPS); shared
 
 
 @dataclass
@@ -176,9 +176,8 @@ class _Shapes(dict[bytes, Any]):
         return v
 
 
-# The operators whose Input Strides are kept: a concatenation's show whether an input is a slice of a larger
-# tensor (a window rolled forward); every other operator's would only cost memory on a large trace.
-STRIDED_OPS = frozenset({"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate"})
+# Concatenations, the only operators whose Input Strides are kept (they show a window rolled forward)
+CONCAT_OPS = frozenset({"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate"})
 
 _EVENT = msgspec.json.Decoder(_Event)
 _EVENTS = msgspec.json.Decoder(List[_Event])
@@ -404,7 +403,7 @@ class _Builder:
             # Input Dims, Input type, Concrete Inputs: one list per distinct text (null: None)
             add_op(CpuEvent(kind, n, ts, dur, tid, None, a.external_id, shapes[bytes(a.dims)],
                             shapes[bytes(a.types)], shapes[bytes(a.concrete)],
-                            shapes[bytes(a.strides)] if n in STRIDED_OPS else None))
+                            shapes[bytes(a.strides)] if n in CONCAT_OPS else None))
         self.skipped += skipped
         self._gpu_events(gpu)
 
@@ -498,4 +497,4 @@ class _Builder:
         t.ops.append(CpuEvent(kind, n, ts, dur, tid, None, _int(args.get("External id")),
                               _shapes(args.get("Input Dims")), _shapes(args.get("Input type")),
                               _shapes(args.get("Concrete Inputs")),
-                              _shapes(args.get("Input Strides")) if n in STRIDED_OPS else None))
+                              _shapes(args.get("Input Strides")) if n in CONCAT_OPS else None))
