@@ -14,21 +14,21 @@ from perfstack.records.base import Record
 @dataclass
 class GpuStep:
     """A step as the GPU timeline sees it (the ``steps`` pass): its time, busy and idle, exclusive
-    category times, idle by cause, kernels and NCCL time."""
+    category times, idle by cause, kernels and NCCL time. (Defaults: what a loaded row lacks.)"""
 
-    step: int
-    total_ms: float
-    cpu_ms: float
-    gpu_ms: float
-    busy_ms: float
-    busy_pct: float
-    idle_ms: float
-    categories: dict[str, float]
-    idle_by_reason_ms: dict[str, float]
-    kernels: int
-    comm_ms: float
-    comm_exposed_ms: float
-    comm_overlapped_ms: float
+    step: int = 0
+    total_ms: float = 0.0
+    cpu_ms: float = 0.0
+    gpu_ms: float = 0.0
+    busy_ms: float = 0.0
+    busy_pct: float = 0.0
+    idle_ms: float = 0.0
+    categories: dict[str, float] = field(default_factory=dict)
+    idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
+    kernels: int = 0
+    comm_ms: float = 0.0
+    comm_exposed_ms: float = 0.0
+    comm_overlapped_ms: float = 0.0
 
 
 @dataclass
@@ -49,32 +49,10 @@ class CpuCounts:
 
 
 @dataclass
-class Step(Record):
-    """One row of ``profile.steps``: the GPU view of the step, then its CPU-side counts."""
+class Step(CpuCounts, GpuStep, Record):
+    """One row of ``profile.steps``: the GPU view of the step (``GpuStep``'s fields), then its CPU-side
+    counts (``CpuCounts``'), in that order (a dataclass takes its bases' fields from the last base first)."""
 
-    step: int = 0
-    total_ms: float = 0.0
-    cpu_ms: float = 0.0
-    gpu_ms: float = 0.0
-    busy_ms: float = 0.0
-    busy_pct: float = 0.0
-    idle_ms: float = 0.0
-    categories: dict[str, float] = field(default_factory=dict)
-    idle_by_reason_ms: dict[str, float] = field(default_factory=dict)
-    kernels: int = 0
-    comm_ms: float = 0.0
-    comm_exposed_ms: float = 0.0
-    comm_overlapped_ms: float = 0.0
-    launches: int = 0
-    graph_launches: int = 0
-    syncs: int = 0
-    alloc_calls: int = 0
-    cpu_events: int = 0
-    launch_cpu_ms: float = 0.0
-    sync_wait_ms: float = 0.0
-    alloc_ms: float = 0.0
-    data_wait_ms: float = 0.0
-    launch_call_us: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
