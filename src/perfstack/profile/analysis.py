@@ -33,6 +33,8 @@ class Analysis:
         self._cost_of: dict[tuple[Any, ...], flops.Cost] = {}
         self._op_time: dict[int, float] | None = None
         self._op_names: frozenset[str] | None = None
+        self._event_costs: list[flops.Cost | None] | None = None
+        self._in_steps: dict[str, list[int]] | None = None
 
     def op_names(self) -> frozenset[str]:
         """The distinct names of the trace's operators: a pass that looks for a name asks here first, and
@@ -54,6 +56,25 @@ class Analysis:
                 c = self._cost_of[key] = flops.cost(op.name, op.dims, op.types, concrete)
             self.costs[o] = c
         return c
+
+    def event_costs(self) -> list[flops.Cost | None]:
+        """Per GPU event (indexed like ``gpu``), the cost of the op that launched it (None: no op, or no
+        cost): the passes read it for hundreds of thousands of events each, once computed."""
+        if self._event_costs is None:
+            cost = self.cost
+            self._event_costs = [cost(o) for o in self.att.op]
+        return self._event_costs
+
+    def in_steps(self, category: str) -> list[int]:
+        """The GPU events of one category launched inside the steps, in order: a pass that looks at GEMMs
+        only, or copies only, reads these rather than every event of the trace."""
+        if self._in_steps is None:
+            by_cat: dict[str, list[int]] = defaultdict(list)
+            for i, (s, c) in enumerate(zip(self.att.step, self.att.category)):
+                if s >= 0:
+                    by_cat[c].append(i)
+            self._in_steps = by_cat
+        return self._in_steps.get(category, [])
 
     def known_cost(self, o: int) -> flops.Cost:
         """The cost of op ``o``, where the caller has already seen that there is one."""

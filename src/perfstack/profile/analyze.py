@@ -20,7 +20,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import islice
 from operator import le
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
@@ -189,10 +189,6 @@ class _GpuTimeline:
         self.busy_ends = [e for _, e in self.busy]
         self.starts = [g.ts for g in gpu]
 
-    def first_at_or_after(self, t: float) -> int | None:
-        i = bisect_left(self.starts, t - 1e-6)
-        return i if i < len(self.gpu) else None
-
 
 def _periods(A: Analysis, per_step: list[list[int]]) -> list[tuple[float, float]]:
     """Each step's GPU period. Periods tile the timeline: a step's runs from the end of the previous
@@ -230,7 +226,8 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     cpu_us, period = b - a, g1 - g0
     total = max(cpu_us, period)
     comm_idx = CAT_INDEX["comm"]
-    evs = [(gpu[i].ts, gpu[i].ts + gpu[i].dur, CAT_INDEX[att.category[i]]) for i in idx]
+    events = list(map(gpu.__getitem__, idx))
+    evs = [(g.ts, g.ts + g.dur, CAT_INDEX[c]) for g, c in zip(events, map(att.category.__getitem__, idx))]
     excl, comm_ov, comm_ex = sweep(evs, min(g0, a) - 1e9, max(g1, b) + 1e9, len(classify.PRIORITY), comm_idx)
     busy = sum(excl)
     idle = max(0.0, total - busy)
@@ -238,16 +235,17 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     gaps_out: list[IdleGap] = []
     if gpu and period > 0:
         lo = max(0, bisect_left(tl.busy_ends, g0) - 1)
-        for s, e in gaps(tl.busy, g0, g1, lo):
-            nxt = tl.first_at_or_after(e)
-            launch = trace.runtime[att.launch[nxt]] if nxt is not None and att.launch[nxt] >= 0 else None
-            why = cpu.gap_reason(s, e, launch, A.cs)
+        starts, launch_of, rts, n_gpu = tl.starts, att.launch, trace.runtime, len(gpu)
+        for s, e in gaps(tl.busy, g0, g1, lo):  # (a large trace has hundreds of thousands: kept lean)
+            nxt = bisect_left(starts, e - 1e-6)  # the first event at or after the gap's end
+            j = launch_of[nxt] if nxt < n_gpu else -1
+            why = cpu.gap_reason(s, e, rts[j] if j >= 0 else None, A.cs)
             reasons[why] += e - s
             if e - s >= GAP_LIST_US:
                 gaps_out.append(IdleGap(start_ms=_ms(s - A.windows[0][1]), duration_ms=_ms(e - s), step=number,
                                         reason=why,
                                         before=_neighbour(gpu, tl.starts, s, True),
-                                        after=classify.short_name(gpu[nxt].name, 60) if nxt is not None else ""))
+                                        after=classify.short_name(gpu[nxt].name, 60) if nxt < n_gpu else ""))
     unexplained = idle - sum(reasons.values())
     if unexplained > 0.5:
         # the CPU window outlasted the GPU period: the GPU was fed from a queue built up before
@@ -257,7 +255,7 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     row = GpuStep(step=number, total_ms=_ms(total), cpu_ms=_ms(cpu_us), gpu_ms=_ms(period), busy_ms=_ms(busy),
                   busy_pct=_pct(busy, total), idle_ms=_ms(idle),
                   categories=categories, idle_by_reason_ms={r: _ms(v) for r, v in reasons.items() if v > 0},
-                  kernels=sum(1 for i in idx if gpu[i].kind == "kernel"), comm_ms=_ms(excl[comm_idx] + comm_ov),
+                  kernels=sum(1 for g in events if g.kind == "kernel"), comm_ms=_ms(excl[comm_idx] + comm_ov),
                   comm_exposed_ms=_ms(comm_ex),
                   comm_overlapped_ms=_ms(comm_ov))
     return row, gaps_out
@@ -280,35 +278,39 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     ends = [b for _, _, b in A.windows]
     acc: list[dict[str, float]] = [defaultdict(float) for _ in A.windows]
     events = [0] * len(A.windows)  # recorded CPU events per step
-    # a loop over every runtime call of the trace: the step found inline, what a name counts as looked up
-    # once per name; the ops (millions) are counted by bisection, and looped over only for their waits
-    counted: dict[str, bool] = {}
-    for r in t.runtime:
-        ts = r.ts
-        k = bisect_left(starts, ts + 1e-9) - 1
-        if k < 0 or ts >= ends[k]:
-            continue
-        events[k] += 1
-        name = r.name
-        c = counted.get(name)
-        if c is None:
-            c = counted[name] = name in _COUNTED_CALLS
-        if c:
-            _count_runtime(acc[k], name, r.dur)
+    # what a name counts as, looked up once per name: a trace has hundreds of thousands of runtime calls
+    kinds = {name: _call_kind(name) for name in {r.name for r in t.runtime}}
+    in_order = all(map(le, starts, islice(starts, 1, None)))
+    ranges = _ranges([r.ts for r in t.runtime], starts, ends) if in_order else None
+    if ranges is not None:
+        # the calls of each step at once, where they and the steps are in time order (a loaded trace's are)
+        for k, (lo, hi) in enumerate(ranges):
+            events[k] += hi - lo
+            _count_runtime(acc[k], t.runtime[lo:hi], kinds)
+    else:
+        for r in t.runtime:
+            ts = r.ts
+            k = bisect_left(starts, ts + 1e-9) - 1
+            if k < 0 or ts >= ends[k]:
+                continue
+            events[k] += 1
+            _count_runtime(acc[k], (r,), kinds)
     # per name: 1 a DataLoader wait, 2 empty_cache, 0 neither
     waits = {name: 1 if name.startswith("enumerate(DataLoader)") else 2 if "empty_cache" in name else 0
              for name in A.op_names()}
-    counted_ops = _count_sorted(t.ops, starts, ends, events)
+    op_ranges = _ranges([o.ts for o in t.ops], starts, ends)
+    for k, (lo, hi) in enumerate(op_ranges or ()):
+        events[k] += hi - lo  # the ops (millions) counted by bisection, and looped over only for their waits
     some_wait = any(waits.values())
-    for o in (t.ops if some_wait or not counted_ops else ()):
+    for o in (t.ops if some_wait or op_ranges is None else ()):
         w = waits[o.name]
-        if counted_ops and not w:
+        if op_ranges is not None and not w:
             continue
         ts = o.ts
         k = bisect_left(starts, ts + 1e-9) - 1
         if k < 0 or ts >= ends[k]:
             continue
-        if not counted_ops:
+        if op_ranges is None:
             events[k] += 1
         if w == 1:
             acc[k]["data_wait_ms"] += o.dur / 1e3
@@ -322,21 +324,19 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
             for a, n in zip(acc, events)]
 
 
-def _count_sorted(ops: list[CpuEvent], starts: list[float], ends: list[float], events: list[int]) -> bool:
-    """Add to ``events`` the operators in each step window, counted by bisection where the operators are
-    in time order (as a loaded trace's are: a large one has millions), as the loop in _cpu_counts counts
-    them (an op belongs to the last window starting before it, if it starts before that window ends).
-    False, with nothing counted, where they are not in order."""
-    ts = [o.ts for o in ops]
+def _ranges(ts: list[float], starts: list[float], ends: list[float]) -> list[tuple[int, int]] | None:
+    """Per step window, the range of indices of the events (start times ``ts``) that _cpu_counts gives it (an
+    event belongs to the last window starting before it, if it starts before that window ends), found by
+    bisection where the events are in time order (a large trace has millions); None where they are not."""
     if not all(map(le, ts, islice(ts, 1, None))):
-        return False
-    first = [_first_after(ts, a) for a in starts]  # the first op of each window's range, and the end of the last
+        return None
+    first = [_first_after(ts, a) for a in starts]  # the first event of each window's range, and the end of the last
     first.append(len(ts))
+    out = []
     for k, e in enumerate(ends):
         lo, hi = first[k], first[k + 1]
-        if hi > lo:
-            events[k] += bisect_left(ts, e, lo, hi) - lo
-    return True
+        out.append((lo, bisect_left(ts, e, lo, hi) if hi > lo else lo))
+    return out
 
 
 def _first_after(ts: list[float], a: float) -> int:
@@ -352,24 +352,43 @@ def _first_after(ts: list[float], a: float) -> int:
     return lo
 
 
-_COUNTED_CALLS = (cpu.KERNEL_LAUNCHES | cpu.GRAPH_LAUNCHES | cpu.SYNC_CALLS | cpu.BLOCKING_COPIES
-                  | cpu.ALLOC_CALLS)  # the runtime calls _count_runtime counts more than an event of
+LAUNCH, GRAPH, SYNC, ALLOC = 1, 2, 4, 8  # what a runtime call counts as, more than an event (_call_kind)
 
 
-def _count_runtime(a: dict[str, float], name: str, dur: float) -> None:
-    """Count one CUDA runtime call that launches, syncs or allocates into its step's accumulator."""
-    if name in cpu.KERNEL_LAUNCHES or name in cpu.GRAPH_LAUNCHES:
-        a["launches"] += 1
-        a["launch_cpu_ms"] += dur / 1e3
-        a["_launch_us"] += dur
-    if name in cpu.GRAPH_LAUNCHES:
-        a["graph_launches"] += 1
-    if name in cpu.SYNC_CALLS or name in cpu.BLOCKING_COPIES:
-        a["syncs"] += 1
-        a["sync_wait_ms"] += dur / 1e3
-    if name in cpu.ALLOC_CALLS:
-        a["alloc_calls"] += 1
-        a["alloc_ms"] += dur / 1e3
+def _call_kind(name: str) -> int:
+    return ((LAUNCH if name in cpu.KERNEL_LAUNCHES or name in cpu.GRAPH_LAUNCHES else 0)
+            | (GRAPH if name in cpu.GRAPH_LAUNCHES else 0)
+            | (SYNC if name in cpu.SYNC_CALLS or name in cpu.BLOCKING_COPIES else 0)
+            | (ALLOC if name in cpu.ALLOC_CALLS else 0))
+
+
+def _count_runtime(a: dict[str, float], calls: Iterable[CpuEvent], kinds: dict[str, int]) -> None:
+    """Count the CUDA runtime calls of one step that launch, sync or allocate into its accumulator (the sums
+    kept at hand, added in the calls' order, and stored once)."""
+    launches = graph_launches = syncs = alloc_calls = 0
+    launch_ms = launch_us = sync_ms = alloc_ms = 0.0
+    for r in calls:
+        kind = kinds[r.name]
+        if not kind:
+            continue
+        dur = r.dur
+        if kind & LAUNCH:
+            launches += 1
+            launch_ms += dur / 1e3
+            launch_us += dur
+        if kind & GRAPH:
+            graph_launches += 1
+        if kind & SYNC:
+            syncs += 1
+            sync_ms += dur / 1e3
+        if kind & ALLOC:
+            alloc_calls += 1
+            alloc_ms += dur / 1e3
+    for key, v in (("launches", launches), ("launch_cpu_ms", launch_ms), ("_launch_us", launch_us),
+                   ("graph_launches", graph_launches), ("syncs", syncs), ("sync_wait_ms", sync_ms),
+                   ("alloc_calls", alloc_calls), ("alloc_ms", alloc_ms)):
+        if v:
+            a[key] += v
 
 
 def _per_step_names(A: Analysis, names: set[str]) -> dict[str, float]:

@@ -14,18 +14,19 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import eq
-from typing import Any, Sequence
+from itertools import compress, islice
+from operator import attrgetter, eq
+from typing import Any, Callable, NamedTuple, Sequence
 
 from perfstack.profile import classify
-from perfstack.profile.trace import GpuEvent, Trace
+from perfstack.profile.trace import CpuEvent, GpuEvent, Trace
 # how GPU work was given its step: the words a Run's profile.timeline.attribution keeps
 from perfstack.records.profile.means import Attribution as Method
 
 PHASES = ("forward", "backward", "optimizer")
 _RANK = {"attention": 0, "conv": 1, "gemm": 2, "copy": 3}
 COMPILED, LOSS, ATTN_MATH, DATALOADER = 1, 2, 4, 8
+COPYING, CASTING = 16, 32  # a copy operator (classify.COPY_OPS), a cast (classify.CASTS), at or above the op
 
 
 @dataclass
@@ -71,7 +72,28 @@ def _flags_of(name: str) -> int:
         f |= ATTN_MATH
     if name.startswith("enumerate(DataLoader)"):
         f |= DATALOADER
+    if name in classify.COPY_OPS:
+        f |= COPYING
+    if name in classify.CASTS:
+        f |= CASTING
     return f
+
+
+class _Context(NamedTuple):
+    """What an op's ancestors and its own name make of it: its family, phase and flags, and (filled as they
+    are met) the context of each name of op opened inside it. Ops share a few dozen contexts: one per
+    distinct path of names that matters, where a trace has millions of ops and a few hundred names."""
+    family: str | None
+    phase: str
+    flags: int
+    children: dict[str, _Context]
+
+    def child(self, name: str) -> _Context:
+        own, ph, fl = classify.family(name), _phase_of(name), _flags_of(name)
+        pf = self.family
+        fam = pf if own is None or (pf is not None and _RANK[pf] <= _RANK[own]) else own
+        phase = "optimizer" if self.phase == "optimizer" else (ph or self.phase)
+        return _Context(fam, phase, self.flags | fl, {})
 
 
 def nest(trace: Trace) -> tuple[OpInfo, Sequence[int]]:
@@ -87,51 +109,60 @@ def nest(trace: Trace) -> tuple[OpInfo, Sequence[int]]:
     tids = [o.tid for o in ops]
     tids += [r.tid for r in rts]
     order = sorted(range(len(ts)), key=ts.__getitem__)
-    _break_ties(order, ts, [-o.dur for o in ops] + [-r.dur for r in rts])
-    ends = [t + o.dur for t, o in zip(ts, ops)]
+    _break_ties(order, ts, lambda x: -(ops[x].dur if x < n_ops else rts[x - n_ops].dur))
     parent = array("q", [-1]) * n_ops  # (an array: millions of ints cost a tenth of a list of them)
     rparent = array("q", [-1]) * len(rts)
-    fam: list[str | None] = [None] * n_ops
-    phase = ["forward"] * n_ops
-    flags = [0] * n_ops
-    own_of: dict[str, tuple[str | None, str | None, int]] = {}  # per name: family, phase, flags of its own
-    stacks: dict[Any, list[tuple[float, int]]] = {}  # per thread: (end, op index) of the open ops, innermost last
+    root = _Context(None, "forward", 0, {})  # what an op with no parent inherits
+    context = [root] * n_ops
+    _sweep(order, ts, tids, ops, root, parent, rparent, context)
+    fam = list(map(attrgetter("family"), context))
+    phase = list(map(attrgetter("phase"), context))
+    flags = list(map(attrgetter("flags"), context))
+    return OpInfo(parent, fam, phase, flags), rparent
+
+
+def _sweep(order: list[int], ts: list[float], tids: list[Any], ops: list[CpuEvent], root: _Context,
+           parent: array[int], rparent: array[int], context: list[_Context]) -> None:
+    """The events in ``order``: each op's parent and context, each runtime call's innermost op."""
+    n_ops = len(ops)
+    # per thread, (end, op, its context) of the open ops, innermost last, above a bottom that never closes (so
+    # the loop needs no test for an empty stack); the threads take turns rarely (a few hundred times in a
+    # trace of millions of events), so the loop keeps the current thread's stack and its top at hand
+    stacks: dict[Any, list[tuple[float, int, _Context]]] = {}
+    thread = object()  # none yet
+    stack = [(float("inf"), -1, root)]
+    top_end, top, top_ctx = stack[-1]
     for x in order:
-        t = ts[x]
         tid = tids[x]
-        stack = stacks.get(tid)
-        if stack is None:
-            stack = stacks[tid] = []
-        while stack and stack[-1][0] <= t:
+        if tid != thread:
+            stack = stacks.setdefault(tid, [(float("inf"), -1, root)])
+            thread = tid
+            top_end, top, top_ctx = stack[-1]
+        t = ts[x]
+        while t >= top_end:
             stack.pop()
-        top = stack[-1][1] if stack else -1
+            top_end, top, top_ctx = stack[-1]
         if x >= n_ops:
             rparent[x - n_ops] = top
             continue
         parent[x] = top
-        stack.append((ends[x], x))
+        op = ops[x]
         # ancestors before descendants: the parent, open on the stack, was seen first
-        name = ops[x].name
-        own_ph_fl = own_of.get(name)
-        if own_ph_fl is None:
-            own_ph_fl = own_of[name] = (classify.family(name), _phase_of(name), _flags_of(name))
-        own, ph, fl = own_ph_fl
-        if top >= 0:
-            pf = fam[top]
-            fam[x] = pf if own is None or (pf is not None and _RANK[pf] <= _RANK[own]) else own
-            phase[x] = "optimizer" if phase[top] == "optimizer" else (ph or phase[top])
-            flags[x] = flags[top] | fl
-        else:
-            fam[x] = own
-            phase[x] = ph or "forward"
-            flags[x] = fl
-    return OpInfo(parent, fam, phase, flags), rparent
+        try:
+            ctx = top_ctx.children[op.name]
+        except KeyError:
+            ctx = top_ctx.children[op.name] = top_ctx.child(op.name)
+        context[x] = ctx
+        top_end, top, top_ctx = t + op.dur, x, ctx
+        stack.append((top_end, x, ctx))
 
 
-def _break_ties(order: list[int], ts: list[float], neg_dur: list[float]) -> None:
+def _break_ties(order: list[int], ts: list[float], neg_dur: Callable[[int], float]) -> None:
     """Order, in place, each run of ``order`` that starts at the same instant by (longest first, index)."""
-    t = [ts[x] for x in order]
-    same = list(compress(range(1, len(t)), map(eq, t[1:], t)))  # positions that start with the one before
+    t = list(map(ts.__getitem__, order))
+    if not any(map(eq, islice(t, 1, None), t)):
+        return
+    same = list(compress(range(1, len(t)), map(eq, islice(t, 1, None), t)))  # positions that start with the one before
     k = 0
     while k < len(same):
         a = b = same[k]  # the run is order[a - 1 : b + 1]
@@ -139,7 +170,7 @@ def _break_ties(order: list[int], ts: list[float], neg_dur: list[float]) -> None
         while k < len(same) and same[k] == b + 1:
             b = same[k]
             k += 1
-        order[a - 1:b + 1] = sorted(order[a - 1:b + 1], key=lambda x: (neg_dur[x], x))
+        order[a - 1:b + 1] = sorted(order[a - 1:b + 1], key=lambda x: (neg_dur(x), x))
 
 
 def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float, float]]) -> Attribution:

@@ -20,6 +20,8 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
 
+from perfstack.profile.trace import CONCAT_OPS
+
 CATEGORIES = ("gemm", "conv", "attention", "elementwise", "copy", "optimizer", "memcpy", "memset", "comm", "other")
 # When kernels of several categories run at once (several streams), the instant is counted once,
 # for the first active category in this order: compute first, then copies, then communication.
@@ -40,6 +42,14 @@ _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::_scaled_mm", "aten::addmv", "aten::mv", "aten::_addmm_activation"}
 LOSS_OPS = re.compile(r"cross_entropy|log_softmax|nll_loss|LogSoftmaxBackward|NllLossBackward|_softmax_backward", re.I)
+# The operators that copy memory (what ``copies`` measures) and the casts (the fusion finding's copies, not its):
+# ``attribute`` marks every op at or below one of them, so that ``copies`` need not walk up to see.
+STACK_OPS = {"aten::stack", "aten::hstack", "aten::vstack", "aten::dstack"}
+CAT_OPS = CONCAT_OPS | STACK_OPS
+INDEX_OPS = {"aten::index", "aten::index_select", "aten::gather", "aten::take_along_dim", "aten::masked_select"}
+CLONE_OPS = {"aten::clone", "aten::contiguous", "aten::copy_", "aten::_copy_from"}
+COPY_OPS = CAT_OPS | INDEX_OPS | CLONE_OPS
+CASTS = {"aten::to", "aten::_to_copy", "aten::type_as"}
 
 # Kernel names, for kernels no operator explains.
 _NCCL = re.compile(r"^(void )?nccl|ncclDevKernel|ncclKernel", re.I)

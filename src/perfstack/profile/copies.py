@@ -50,28 +50,22 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from perfstack.profile import classify
-from perfstack.profile.attribute import COMPILED
-from perfstack.profile.trace import CONCAT_OPS
+from perfstack.profile.attribute import CASTING, COMPILED, COPYING
+from perfstack.profile.classify import CAT_OPS, STACK_OPS
 from perfstack.records.profile import CopyBound, CopyOp
 from perfstack.profile.waste import MIN_KERNEL_US, Waste, _hbm_gbps
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
+    from perfstack.profile.trace import CpuEvent
     from perfstack.specs.table import GpuSpec
 
-STACK_OPS = {"aten::stack", "aten::hstack", "aten::vstack", "aten::dstack"}
-CAT_OPS = CONCAT_OPS | STACK_OPS
-INDEX_OPS = {"aten::index", "aten::index_select", "aten::gather", "aten::take_along_dim", "aten::masked_select"}
-CLONE_OPS = {"aten::clone", "aten::contiguous", "aten::copy_", "aten::_copy_from"}
-COPY_OPS = CAT_OPS | INDEX_OPS | CLONE_OPS
-CASTS = {"aten::to", "aten::_to_copy", "aten::type_as"}
 MIN_LINKS = 2  # calls that concatenate onto the previous one's output, for a series to be growing
 REPORT_SHARE = 0.25  # copies of tensors that do not grow are reported from this share of the GPU time
-_MEMO_MAX = 1 << 16  # ops remembered by _root: a large trace's millions would hold a hundred MB
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 _DTYPE_IN_NAME = (("BFloat16", 2), ("Half", 2), ("float", 4), ("double", 8), ("long", 8), ("int", 4))
 
@@ -133,23 +127,30 @@ def _calls(A: Analysis) -> list[_Call]:
     """Every call of a copy operator that launched device-to-device copies in the steps, in time order;
     device-to-device memcpys no copy operator launched are one call each."""
     gpu, att, ops = A.gpu, A.att, A.trace.ops
-    root_of: dict[int, tuple[bool, int]] = {}
+    flags = att.ops.flags
     by_root: dict[int, _Call] = {}
     loose: list[_Call] = []
-    for i, g in enumerate(gpu):
-        if att.step[i] < 0 or att.phase[i] == "optimizer" or g.kind == "memset":
+    dtod: dict[str, bool] = {}  # per memcpy name: device to device
+    described: dict[tuple[Any, ...], _Call] = {}  # per copy operator's name and arguments: see _describe
+    for i, (s, ph, g, o) in enumerate(zip(att.step, att.phase, gpu, att.op)):
+        if s < 0 or ph == "optimizer" or g.kind == "memset":
             continue
-        if g.kind == "memcpy" and classify.memcpy_kind(g.name)[0] != "DtoD":
-            continue
-        o = att.op[i]
-        r = _root(A, o, root_of) if o >= 0 else -1
+        if g.kind == "memcpy":
+            d = dtod.get(g.name)
+            if d is None:
+                d = dtod[g.name] = classify.memcpy_kind(g.name)[0] == "DtoD"
+            if not d:
+                continue
+        # the flags say at once whether a copy operator encloses the op, and no cast or compiled code does
+        fl = flags[o] if o >= 0 else 0
+        r = _root(A, o) if fl & COPYING and not fl & (CASTING | COMPILED) else -1
         if r < 0:
             if g.kind == "memcpy" and g.bytes:
                 loose.append(_Call(-1, "Memcpy DtoD", [i], g.dur, 2.0 * g.bytes))
             continue
         c = by_root.get(r)
         if c is None:
-            c = by_root[r] = _describe(A, r)
+            c = by_root[r] = _describe(A, r, described)
         c.events.append(i)
         c.time += g.dur
         if g.kind == "memcpy" and g.bytes and not c.shape:
@@ -163,29 +164,17 @@ def _calls(A: Analysis) -> list[_Call]:
     return out
 
 
-def _root(A: Analysis, o: int, memo: dict[int, tuple[bool, int]]) -> int:
-    """The outermost copy operator among ``o`` and its ancestors; -1 when there is none, or when a cast
-    or compiled code encloses ``o``. ``memo``: per op, (a cast or compiled code at or above it, the
-    outermost copy operator at or above it)."""
+def _root(A: Analysis, o: int) -> int:
+    """The outermost copy operator among ``o`` and its ancestors, where one is (``o``'s flags have COPYING)
+    and no cast or compiled code encloses ``o``; -1 when it is a ``copy_`` between dtypes (a cast)."""
     ops, parent, flags = A.trace.ops, A.att.ops.parent, A.att.ops.flags
-    if len(memo) > _MEMO_MAX:
-        # the events come in time order and their ancestors with them: what is forgotten is behind
-        memo.clear()
-    chain, x = [], o
-    while x >= 0 and x not in memo:
-        chain.append(x)
+    x = o
+    # up while the parent is itself at or below a copy operator: the outermost one's parent is not
+    while parent[x] >= 0 and flags[parent[x]] & COPYING:
         x = parent[x]
-    cast, outer = memo[x] if x >= 0 else (False, -1)
-    for y in reversed(chain):
-        name = ops[y].name
-        cast = cast or name in CASTS or bool(flags[y] & COMPILED)
-        if outer < 0 and name in COPY_OPS:
-            outer = y
-        memo[y] = (cast, outer)
-    cast, outer = memo[o]
-    if cast or outer < 0 or (ops[outer].name == "aten::copy_" and _cast(ops[outer].types)):
+    if ops[x].name == "aten::copy_" and _cast(ops[x].types):
         return -1
-    return outer
+    return x
 
 
 def _cast(types: list[Any] | None) -> bool:
@@ -193,10 +182,21 @@ def _cast(types: list[Any] | None) -> bool:
     return len(ts) == 2 and ts[0] != ts[1]
 
 
-def _describe(A: Analysis, r: int) -> _Call:
-    """A copy operator's call: the tensor it writes (from its Input Dims), bytes moved, element size."""
+def _describe(A: Analysis, r: int, described: dict[tuple[Any, ...], _Call]) -> _Call:
+    """A copy operator's call: the tensor it writes (from its Input Dims), bytes moved, element size. Calls
+    with the same name and arguments share the trace's lists of them, and so their description: it is made
+    once (``described``) and each call gets a copy."""
     op = A.trace.ops[r]
-    c = _Call(r, op.name)
+    key = (op.name, id(op.dims), id(op.types), id(op.concrete), id(op.strides))  # they live as the trace does
+    c = described.get(key)
+    if c is None:
+        c = described[key] = _description(op)
+    return replace(c, op=r, events=[])
+
+
+def _description(op: CpuEvent) -> _Call:
+    """What ``_describe`` says of a call of ``op``'s name and arguments (its op and events left to fill)."""
+    c = _Call(-1, op.name)
     dims, types = op.dims or [], op.types or []
     dtype = classify.op_dtype(types)
     c.itemsize = classify.ITEMSIZE.get(dtype or "", 0)

@@ -40,12 +40,8 @@ class Kernels(NamedTuple):
 
 def kernels(A: Analysis) -> Kernels:
     """The per-kernel and per-operator pass over the GPU events of the steps."""
-    gpu, att = A.gpu, A.att
     n = max(1, len(A.windows))
     acc = _Rows(A)
-    for i, g in enumerate(gpu):
-        if att.step[i] >= 0:
-            acc.add(i, g)
     top = sorted(acc.names.values(), key=lambda k: -k["time_us"])[:15]
     rows = sorted((_finish_op(r, n) for r in acc.ops.values()), key=lambda r: -r.time_ms_per_step)
     return Kernels([TopKernel(k["name"], k["category"], k["count"], _ms(k["time_us"] / n)) for k in top], rows,
@@ -64,11 +60,11 @@ class _Rows:
         self.op_time: dict[int, float] = defaultdict(float)
         self.op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
         att = A.att
-        for i, g in enumerate(A.gpu):
-            if att.step[i] >= 0 and att.op[i] >= 0:
-                self.op_time[att.op[i]] += g.dur
-                if att.category[i] in classify.COMPUTE:
-                    self.op_compute[att.op[i]] += g.dur
+        for s, o, c, g in zip(att.step, att.op, att.category, A.gpu):
+            if s >= 0 and o >= 0:
+                self.op_time[o] += g.dur
+                if c in classify.COMPUTE:
+                    self.op_compute[o] += g.dur
         self.names: dict[str, dict[str, Any]] = {}
         self.ops: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.gemms: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -76,38 +72,43 @@ class _Rows:
         self.phases: dict[str, float] = defaultdict(float)
         self.triton_us = 0.0
         self.busy_us = 0.0
+        self._add_all()
 
-    def add(self, i: int, g: GpuEvent) -> None:
-        att = self.A.att
-        c = att.category[i]
-        self.busy_us += g.dur
-        k = self.names.get(g.name)
-        if k is None:
-            k = self.names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
-        k["count"] += 1
-        k["time_us"] += g.dur
-        self.phases[att.phase[i] or "unknown"] += g.dur
-        if g.name.startswith("triton_"):
-            self.triton_us += g.dur
-        if g.kind == "memcpy":
-            key = classify.memcpy_kind(g.name)
-            m = self.memcpy.get(key)
-            if m is None:
-                m = self.memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
-            m["count"] += 1
-            m["bytes"] += g.bytes or 0
-            m["time_us"] += g.dur
-            return
-        self._add_op(i, g, c)
+    def _add_all(self) -> None:
+        """Every GPU event of the steps, in order (a loop of its own, with what it reads at hand: a large
+        trace has hundreds of thousands of them)."""
+        A = self.A
+        att, ops = A.att, A.trace.ops
+        names, phases, memcpy = self.names, self.phases, self.memcpy
+        for s, g, c, ph, o, cost in zip(att.step, A.gpu, att.category, att.phase, att.op, A.event_costs()):
+            if s < 0:
+                continue
+            dur = g.dur
+            self.busy_us += dur
+            k = names.get(g.name)
+            if k is None:
+                k = names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
+            k["count"] += 1
+            k["time_us"] += dur
+            phases[ph or "unknown"] += dur
+            if g.name.startswith("triton_"):
+                self.triton_us += dur
+            if g.kind == "memcpy":
+                key = classify.memcpy_kind(g.name)
+                m = memcpy.get(key)
+                if m is None:
+                    m = memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
+                m["count"] += 1
+                m["bytes"] += g.bytes or 0
+                m["time_us"] += dur
+                continue
+            self._add_op(g, c, o, ops[o].name if o >= 0 else "(no operator)", cost)
 
-    def _add_op(self, i: int, g: GpuEvent, c: str) -> None:
-        o = self.A.att.op[i]
-        cost = self.A.cost(o)
+    def _add_op(self, g: GpuEvent, c: str, o: int, opname: str, cost: Cost | None) -> None:
         share = g.dur / self.op_time[o] if o >= 0 and self.op_time[o] else 0.0
         fshare = g.dur / self.op_compute[o] if c in classify.COMPUTE and self.op_compute.get(o) else 0.0
         f = cost.flops * fshare if cost and cost.flops and fshare else None
         b = cost.bytes * share if cost and cost.bytes else None
-        opname = self.A.trace.ops[o].name if o >= 0 else "(no operator)"
         dtype = cost.dtype if cost else None
         row = self.ops.get((opname, c, dtype))
         if row is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
@@ -96,8 +96,8 @@ def compile_layout(fused: Waste, A: Analysis) -> None:
     beside the activations' transposes it saves). Their time is in the trace: 3.4 ms of a 32.6 ms ResNet-50
     fp32 training step on an H200, 4.3 of 24.6 on ResNet-18."""
     flags, att = A.att.ops.flags, A.att
-    gone = [i for i, g in enumerate(A.gpu) if att.step[i] >= 0 and att.category[i] == "conv"
-            and classify.LAYOUT_KERNEL.search(g.name) and (att.op[i] < 0 or not flags[att.op[i]] & COMPILED)]
+    gone = [i for i in A.in_steps("conv") if classify.LAYOUT_KERNEL.search(A.gpu[i].name)
+            and (att.op[i] < 0 or not flags[att.op[i]] & COMPILED)]
     if not gone:
         return
     for i in gone:
@@ -110,18 +110,18 @@ def _hbm_gbps(spec: GpuSpec | None) -> float | None:
     return spec.hbm_tbps * 1e3 * HBM_PRACTICAL if spec and spec.hbm_tbps else None
 
 
-def _stream_runs(A: Analysis, member: Callable[[int], bool]) -> list[list[int]]:
-    """Maximal runs of consecutive events on one stream, in one step and phase, for which ``member``
-    holds."""
-    gpu, att = A.gpu, A.att
+def _stream_runs(A: Analysis, member: Sequence[bool]) -> list[list[int]]:
+    """Maximal runs of consecutive events on one stream, in one step and phase, that are ``member`` (a flag
+    per event)."""
+    step, phase = A.att.step, A.att.phase
     last: dict[int, list[int] | None] = {}
     runs: list[list[int]] = []
-    for i, g in enumerate(gpu):
-        if att.step[i] < 0:
+    for i, (s, ph, g, m) in enumerate(zip(step, phase, A.gpu, member)):
+        if s < 0:
             continue
-        cur = last.get(g.stream)
-        if member(i):
-            if cur and att.step[cur[-1]] == att.step[i] and att.phase[cur[-1]] == att.phase[i]:
+        if m:
+            cur = last.get(g.stream)
+            if cur and step[cur[-1]] == s and phase[cur[-1]] == ph:
                 cur.append(i)
             else:
                 cur = last[g.stream] = [i]
@@ -137,19 +137,17 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     bw = _hbm_gbps(spec)
     if not bw:
         return None
-    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
-
-    def member(i: int) -> bool:
-        o = att.op[i]
-        return (att.category[i] in ("elementwise", "copy") and gpu[i].kind == "kernel"
-                and not gpu[i].name.startswith("triton_") and (o < 0 or not flags[o] & COMPILED)
-                and att.phase[i] != "optimizer")
+    gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
+    dur = [g.dur for g in gpu]
+    member = [c in ("elementwise", "copy") and g.kind == "kernel" and not g.name.startswith("triton_")
+              and (o < 0 or not flags[o] & COMPILED) and ph != "optimizer"
+              for c, g, o, ph in zip(att.category, gpu, att.op, att.phase)]
     w = Waste("unfused-elementwise")
     training = "backward" in att.phase
     chains = eager = fused_total = 0.0
     ops: dict[str, float] = defaultdict(float)
     n_kernels = 0
-    reads: dict[tuple[int, int, int], int] = {}  # see passes
+    reads: dict[tuple[int, int, int], tuple[int, bool]] = {}  # see passes
     for run in _stream_runs(A, member):
         if len(run) < 2:
             continue
@@ -157,19 +155,21 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         # fused, they read it once and write it once. Members on data of other sizes (a weight's cast
         # next to an activation's GELU) are independent and keep their own traffic.
         groups: dict[int, list[int]] = defaultdict(list)
+        bigs: dict[int, list[float]] = defaultdict(list)  # the members' largest tensors, by group
         unknown = 0.0
         for i in run:
-            c = A.cost(att.op[i])
+            c = costs[i]
             if c is None or not c.big or not c.big_numel:
-                unknown += gpu[i].dur
+                unknown += dur[i]
             else:
                 groups[c.big_numel].append(i)
-        t = sum(gpu[i].dur for i in run)
+                bigs[c.big_numel].append(c.big)
+        t = sum(map(dur.__getitem__, run))
         fused = unknown
         scale: dict[int, float] = {}
         for numel, members in groups.items():
-            eager_g = sum(gpu[i].dur for i in members)
-            big = max(A.known_cost(att.op[i]).big or 0.0 for i in members)
+            eager_g = sum(map(dur.__getitem__, members))
+            big = max(bigs[numel])
             fused_g = min(eager_g, max(passes(A, members, numel, training, reads) * big / (bw * 1e3), MIN_KERNEL_US))
             fused += fused_g
             for i in members:
@@ -199,28 +199,29 @@ WRITES_FIRST = re.compile(r"::(copy_|fill_|zero_)$")  # their first tensor is wr
 
 
 def passes(A: Analysis, members: list[int], numel: int, training: bool,
-           memo: dict[tuple[int, int, int], int] | None = None) -> int:
+           memo: dict[tuple[int, int, int], tuple[int, bool]] | None = None) -> int:
     """How many times a fused kernel must move data of the size ``numel`` through HBM: it writes the result
     once and reads each input once, at least as many inputs as the member that reads the most of that size
     takes (``add(x, y)``, ``threshold_backward(grad, y)``: two; ``copy_(dst, src)``: one; tensors are not named
     in a trace, so inputs shared between members count once). In training a batch norm's statistics span the whole batch, more than
     a kernel holds on chip: they take a reading pass of their own before the normalisation reads the data again
     (Inductor emits a reduction, then the element-wise kernel); a layer norm's row stays on chip."""
-    ops = A.trace.ops
-    memo = {} if memo is None else memo  # per op, by (its name and shapes, numel): ops share them
+    ops, op_of = A.trace.ops, A.att.op
+    memo = {} if memo is None else memo  # per op, by (its name and shapes, numel): its reads, a batch norm
     reads = stats = 0
     for i in members:
-        o = A.att.op[i]
+        o = op_of[i]
+        k, norm = 1, False
         if o >= 0:
             op = ops[o]
             key = (id(op.name), id(op.dims), numel)
-            k = memo.get(key)
-            if k is None:
-                k = memo[key] = _same_size_inputs(op.dims, numel) - bool(WRITES_FIRST.search(op.name))
-        else:
-            k = 1
+            kn = memo.get(key)
+            if kn is None:
+                kn = memo[key] = (_same_size_inputs(op.dims, numel) - bool(WRITES_FIRST.search(op.name)),
+                                  bool(BATCH_NORM.search(op.name)))
+            k, norm = kn
         reads = max(reads, k)
-        if training and o >= 0 and BATCH_NORM.search(ops[o].name):
+        if training and norm:
             stats = max(stats, k)
     return max(1, reads) + 1 + stats
 
@@ -236,13 +237,12 @@ def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     bw = _hbm_gbps(spec)
     if not bw:
         return None
-    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
     vocab, members, rows, fp32 = 0, [], 0, False
-    for i in range(len(gpu)):
-        o = att.op[i]
-        if att.step[i] < 0 or o < 0 or att.category[i] not in ("elementwise", "copy"):
+    for i in sorted(A.in_steps("elementwise") + A.in_steps("copy")):
+        o, c = att.op[i], costs[i]
+        if o < 0:
             continue
-        c = A.cost(o)
         if not c or not c.last_dim or c.last_dim < VOCAB_MIN or not c.big:
             continue
         if not (flags[o] & LOSS) and att.category[i] != "copy":
@@ -311,18 +311,16 @@ MASKS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::tril",
 def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
     """The kernels of unfused attention in the steps (its score GEMMs, and what reads or writes the
     scores), the FLOPs of those GEMMs, whether SDPA's math path ran, and whether the scores were masked."""
-    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    att, flags = A.att, A.att.ops.flags
     region, gemm_flops = [], 0.0
     math_path = masked = False
     like: dict[int, bool] = {}
-    for i, g in enumerate(gpu):
-        o = att.op[i]
-        if att.step[i] < 0 or o < 0 or g.kind != "kernel" or att.phase[i] == "optimizer":
+    for i, (s, o, g, cat, ph, c) in enumerate(zip(att.step, att.op, A.gpu, att.category, att.phase, A.event_costs())):
+        if s < 0 or o < 0 or g.kind != "kernel" or ph == "optimizer":
             continue
-        if att.category[i] == "attention" and not flags[o] & ATTN_MATH:
+        if cat == "attention" and not flags[o] & ATTN_MATH:
             continue  # a fused attention kernel already
         op = A.trace.ops[o]
-        c = A.cost(o)
         hit = bool(flags[o] & ATTN_MATH)
         math_path = math_path or hit
         if c and c.gemm:
@@ -353,24 +351,19 @@ def fp32_conv(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     peak = spec.peak_tflops("bf16") if spec else None
     if not peak:
         return None
-    gpu, att = A.gpu, A.att
-    conv, elem, layout = [], [], []
+    gpu, att, costs = A.gpu, A.att, A.event_costs()
+    conv, layout = [], []
     flops_total = conv_t = 0.0
-    for i, g in enumerate(gpu):
-        o = att.op[i]
-        if att.step[i] < 0:
-            continue
-        c = A.cost(o)
-        if att.category[i] == "conv":
-            if classify.LAYOUT_KERNEL.search(g.name):
-                layout.append(i)
-            elif c and c.dtype == "fp32":
-                conv.append(i)
-                conv_t += g.dur
-                if c.flops:
-                    flops_total += c.flops * g.dur / max(1e-9, A.op_time(o))
-        elif att.category[i] == "elementwise" and c and c.dtype == "fp32" and att.phase[i] != "optimizer":
-            elem.append(i)
+    for i in A.in_steps("conv"):
+        g, c = gpu[i], costs[i]
+        if classify.LAYOUT_KERNEL.search(g.name):
+            layout.append(i)
+        elif c and c.dtype == "fp32":
+            conv.append(i)
+            conv_t += g.dur
+            if c.flops:
+                flops_total += c.flops * g.dur / max(1e-9, A.op_time(att.op[i]))
+    elem = [i for i in A.in_steps("elementwise") if (c := costs[i]) and c.dtype == "fp32" and att.phase[i] != "optimizer"]
     if not conv or not flops_total:
         return None
     bf16 = flops_total / (peak * CONV_PRACTICAL * 1e12) * 1e6
@@ -396,13 +389,11 @@ def fp32_matmul(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """FP32 GEMMs on the CUDA cores: TF32 runs them on the Tensor Cores."""
     gpu, att = A.gpu, A.att
     precision = A.trace.meta.get("float32_matmul_precision")
-    idx = []
-    for i, g in enumerate(gpu):
-        if att.step[i] < 0 or att.category[i] != "gemm" or att.op[i] < 0:
-            continue
-        c = A.cost(att.op[i])
+    idx, costs = [], A.event_costs()
+    for i in A.in_steps("gemm"):
+        c = costs[i]  # (None where no op launched it)
         if c and c.dtype == "fp32" and c.gemm and not classify.is_gemv(c.gemm):
-            tc = classify.tensor_cores(g.name, "fp32", precision)
+            tc = classify.tensor_cores(gpu[i].name, "fp32", precision)
             if tc is False or (tc is None and precision == "highest"):
                 idx.append(i)
     if not idx:
@@ -426,13 +417,11 @@ def fp32_matmul(A: Analysis, spec: GpuSpec | None) -> Waste | None:
 def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """GEMMs whose M, N or K breaks the Tensor-Core alignment (GEMVs excluded: memory-bound anyway),
     brought to the throughput aligned GEMMs of the same dtype reach in this trace (else 80% of peak)."""
-    gpu, att = A.gpu, A.att
+    gpu, att, costs = A.gpu, A.att, A.event_costs()
     bad: dict[str, list[int]] = defaultdict(list)
     good_rate: dict[str, float] = {}
-    for i, g in enumerate(gpu):
-        if att.step[i] < 0 or att.category[i] != "gemm" or att.op[i] < 0:
-            continue
-        c = A.cost(att.op[i])
+    for i in A.in_steps("gemm"):
+        g, c = gpu[i], costs[i]  # (None where no op launched it)
         if not c or not c.gemm or not c.flops:
             continue
         share = c.flops * g.dur / max(1e-9, A.op_time(att.op[i]))
@@ -473,8 +462,9 @@ def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
 
 def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Host↔device copies from pageable memory: pinned memory runs them at the PCIe rate."""
-    gpu, att = A.gpu, A.att
-    pinned_rates = [g.bytes / g.dur for i, g in enumerate(gpu) if g.kind == "memcpy" and att.step[i] >= 0 and g.bytes
+    gpu = A.gpu
+    copies = [gpu[i] for i in A.in_steps("memcpy")]
+    pinned_rates = [g.bytes / g.dur for g in copies if g.bytes
                     and g.dur > 0 and classify.memcpy_kind(g.name)[1] == "Pinned" and g.bytes >= 1 << 20]
     if pinned_rates:
         pinned, src = max(pinned_rates) / 1e3, "pinned copies in this trace"  # GB/s
@@ -486,8 +476,9 @@ def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         pinned, src = 25.0, "PCIe Gen4 x16 practical pinned (GPU not in the spec table)"
     w = Waste("pageable-memcpy")
     t = b = 0.0
-    for i, g in enumerate(gpu):
-        if g.kind == "memcpy" and att.step[i] >= 0 and classify.memcpy_kind(g.name)[1] == "Pageable" and g.bytes:
+    for i in A.in_steps("memcpy"):
+        g = gpu[i]
+        if classify.memcpy_kind(g.name)[1] == "Pageable" and g.bytes:
             new = g.bytes / (pinned * 1e3)
             if new < g.dur:
                 w.new_dur[i] = new
@@ -508,7 +499,7 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if not bw:
         return None
     gpu, att, ops = A.gpu, A.att, A.trace.ops
-    idx = [i for i in range(len(gpu)) if att.step[i] >= 0 and att.category[i] == "optimizer" and gpu[i].kind == "kernel"]
+    idx = [i for i in A.in_steps("optimizer") if gpu[i].kind == "kernel"]
     if not idx:
         return None
     opt_ops = {att.op[i] for i in idx if att.op[i] >= 0}
