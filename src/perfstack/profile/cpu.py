@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from operator import sub
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -143,7 +144,7 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
     _bubbles(tl, att, trace.runtime, remap)
     cursor = _add_actions(tl, cand, trace.runtime, by_launch, remap, [a for _, a, _ in windows], cs)
     tl.tail_us = max(0.0, t_end - cursor)
-    return tl
+    return tl.freeze()
 
 
 Action = tuple[float, int, int]  # (start, index into trace.runtime, kind: LAUNCH, COPY_SYNC or SYNC)
@@ -153,7 +154,7 @@ def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list
              t_end: float) -> list[Action]:
     """The runtime calls of the profiled steps that the replay models, in start order: launches of
     attributed GPU work (a launch that waits for its work to begin is a copy-sync) and syncs."""
-    lo = bisect_left([r.ts for r in rts], t0) if rts else 0
+    lo = _first_at(rts, t0)
     cand = []
     for j in range(lo, len(rts)):
         r = rts[j]
@@ -176,6 +177,19 @@ def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list
     return cand
 
 
+def _first_at(rts: list[CpuEvent], t0: float) -> int:
+    """The index of the first call starting at or after ``t0`` in the time-ordered ``rts`` (bisect_left on
+    their starts, without building a list of a million starts for one search)."""
+    lo, hi = 0, len(rts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rts[mid].ts < t0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> dict[int, int]:
     """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
     dependencies are filled by ``_bubbles``); their position there by index into ``gpu``."""
@@ -193,6 +207,8 @@ def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int
 
 def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[int, int]) -> None:
     """Each GPU event's bubble: the idle before it that neither its launch nor its stream explains."""
+    # a pass over every event of the device: maxima written as comparisons (no call per event), each
+    # choosing the same value max() would
     gpu, lat, launch, bubble, dep = att.gpu, tl.latency_us, att.launch, tl.g_bubble, tl.g_dep
     prev_end: dict[int, float] = {}
     pending: list[float] = []  # ends of started events, soonest first
@@ -200,22 +216,28 @@ def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[in
     last_done = -1e300  # the latest end, on any stream, at or before the current start
     for i, g in enumerate(gpu):  # all events of the device, so pre-window work occupies its stream
         ts, stream = g.ts, g.stream
-        while pending and pending[0] <= ts + 1.0:
-            last_done = max(last_done, pop(pending))
+        soon = ts + 1.0
+        while pending and pending[0] <= soon:
+            done = pop(pending)
+            if done > last_done:
+                last_done = done
         k = remap.get(i)
         before = prev_end.get(stream, -1e300)
         if k is not None:
             r = rts[launch[i]]
-            own = max(before, r.ts + r.dur + lat)
+            own = r.ts + r.dur + lat
+            if not own > before:
+                own = before
             if last_done > own:
                 # it waited for another stream's work (an event dependency): replayed after whatever ran
                 # last on the device, with only the idle that followed that as its own bubble
                 dep[k] = True
-                bubble[k] = max(0.0, ts - last_done)
+                idle = ts - last_done
             else:
-                bubble[k] = max(0.0, ts - own)
+                idle = ts - own
+            bubble[k] = idle if idle > 0.0 else 0.0
         end = ts + g.dur
-        prev_end[stream] = max(before, end)
+        prev_end[stream] = end if end > before else before
         push(pending, end)
 
 
@@ -232,29 +254,48 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
             typical.setdefault(rts[j].name, []).append(rts[j].dur)
     median = {name: sorted(v)[len(v) // 2] for name, v in typical.items()}
     cap = {name: max(4 * m, m + 30.0) for name, m in median.items()}
+    # One pass over the actions for what each is and the CPU gap before it, then what filled the gaps, a
+    # pass per kind of CPU span (minima and maxima written as comparisons choosing what min() and max() would)
     cursor = tl.t0
-    dl_of, alloc_of, ops_of = cs.dataloader.overlap, cs.alloc.overlap, cs.ops.overlap
-    add, g_action, n_actions = tl.add, tl.g_action, len(tl.kind)
+    gap_a: list[float] = []
+    gap_b: list[float] = []
+    steps: list[int] = []
+    durs: list[float] = []
+    alloc_sync: list[bool] = []
+    events: list[list[int]] = []
+    g_action, n_actions = tl.g_action, len(tl.kind)
     for ts, j, kind in cand:
         r = rts[j]
-        gap_a, gap_b = cursor, max(cursor, ts)
+        gap_a.append(cursor)
+        gap_b.append(ts if ts > cursor else cursor)
         k = bisect_left(starts, ts + 1e-9) - 1
-        step = max(0, k)
+        steps.append(k if k > 0 else 0)
         launched = by_launch.get(j)
-        evs = [] if launched is None else [remap[launched[0]]] if len(launched) == 1 else \
-            sorted(remap[i] for i in launched)
-        for e in evs:
-            g_action[e] = n_actions
+        if launched is None:
+            evs = []
+        else:
+            evs = [remap[launched[0]]] if len(launched) == 1 else sorted(remap[i] for i in launched)
+            for e in evs:
+                g_action[e] = n_actions
+        events.append(evs)
         n_actions += 1
-        dur = min(r.dur, cap[r.name]) if kind == LAUNCH else min(r.dur, 8.0)
-        alloc_sync = kind == SYNC and r.name in ALLOC_SYNCS
-        if gap_b > gap_a:
-            dl = dl_of(gap_a, gap_b)
-            add(kind, dur, step, gap_b - gap_a, dl, alloc_of(gap_a, gap_b), max(0.0, ops_of(gap_a, gap_b) - dl), evs,
-                alloc_sync)
-        else:  # no CPU work before it (an empty interval overlaps nothing)
-            add(kind, dur, step, gap_b - gap_a, 0.0, 0.0, 0.0, evs, alloc_sync)
-        cursor = max(cursor, ts + r.dur)
+        took = r.dur
+        most = cap[r.name] if kind == LAUNCH else 8.0
+        durs.append(most if most < took else took)
+        alloc_sync.append(kind == SYNC and r.name in ALLOC_SYNCS)
+        end = ts + took
+        if end > cursor:
+            cursor = end
+    dl = cs.dataloader.overlaps(gap_a, gap_b)  # an empty gap overlaps nothing: 0.0
+    tl.kind.extend([kind for _, _, kind in cand])
+    tl.dur.extend(durs)
+    tl.step.extend(steps)
+    tl.gap.extend([b - a for a, b in zip(gap_a, gap_b)])
+    tl.gap_dl.extend(dl)
+    tl.gap_alloc.extend(cs.alloc.overlaps(gap_a, gap_b))
+    tl.gap_op.extend([x if x > 0.0 else 0.0 for x in map(sub, cs.ops.overlaps(gap_a, gap_b), dl)])
+    tl.events.extend(events)
+    tl.alloc_sync.extend(alloc_sync)
     return cursor
 
 

@@ -51,6 +51,14 @@ class Timeline:
     latency_us: float = 3.0
     recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
     _positions: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    _plan: _Plan | None = field(default=None, repr=False, compare=False)  # see freeze()
+
+    def freeze(self) -> Timeline:
+        """Mark the timeline complete: the replays then derive what they need from its structure (which
+        event each action launches, stream slots) once, not once per replay (a summary runs a dozen or
+        more). Nothing may change it afterwards."""
+        self._plan = _Plan(self)
+        return self
 
     def positions(self) -> dict[int, int]:
         """Each GPU event's position here, by its index among the analysed device's events (built once:
@@ -101,47 +109,47 @@ def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> fl
 
 
 def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
-    # One pass over every action and GPU event per replay, and a summary asks for a dozen replays: the
-    # loop reads plain lists and compares inline (no call per event); the arithmetic is the model's,
-    # in the same order, so every replay gives the same figure to the last bit.
+    # One pass over every action and GPU event per replay, and a summary asks for a dozen or more: the loop
+    # zips plain lists, takes the common action (a launch of one GPU event) inline, and compares rather
+    # than calling max(). The arithmetic is the model's, in the same order, so every replay gives the same
+    # figure to the last bit.
+    plan, gap, own, scale = _cpu_inputs(t, sc, cpu_scale)
     g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
     g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
     skip = _skipped_syncs(t, sc)
-    changed = sc.no_dataloader or sc.no_allocator or sc.graph or sc.no_dispatch
-    gap = _cpu_work(t, sc) if changed else t.gap  # the CPU work before each action (counted where positive)
-    dur = t.dur
-    graph, gone = sc.graph, sc.no_dispatch
-    dep, stream = t.g_dep, t.g_stream
+    dep, stream = t.g_dep, plan.stream
     t0 = t.t0
-    free = dict.fromkeys(t.g_stream, t0)  # when each stream is next free
+    free = [t0] * plan.n_streams  # when each stream is next free
     gpu_end = cpu = t0
     lat = t.latency_us
     sync_us = SYNC_OVERHEAD_US * cpu_scale
-    for i, kind in enumerate(t.kind):
-        work = gap[i]
+    kinds, events = t.kind, t.events
+    for work, d, e in zip(gap, own, plan.one):
         if work > 0.0:
             cpu += work * cpu_scale
-        if kind != SYNC:
-            evs = t.events[i]
-            cpu += (GRAPH_US_PER_KERNEL * len(evs) if graph else 0.0 if i in gone else dur[i] * cpu_scale)
+        if e >= 0:  # a launch of one GPU event: _enqueue's steps, inline
+            cpu += d * scale
             ready = cpu + lat
-            for e in evs:
-                s = stream[e]
-                b = g_bub[e]
-                start = free[s] + b
-                if not start > ready:
-                    start = ready
-                if dep[e]:
-                    after = gpu_end + b
-                    if after > start:
-                        start = after
-                end = start + g_dur[e]
-                free[s] = end
-                if end > gpu_end:
-                    gpu_end = end
-        if kind != LAUNCH:
-            if skip is not None and i in skip:
-                continue
+            s = stream[e]
+            b = g_bub[e]
+            start = free[s] + b
+            if not start > ready:
+                start = ready
+            if dep[e]:
+                after = gpu_end + b
+                if after > start:
+                    start = after
+            end = start + g_dur[e]
+            free[s] = end
+            if end > gpu_end:
+                gpu_end = end
+            continue
+        i = -1 - e
+        kind = kinds[i]
+        if kind != SYNC:
+            cpu += d * scale
+            gpu_end = _enqueue(events[i], cpu + lat, gpu_end, free, stream, g_bub, dep, g_dur)
+        if kind != LAUNCH and (skip is None or i not in skip):
             cpu += sync_us
             if gpu_end > cpu:
                 cpu = gpu_end
@@ -149,24 +157,75 @@ def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
     return max(cpu, gpu_end) - t0
 
 
+def _enqueue(evs: list[int], ready: float, gpu_end: float, free: list[float], stream: list[int],
+             g_bub: Sequence[float], dep: list[bool], g_dur: Sequence[float]) -> float:
+    """Run the GPU events ``evs``, launched together and ready at ``ready``, each when its stream is free
+    (after its bubble) and, where it waited for another stream, after the device's last end; updates
+    ``free`` and returns the device's last end."""
+    for e in evs:
+        s = stream[e]
+        b = g_bub[e]
+        start = free[s] + b
+        if not start > ready:
+            start = ready
+        if dep[e]:
+            after = gpu_end + b
+            if after > start:
+                start = after
+        end = start + g_dur[e]
+        free[s] = end
+        if end > gpu_end:
+            gpu_end = end
+    return gpu_end
+
+
+def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, list[float], list[float], float]:
+    """The timeline's plan, the CPU work before each action under ``sc``, and each launch's own CPU time as
+    ``own[i] * scale``: under a graph, a fixed cost per kernel (scaled by 1.0, which leaves it exact); a
+    launch whose op is fused away costs 0.0."""
+    plan = t._plan or _Plan(t)
+    changed = sc.no_dataloader or sc.no_allocator or sc.graph or sc.no_dispatch
+    gap = _cpu_work(t, sc) if changed else t.gap
+    if sc.graph:
+        return plan, gap, plan.graph_own, 1.0
+    own = t.dur
+    if sc.no_dispatch:
+        own = list(own)
+        for i in sc.no_dispatch:
+            if 0 <= i < len(own):
+                own[i] = 0.0
+    return plan, gap, own, cpu_scale
+
+
+class _Plan:
+    """What a replay derives from the timeline's structure alone, whatever the scenario."""
+
+    def __init__(self, t: Timeline) -> None:
+        # per action: the GPU event it launches when it is a launch of exactly one, else -1 - its index
+        self.one = [evs[0] if k == LAUNCH and len(evs) == 1 else -1 - i
+                    for i, (k, evs) in enumerate(zip(t.kind, t.events))]
+        slots: dict[int, int] = {}
+        self.stream = [slots.setdefault(s, len(slots)) for s in t.g_stream]  # each event's stream, as a slot
+        self.n_streams = len(slots)
+        self.graph_own = [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events]
+
+
 def _cpu_work(t: Timeline, sc: Scenario) -> list[float]:
     """The CPU work before each action under ``sc`` (unscaled; the replay counts it where positive)."""
     gone = sc.no_dispatch
-    if not (sc.no_dataloader or sc.no_allocator or sc.graph):  # only some launches go: only theirs change
-        out = list(t.gap)
+    out = list(t.gap)
+    # each removal a pass over every action, in the model's order (data loading, allocator, dispatch), so
+    # that every action's figure is the same subtraction to the last bit
+    if sc.no_dataloader:
+        out = [w - x for w, x in zip(out, t.gap_dl)]
+    if sc.no_allocator:
+        out = [w - x for w, x in zip(out, t.gap_alloc)]
+    if sc.graph:
+        out = [w - x for w, x in zip(out, t.gap_op)]
+    else:  # only some launches go: only theirs change
         for i in gone:
             if 0 <= i < len(out):
-                out[i] = t.gap[i] - t.gap_op[i]
-        return out
-    out = []
-    for i, work in enumerate(t.gap):
-        if sc.no_dataloader:
-            work -= t.gap_dl[i]
-        if sc.no_allocator:
-            work -= t.gap_alloc[i]
-        if sc.graph or i in gone:
-            work -= t.gap_op[i]
-        out.append(work)
+                out[i] -= t.gap_op[i]
     return out
 
 

@@ -6,6 +6,9 @@ from bisect import bisect_left, bisect_right
 from typing import Iterable, Sequence
 
 
+_INF = float("inf")
+
+
 def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merge (start, end) pairs into disjoint sorted intervals."""
     out: list[tuple[float, float]] = []
@@ -56,14 +59,61 @@ class Spans:
         """Length of [a, b] covered by these intervals."""
         if b <= a or not self.starts:
             return 0.0
-        i = bisect_right(self.ends, a)  # first interval ending after a
-        j = bisect_left(self.starts, b)  # intervals [i, j) start before b
+        starts, ends = self.starts, self.ends
+        i = bisect_right(ends, a)  # first interval ending after a
+        j = bisect_left(starts, b)  # intervals [i, j) start before b
         if i >= j:
             return 0.0
+        # the parts of the first and last intervals outside [a, b] taken off where positive (comparisons
+        # rather than max(): a million calls on a large trace, the same figures)
         total = self.cum[j] - self.cum[i]
-        total -= max(0.0, a - self.starts[i])
-        total -= max(0.0, self.ends[j - 1] - b)
-        return max(0.0, total)
+        cut = a - starts[i]
+        if cut > 0.0:
+            total -= cut
+        cut = ends[j - 1] - b
+        if cut > 0.0:
+            total -= cut
+        return total if total > 0.0 else 0.0
+
+    def overlaps(self, a_s: Sequence[float], b_s: Sequence[float]) -> list[float]:
+        """``overlap(a, b)`` of each pair of ``a_s`` and ``b_s``, in one call for a whole timeline's gaps."""
+        if not self.starts:
+            return [0.0] * len(a_s)
+        starts, ends, cum = self.starts, self.ends, self.cum
+        n = len(starts)
+        out: list[float] = []
+        add = out.append
+        i = j = 0
+        last_a = last_b = -_INF
+        for a, b in zip(a_s, b_s):
+            if b <= a:
+                add(0.0)
+                continue
+            # i and j as overlap() finds them by bisection: the gaps of a timeline come in time order, and
+            # stepping on from the previous ones reads the intervals in order (a bisection per gap reads a
+            # million floats scattered in memory: three times slower on a large trace)
+            if a >= last_a and b >= last_b:
+                while i < n and ends[i] <= a:
+                    i += 1
+                while j < n and starts[j] < b:
+                    j += 1
+            else:
+                i = bisect_right(ends, a)
+                j = bisect_left(starts, b)
+            last_a, last_b = a, b
+            if i >= j:
+                add(0.0)
+                continue
+            # the same arithmetic as overlap()
+            total = cum[j] - cum[i]
+            cut = a - starts[i]
+            if cut > 0.0:
+                total -= cut
+            cut = ends[j - 1] - b
+            if cut > 0.0:
+                total -= cut
+            add(total if total > 0.0 else 0.0)
+        return out
 
     def ends_within(self, a: float, b: float) -> bool:
         """Does some interval end inside [a, b]?"""
@@ -95,11 +145,15 @@ def sweep(events: Sequence[tuple[float, float, int]], a: float, b: float, n_cats
     category. Returns (time per category, communication time overlapped by other work,
     communication time with nothing else running)."""
     points: list[tuple[float, int, int]] = []
-    for s, e, c in events:
-        s, e = max(s, a), min(e, b)
+    add = points.append
+    for s, e, c in events:  # clipped to [a, b] by comparisons (no call per event), as max() and min() would
+        if a > s:
+            s = a
+        if b < e:
+            e = b
         if e > s:
-            points.append((s, 1, c))
-            points.append((e, -1, c))
+            add((s, 1, c))
+            add((e, -1, c))
     points.sort()
     active = [0] * n_cats
     mask = 0  # bit k set while category k is active: the lowest set bit is the one that counts

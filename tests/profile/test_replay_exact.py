@@ -1,0 +1,143 @@
+"""The replay and the CPU-gap overlaps are written for speed (plain lists zipped, comparisons instead of max(),
+gaps walked in time order): each must give the figures of the model's plain statement to the last bit, on
+random timelines with every kind of action (syncs, copy-syncs, launches of several events or none, several
+streams, cross-stream waits) and every kind of scenario."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
+                                        Timeline, replay)
+from perfstack.profile.timeline import Spans
+
+
+def reference(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
+    """The model stated plainly: one action after another, each GPU event after its launch and its stream."""
+    g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
+    g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
+    skip = skipped(t, sc)
+    free = dict.fromkeys(t.g_stream, t.t0)
+    gpu_end = cpu = t.t0
+    for i, kind in enumerate(t.kind):
+        work = t.gap[i]
+        if sc.no_dataloader:
+            work -= t.gap_dl[i]
+        if sc.no_allocator:
+            work -= t.gap_alloc[i]
+        if sc.graph or i in sc.no_dispatch:
+            work -= t.gap_op[i]
+        if work > 0.0:
+            cpu += work * cpu_scale
+        if kind != SYNC:
+            evs = t.events[i]
+            if sc.graph:
+                cpu += GRAPH_US_PER_KERNEL * len(evs)
+            elif i in sc.no_dispatch:
+                cpu += 0.0
+            else:
+                cpu += t.dur[i] * cpu_scale
+            ready = cpu + t.latency_us
+            for e in evs:
+                start = max(free[t.g_stream[e]] + g_bub[e], ready)
+                if t.g_dep[e]:
+                    start = max(start, gpu_end + g_bub[e])
+                free[t.g_stream[e]] = start + g_dur[e]
+                gpu_end = max(gpu_end, start + g_dur[e])
+        if kind != LAUNCH and i not in skip:
+            cpu = max(cpu + SYNC_OVERHEAD_US * cpu_scale, gpu_end)
+    cpu += t.tail_us * cpu_scale
+    return max(cpu, gpu_end) - t.t0
+
+
+def skipped(t: Timeline, sc: Scenario) -> set[int]:
+    """The syncs a scenario takes away: the allocator's, or all but the last of each step."""
+    skip: set[int] = set()
+    if sc.no_allocator:
+        skip = {i for i, a in enumerate(t.alloc_sync) if a}
+    if sc.keep_sync == "last-per-step":
+        last: dict[int, int] = {}
+        for i, k in enumerate(t.kind):
+            if k != LAUNCH and not t.alloc_sync[i]:
+                last[t.step[i]] = i
+        skip |= {i for i, k in enumerate(t.kind) if k != LAUNCH and i not in last.values()}
+    return skip
+
+
+def random_timeline(rng: random.Random, n: int) -> Timeline:
+    t = Timeline(t0=rng.uniform(0, 1e9), n_steps=3, tail_us=rng.uniform(0, 500), latency_us=rng.uniform(0, 20))
+
+    def us() -> float:
+        return rng.choice([0.0, rng.uniform(0, 5), rng.uniform(0, 500), rng.expovariate(0.01)])
+
+    launched = []
+    for i in range(n):
+        kind = rng.choices([LAUNCH, SYNC, COPY_SYNC], [8, 1, 1])[0]
+        evs = []
+        if kind != SYNC:
+            for _ in range(rng.choices([0, 1, 2, 5], [1, 12, 2, 1])[0]):
+                evs.append(len(t.g_dur))
+                t.g_dur.append(us())
+                t.g_stream.append(rng.choice([7, 7, 7, 13, 22]))
+                t.g_bubble.append(us() if rng.random() < 0.5 else 0.0)
+                t.g_dep.append(rng.random() < 0.1)
+                t.g_action.append(i)
+                launched.append(evs[-1])
+        gap = us() - (rng.uniform(0, 3) if rng.random() < 0.1 else 0.0)  # a scenario's work may go negative
+        t.add(kind, us(), i * 3 // n, gap, rng.uniform(0, gap) if gap > 0 and rng.random() < 0.3 else 0.0,
+              rng.uniform(0, gap) if gap > 0 and rng.random() < 0.3 else 0.0, rng.uniform(0, gap) if gap > 0 else 0.0,
+              evs, kind == SYNC and rng.random() < 0.3)
+    # the timeline keeps its events in start order, which is not always their launch order
+    order = list(range(len(t.g_dur)))
+    rng.shuffle(order)
+    t.g_index.extend(order)
+    return t
+
+
+def scenarios(rng: random.Random, t: Timeline) -> list[Scenario]:
+    n, m = len(t.kind), len(t.g_dur)
+    faster = [d * rng.choice([0.5, 1.0]) for d in t.g_dur]
+    merged = [0.0 if rng.random() < 0.5 else b for b in t.g_bubble]
+    gone = frozenset(rng.sample(range(n), min(n, 5)) + [n + 3, -1])  # indices outside the timeline change nothing
+    return [Scenario(), Scenario(keep_sync="last-per-step"), Scenario(no_dataloader=True),
+            Scenario(no_allocator=True), Scenario(graph=True), Scenario(g_dur=faster, g_bubble=merged),
+            Scenario(g_dur=faster, no_dispatch=gone), Scenario(graph=True, g_dur=faster, no_dispatch=gone,
+                                                                  no_allocator=True, keep_sync="last-per-step"),
+            Scenario(g_dur=[1.0] * m)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**9), n=st.integers(1, 60), scale=st.sampled_from([1.0, 0.7234, 0.2, 0.3547]))
+def test_the_replay_gives_the_plain_models_figures_to_the_last_bit(seed, n, scale):
+    rng = random.Random(seed)
+    t = random_timeline(rng, n)
+    for sc in scenarios(rng, t):
+        want = reference(t, scale, sc)
+        assert replay(t, scale, sc) == want  # exactly: not approx
+    t.freeze()  # what a replay derives from the structure, built once: the same figures
+    for sc in scenarios(random.Random(seed), t):
+        assert replay(t, scale, sc) == reference(t, scale, sc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_overlaps_of_many_gaps_are_each_gaps_overlap(seed):
+    rng = random.Random(seed)
+    spans = Spans((s, s + rng.choice([0.0, rng.uniform(0, 50)])) for s in (rng.uniform(0, 1000) for _ in range(40)))
+    pairs = []
+    cursor = 0.0
+    for _ in range(rng.randrange(60)):
+        if rng.random() < 0.8:  # a timeline's gaps: in time order, some empty
+            a = cursor
+            b = max(a, a + rng.uniform(-5, 60))
+            cursor = b + rng.uniform(0, 20)
+        else:  # any interval
+            a = rng.uniform(-50, 1100)
+            b = a + rng.uniform(-10, 200)
+        pairs.append((a, b))
+    got = spans.overlaps([a for a, _ in pairs], [b for _, b in pairs])
+    assert got == [spans.overlap(a, b) for a, b in pairs]
+    assert Spans([]).overlaps([0.0, 1.0], [5.0, 2.0]) == [0.0, 0.0]
