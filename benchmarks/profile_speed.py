@@ -11,9 +11,10 @@ Then, in a child process pinned to two cores (``taskset -c 0,1`` where available
   (a) ``perfstack.profile.trace.load`` alone, and
   (b) the whole ``perfstack.profile.summary.profile_run([path])``,
 
-each in a fresh child, and prints wall seconds, the child's CPU seconds (user + system), its peak
-RSS (``getrusage(RUSAGE_CHILDREN)``), events per second, and the machine's load average around the
-run: on a shared machine the wall time says as much about the neighbours as about perfstack. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
+each in a fresh child, and prints wall seconds, the CPU seconds (user + system) of the child and
+the process it starts to read a large trace, the sum of those two processes' peak RSS (``getrusage``:
+the child's RUSAGE_SELF and RUSAGE_CHILDREN; an upper bound on what they held together), events per
+second, and the machine's load average around the run: on a shared machine the wall time says as much about the neighbours as about perfstack. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
 of a few MB that expands to ``--bomb-gib`` GiB of whitespace (default 4), which must be refused
 (exit 2) in bounded time and memory, whatever its expanded size.
 
@@ -127,23 +128,28 @@ def synthesize(source: Path, target_mb: float, out: Path, gz: bool = False) -> d
     return {"copies": copies, "events": copies * len(events), "json_bytes": written, "file_bytes": out.stat().st_size}
 
 
+# The last field each child prints: its own peak RSS plus the largest peak among the processes it
+# started and waited for (the second process of a split trace reading), in KiB: the two peaks need not
+# fall at the same moment, so the sum is an upper bound on what the two held together.
+TREE_RSS = "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss"
+
 CHILD_LOAD = """
-import sys, time
+import resource, sys, time
 t0 = time.perf_counter()
 from perfstack.profile.trace import load
 t = load(sys.argv[1])
 dt = time.perf_counter() - t0
-print(f"{dt:.3f} {t.n_events} {len(t.gpu)} {len(t.runtime)} {len(t.ops)} {len(t.steps)} {t.skipped_events}")
-"""
+print(f"{dt:.3f} {t.n_events} {len(t.gpu)} {len(t.runtime)} {len(t.ops)} {len(t.steps)} {t.skipped_events} {TREE_RSS}")
+""".replace("{TREE_RSS}", "{" + TREE_RSS + "}")
 
 CHILD_RUN = """
-import sys, time
+import resource, sys, time
 t0 = time.perf_counter()
 from perfstack.profile.summary import profile_run
 run = profile_run([sys.argv[1]])
 dt = time.perf_counter() - t0
-print(f"{dt:.3f} {run.profile.n_steps} {len(run.findings)}")
-"""
+print(f"{dt:.3f} {run.profile.n_steps} {len(run.findings)} {TREE_RSS}")
+""".replace("{TREE_RSS}", "{" + TREE_RSS + "}")
 
 
 CHILD_CLI = """
@@ -181,7 +187,9 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
     the load average before and after).
 
     The child is started by a small wrapper process of its own, so that the wrapper's
-    getrusage(RUSAGE_CHILDREN) is the peak of this one measurement alone."""
+    getrusage(RUSAGE_CHILDREN) is the peak and the CPU time of this one measurement alone (the CPU
+    time includes the processes the child started). The peak RSS is the child's own and that of the
+    process it starts to read a large trace, summed (TREE_RSS) where the child prints it."""
     cmd = [sys.executable, "-c", code, str(path)]
     if cores and shutil.which("taskset"):
         cmd = ["taskset", "-c", cores] + cmd
@@ -195,7 +203,10 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
         raise RuntimeError(r.stderr.strip()[-3000:] or f"exit {r.returncode}")
     lines = r.stdout.strip().splitlines()
     _, kib, cpu = lines[-1].split()
-    return lines[-2].split(), wall, float(kib) / 1024, float(cpu), load
+    fields = lines[-2].split()
+    if code in (CHILD_LOAD, CHILD_RUN):
+        kib = fields.pop()
+    return fields, wall, float(kib) / 1024, float(cpu), load
 
 
 def _load_avg() -> str:
@@ -291,13 +302,13 @@ def main() -> None:
             dt, wall, rss, cpu, load, f = best_of(CHILD_LOAD, out, args)
             n = int(f[1])
             print(f"load:        {dt:6.2f} s in load(), {wall:6.2f} s wall incl. start-up, {cpu:6.2f} s CPU, "
-                  f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, "
+                  f"peak RSS {rss:5.0f} MiB (both processes), {n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, "
                   f"ops {f[4]}, steps {f[5]}, skipped {f[6]}; {load})")
         if args.only in (None, "run"):
             try:
                 dt, wall, rss, cpu, load, f = best_of(CHILD_RUN, out, args)
                 print(f"profile_run: {dt:6.2f} s in profile_run(), {wall:6.2f} s wall, {cpu:6.2f} s CPU, "
-                      f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings; "
+                      f"peak RSS {rss:5.0f} MiB (both processes), {n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings; "
                       f"{load})")
                 # the goal for a 1 GB trace on two cores; the CPU seconds are the figure a busy machine
                 # does not inflate as much as the wall time

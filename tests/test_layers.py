@@ -50,6 +50,8 @@ FLOORS: dict[str, int] = {
     # 6: collect and analyse
     "perfstack.probes": 6,
     "perfstack.profile": 6,
+    "perfstack.profile.traceread": 6,  # reads a trace serially or in two halves; knows no event type of trace.py
+    "perfstack.profile.tracehalf": 6,  # the second process of a split reading: trace.py's builder, traceread's frames
     "perfstack.estimate": 6,
     "perfstack.loadtest": 6,
     "perfstack.compare": 6,

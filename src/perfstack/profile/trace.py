@@ -32,7 +32,8 @@ How it reads a file (a 1 GB trace is a few million events, a few hundred distinc
   * names and thread ids are shared between events; ``Input Dims`` / ``Input type`` are decoded once
     per distinct value, and operators with the same shapes share the same lists (read-only);
   * events become ``GpuEvent`` / ``CpuEvent`` structs that the cyclic garbage collector does not
-    track, built with the collector paused.
+    track, built with the collector paused;
+  * a large plain file is read by two processes, half each (``traceread``), to the same result.
 
 A trace cut short (a truncated file or gzip stream, a crashed job) keeps the events before the cut,
 and ``Trace.warnings`` says so. ``NaN`` / ``Infinity`` (not JSON, but Python's json writes them)
@@ -53,7 +54,8 @@ import msgspec
 from msgspec import Meta, Raw
 
 from perfstack.errors import InputError
-from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, BatchKind, Events, _generic
+from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, BatchKind, _generic
+from perfstack.profile.traceread import read
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -195,21 +197,17 @@ def load(path: str | Path) -> Trace:
 def _load(p: Path, lenient: bool = False) -> Trace:
     """``lenient=True`` sends every event through the forgiving per-event path (what an event with
     unexpected JSON types gets); for a well-formed trace the result is the same."""
-    events = Events(p, None if lenient else _EVENTS)
-    t = Trace(path=str(p), warnings=events.warnings)
     enabled = gc.isenabled()
     gc.disable()  # millions of new objects, none of them part of a cycle: nothing to collect
     try:
-        build = _Builder(t, lenient)
-        for kind, batch in events:
-            build.add(kind, batch)
-            del batch
+        build, head, n_events = read(p, lambda: _Builder(Trace(path=str(p)), lenient), None if lenient else _EVENTS,
+                                     (GpuEvent, CpuEvent, Step))
         build.finish()
     finally:
         if enabled:
             gc.enable()
-    head = events.head
-    t.n_events = events.n_events
+    t: Trace = build.t
+    t.n_events = n_events
     _metadata(head, t)
     kineto = bool(head.get("schemaVersion") is not None or head.get("deviceProperties") or t.steps or t.gpu
                   or t.runtime or any(e.cat == "op" for e in t.ops))

@@ -186,9 +186,9 @@ class Events:
     metadata, ``n_events`` the length of its event list, ``warnings`` what was recovered from.
     Unreadable input raises InputError naming the file."""
 
-    def __init__(self, p: Path, typed: Optional[msgspec.json.Decoder[Any]]) -> None:
-        self.p = p
-        self.typed = typed
+    def __init__(self, p: Path, typed: Optional[msgspec.json.Decoder[Any]],
+                 text: Optional[Generator[bytes, None, None]] = None) -> None:
+        self.p, self.typed, self.text = p, typed, text  # text: the file's, unless given (traceread's parts)
         self.head: dict[str, Any] = {}
         self.n_events = 0
         self.warnings: list[str] = []
@@ -197,7 +197,7 @@ class Events:
         self._array = False  # the document is the event list itself
 
     def __iter__(self) -> Iterator[tuple[BatchKind, Any]]:
-        self._pieces = pieces(self.p, self.warnings)
+        self._pieces = pieces(self.p, self.warnings) if self.text is None else self.text
         try:
             start = self._start()
             if isinstance(start, list):
