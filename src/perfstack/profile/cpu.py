@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from itertools import islice
 from operator import sub
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -139,10 +140,10 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
     t0, t_end = windows[0][1], windows[-1][2]
     cand = _actions(trace.runtime, att.gpu, by_launch, t0, t_end)
     tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
-    remap = _gpu_events(tl, att.gpu, by_launch)
+    at = _gpu_events(tl, att.gpu, by_launch)
     tl.latency_us = _latency(att.gpu, att, trace.runtime)
-    _bubbles(tl, att, trace.runtime, remap)
-    cursor = _add_actions(tl, cand, trace.runtime, by_launch, remap, [a for _, a, _ in windows], cs)
+    _bubbles(tl, att, trace.runtime, at)
+    cursor = _add_actions(tl, cand, trace.runtime, by_launch, at, [a for _, a, _ in windows], cs)
     tl.tail_us = max(0.0, t_end - cursor)
     return tl.freeze()
 
@@ -190,22 +191,27 @@ def _first_at(rts: list[CpuEvent], t0: float) -> int:
     return lo
 
 
-def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> dict[int, int]:
+def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> list[int]:
     """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
-    dependencies are filled by ``_bubbles``); their position there by index into ``gpu``."""
+    dependencies are filled by ``_bubbles``); the position there of each event of ``gpu`` (-1: not there; a
+    list, not a dict: the passes after this look every event up)."""
     starts = [g.ts for g in gpu]
     order = sorted((i for evs in by_launch.values() for i in evs), key=starts.__getitem__)
     first = len(tl.g_dur)
-    tl.g_dur.extend([gpu[i].dur for i in order])
-    tl.g_stream.extend([gpu[i].stream for i in order])
+    events = [gpu[i] for i in order]
+    tl.g_dur.extend([g.dur for g in events])
+    tl.g_stream.extend([g.stream for g in events])
     tl.g_bubble.extend([0.0] * len(order))
     tl.g_dep.extend([False] * len(order))
     tl.g_index.extend(order)
     tl.g_action.extend([-1] * len(order))
-    return {i: first + k for k, i in enumerate(order)}
+    at = [-1] * len(gpu)
+    for k, i in enumerate(order, first):
+        at[i] = k
+    return at
 
 
-def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[int, int]) -> None:
+def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], at: list[int]) -> None:
     """Each GPU event's bubble: the idle before it that neither its launch nor its stream explains."""
     # a pass over every event of the device: maxima written as comparisons (no call per event), each
     # choosing the same value max() would
@@ -214,17 +220,16 @@ def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[in
     pending: list[float] = []  # ends of started events, soonest first
     push, pop = heapq.heappush, heapq.heappop
     last_done = -1e300  # the latest end, on any stream, at or before the current start
-    for i, g in enumerate(gpu):  # all events of the device, so pre-window work occupies its stream
+    for g, k, j in zip(gpu, at, launch):  # all events of the device, so pre-window work occupies its stream
         ts, stream = g.ts, g.stream
         soon = ts + 1.0
         while pending and pending[0] <= soon:
             done = pop(pending)
             if done > last_done:
                 last_done = done
-        k = remap.get(i)
         before = prev_end.get(stream, -1e300)
-        if k is not None:
-            r = rts[launch[i]]
+        if k >= 0:
+            r = rts[j]
             own = r.ts + r.dur + lat
             if not own > before:
                 own = before
@@ -242,7 +247,7 @@ def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], remap: dict[in
 
 
 def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launch: dict[int, list[int]],
-                 remap: dict[int, int], starts: list[float], cs: CpuSpans) -> float:
+                 at: list[int], starts: list[float], cs: CpuSpans) -> float:
     """The actions into the timeline, each with the CPU gap before it and what filled that gap; the
     end of the last one."""
     # A launch call that blocks because the launch queue is full is waiting for the GPU, not working:
@@ -274,7 +279,7 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
         if launched is None:
             evs = []
         else:
-            evs = [remap[launched[0]]] if len(launched) == 1 else sorted(remap[i] for i in launched)
+            evs = [at[launched[0]]] if len(launched) == 1 else sorted(at[i] for i in launched)
             for e in evs:
                 g_action[e] = n_actions
         events.append(evs)
@@ -302,10 +307,10 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
 def _latency(gpu: list[GpuEvent], att: Attribution, rts: list[CpuEvent]) -> float:
     """Launch-return to kernel-start delay when the queue is empty (p10 of the positive delays)."""
     ds = []
-    for i, g in enumerate(gpu[:200000]):
-        j = att.launch[i]
+    for g, j in zip(islice(gpu, 200000), att.launch):
         if j >= 0 and g.kind == "kernel":
-            d = g.ts - (rts[j].ts + rts[j].dur)
+            r = rts[j]
+            d = g.ts - (r.ts + r.dur)
             if d > 0:
                 ds.append(d)
     if not ds:

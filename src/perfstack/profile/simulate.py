@@ -124,21 +124,15 @@ def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
     lat = t.latency_us
     sync_us = SYNC_OVERHEAD_US * cpu_scale
     kinds, events = t.kind, t.events
-    for work, d, e in zip(gap, own, plan.one):
+    for work, d, e, s in zip(gap, own, plan.one, plan.one_stream):
         if work > 0.0:
             cpu += work * cpu_scale
-        if e >= 0:  # a launch of one GPU event: _enqueue's steps, inline
+        if e >= 0:  # a launch of one GPU event that waits for no other stream: _enqueue's steps, inline
             cpu += d * scale
             ready = cpu + lat
-            s = stream[e]
-            b = g_bub[e]
-            start = free[s] + b
+            start = free[s] + g_bub[e]
             if not start > ready:
                 start = ready
-            if dep[e]:
-                after = gpu_end + b
-                if after > start:
-                    start = after
             end = start + g_dur[e]
             free[s] = end
             if end > gpu_end:
@@ -201,11 +195,13 @@ class _Plan:
     """What a replay derives from the timeline's structure alone, whatever the scenario."""
 
     def __init__(self, t: Timeline) -> None:
-        # per action: the GPU event it launches when it is a launch of exactly one, else -1 - its index
-        self.one = [evs[0] if k == LAUNCH and len(evs) == 1 else -1 - i
+        # per action: the GPU event it launches when it is a launch of exactly one that waits for no other
+        # stream (the replay's common case, taken inline), else -1 - its index; and that event's stream slot
+        self.one = [evs[0] if k == LAUNCH and len(evs) == 1 and not t.g_dep[evs[0]] else -1 - i
                     for i, (k, evs) in enumerate(zip(t.kind, t.events))]
         slots: dict[int, int] = {}
         self.stream = [slots.setdefault(s, len(slots)) for s in t.g_stream]  # each event's stream, as a slot
+        self.one_stream = [self.stream[e] if e >= 0 else -1 for e in self.one]
         self.n_streams = len(slots)
         self.graph_own = [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events]
 
