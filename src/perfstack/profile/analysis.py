@@ -61,8 +61,16 @@ class Analysis:
         """Per GPU event (indexed like ``gpu``), the cost of the op that launched it (None: no op, or no
         cost): the passes read it for hundreds of thousands of events each, once computed."""
         if self._event_costs is None:
-            cost = self.cost
-            self._event_costs = [cost(o) for o in self.att.op]
+            ops, cost_of = self.trace.ops, self._cost_of
+            out: list[flops.Cost | None] = []
+            for o in self.att.op:  # (cost() by hand: the ops' calls are many, their names and arguments few)
+                if o < 0:
+                    out.append(None)
+                    continue
+                op = ops[o]
+                c = cost_of.get((op.name, id(op.dims), id(op.types), id(getattr(op, "concrete", None))))
+                out.append(c if c is not None else self.cost(o))
+            self._event_costs = out
         return self._event_costs
 
     def in_steps(self, category: str) -> list[int]:

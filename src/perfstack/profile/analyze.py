@@ -136,14 +136,14 @@ def _categories(steps: list[Step]) -> tuple[dict[str, float], dict[str, float]]:
 def _launch_delays(A: Analysis) -> list[float]:
     """Launch-return to start (µs) of every kernel launched inside a step."""
     gpu, rts = A.gpu, A.trace.runtime
-    return [gpu[i].ts - (rts[j].ts + rts[j].dur) for i, j in enumerate(A.att.launch)
-            if j >= 0 and A.att.step[i] >= 0 and gpu[i].kind == "kernel"]
+    return [g.ts - (rts[j].ts + rts[j].dur) for g, j, s in zip(gpu, A.att.launch, A.att.step)
+            if j >= 0 and s >= 0 and g.kind == "kernel"]
 
 
 def _clock_skew(A: Analysis, n_delays: int) -> list[str]:
     """A note when GPU events start before the calls that launched them (at least 1% of launches)."""
     gpu, rts = A.gpu, A.trace.runtime
-    early = [-(gpu[i].ts - rts[j].ts) for i, j in enumerate(A.att.launch) if j >= 0 and gpu[i].ts < rts[j].ts]
+    early = [-(g.ts - rts[j].ts) for g, j in zip(gpu, A.att.launch) if j >= 0 and g.ts < rts[j].ts]
     if not early or len(early) < 0.01 * max(1, n_delays):
         return []
     # A kernel cannot start before the call that launched it: the CPU and GPU clocks disagree.
@@ -171,7 +171,7 @@ def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: lis
 
 def _launch(A: Analysis, m: _Means, delays: list[float]) -> Launch:
     gpu = A.gpu
-    kdurs = [gpu[i].dur for i in range(len(gpu)) if A.att.step[i] >= 0 and gpu[i].kind == "kernel"]
+    kdurs = [g.dur for g, s in zip(gpu, A.att.step) if s >= 0 and g.kind == "kernel"]
     return Launch(
         kernels_per_step=m("kernels"), launches_per_step=m("launches"), graph_launches_per_step=m("graph_launches"),
         median_kernel_us=_r(statistics.median(kdurs)) if kdurs else None,

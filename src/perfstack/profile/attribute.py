@@ -104,8 +104,12 @@ def nest(trace: Trace) -> tuple[OpInfo, Sequence[int]]:
     # then by index; each thread keeps its own stack of open ops. Events are numbered ops first, runtime
     # calls after (x >= n_ops). Both lists are sorted by start, so sorting by start alone merges two runs;
     # only events that start at the same instant need the rest of the order.
-    ts = [o.ts for o in ops]
-    ts += [r.ts for r in rts]
+    # (the start times copied into fresh floats, side by side in memory: the sort and the sweep read them in
+    # turn, and the events' own are spread over the gigabyte the trace was decoded into)
+    starts = array("d", [o.ts for o in ops])
+    starts.extend([r.ts for r in rts])
+    ts = starts.tolist()
+    del starts
     tids = [o.tid for o in ops]
     tids += [r.tid for r in rts]
     order = sorted(range(len(ts)), key=ts.__getitem__)
@@ -216,9 +220,9 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
                      "recorded); they count in the GPU timeline but not in any step's launch figures")
     cats, phases = [], []
     cat_cache: dict[tuple[Any, ...], str] = {}
-    for i, g in enumerate(gpu):
-        o = opi[i]
-        fam, ph = (info.family[o], info.phase[o]) if o >= 0 else (None, "")
+    family, phase = info.family, info.phase
+    for g, o in zip(gpu, opi):
+        fam, ph = (family[o], phase[o]) if o >= 0 else (None, "")
         key = (g.kind, g.name, fam, ph == "optimizer")
         c = cat_cache.get(key)
         if c is None:

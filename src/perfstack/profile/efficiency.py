@@ -60,11 +60,12 @@ class _Rows:
         self.op_time: dict[int, float] = defaultdict(float)
         self.op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
         att = A.att
+        op_time, op_compute = self.op_time, self.op_compute
         for s, o, c, g in zip(att.step, att.op, att.category, A.gpu):
             if s >= 0 and o >= 0:
-                self.op_time[o] += g.dur
+                op_time[o] += g.dur
                 if c in classify.COMPUTE:
-                    self.op_compute[o] += g.dur
+                    op_compute[o] += g.dur
         self.names: dict[str, dict[str, Any]] = {}
         self.ops: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.gemms: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -75,16 +76,19 @@ class _Rows:
         self._add_all()
 
     def _add_all(self) -> None:
-        """Every GPU event of the steps, in order (a loop of its own, with what it reads at hand: a large
-        trace has hundreds of thousands of them)."""
+        """Every GPU event of the steps, in order: one loop, with what it reads and the sums it adds to at hand
+        (a large trace has hundreds of thousands of events; the sums are added in the events' order)."""
         A = self.A
         att, ops = A.att, A.trace.ops
-        names, phases, memcpy = self.names, self.phases, self.memcpy
+        names, phases, memcpy, rows = self.names, self.phases, self.memcpy, self.ops
+        op_time, op_compute = self.op_time, self.op_compute
+        busy_us = triton_us = 0.0
+        gemm_class: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _gemm_row
         for s, g, c, ph, o, cost in zip(att.step, A.gpu, att.category, att.phase, att.op, A.event_costs()):
             if s < 0:
                 continue
             dur = g.dur
-            self.busy_us += dur
+            busy_us += dur
             k = names.get(g.name)
             if k is None:
                 k = names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
@@ -92,7 +96,7 @@ class _Rows:
             k["time_us"] += dur
             phases[ph or "unknown"] += dur
             if g.name.startswith("triton_"):
-                self.triton_us += dur
+                triton_us += dur
             if g.kind == "memcpy":
                 key = classify.memcpy_kind(g.name)
                 m = memcpy.get(key)
@@ -102,30 +106,31 @@ class _Rows:
                 m["bytes"] += g.bytes or 0
                 m["time_us"] += dur
                 continue
-            self._add_op(g, c, o, ops[o].name if o >= 0 else "(no operator)", cost)
-
-    def _add_op(self, g: GpuEvent, c: str, o: int, opname: str, cost: Cost | None) -> None:
-        share = g.dur / self.op_time[o] if o >= 0 and self.op_time[o] else 0.0
-        fshare = g.dur / self.op_compute[o] if c in classify.COMPUTE and self.op_compute.get(o) else 0.0
-        f = cost.flops * fshare if cost and cost.flops and fshare else None
-        b = cost.bytes * share if cost and cost.bytes else None
-        dtype = cost.dtype if cost else None
-        row = self.ops.get((opname, c, dtype))
-        if row is None:
-            row = self.ops[(opname, c, dtype)] = {
-                "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
-                "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
-        row["kernels"] += 1
-        row["time_us"] += g.dur
-        row["calls"].add(o)
-        if f:
-            row["flops"] += f
-            row["counted_us"] += g.dur
-        if b:
-            row["bytes"] += b
-            row["bytes_us"] += g.dur
-        if c in ("gemm", "attention") and cost and cost.gemm:
-            _gemm_row(self.gemms, g, c, cost, f, b, self.precision)
+            # the operator's row: its FLOPs and bytes shared among its kernels by their time
+            compute = c in classify.COMPUTE
+            share = dur / op_time[o] if o >= 0 and op_time[o] else 0.0
+            fshare = dur / op_compute[o] if compute and op_compute.get(o) else 0.0
+            f = cost.flops * fshare if cost and cost.flops and fshare else None
+            b = cost.bytes * share if cost and cost.bytes else None
+            opname = ops[o].name if o >= 0 else "(no operator)"
+            dtype = cost.dtype if cost else None
+            row = rows.get((opname, c, dtype))
+            if row is None:
+                row = rows[(opname, c, dtype)] = {
+                    "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
+                    "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
+            row["kernels"] += 1
+            row["time_us"] += dur
+            row["calls"].add(o)
+            if f:
+                row["flops"] += f
+                row["counted_us"] += dur
+            if b:
+                row["bytes"] += b
+                row["bytes_us"] += dur
+            if cost and cost.gemm and c in ("gemm", "attention"):
+                _gemm_row(self.gemms, g, c, cost, f, b, self.precision, gemm_class)
+        self.busy_us, self.triton_us = busy_us, triton_us
 
 
 def _finish_op(r: dict[str, Any], n: int) -> OpRow:
@@ -179,18 +184,23 @@ def _compiled_kind(name: str) -> tuple[bool, bool]:
         name.startswith(("_compile.compile_inner", "compile_inner"))
 
 
-def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: str, cost: Cost, f: float | None, b: float | None,
-              precision: str | None) -> None:
+def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: str, cost: Cost, f: float | None,
+              b: float | None, precision: str | None, classes: dict[tuple[Any, ...], tuple[Any, ...]]) -> None:
+    """Add one GEMM kernel to its class; ``classes``: the class of each kernel name, dtype, shape and category,
+    found once."""
     dtype, shape = cost.dtype, cost.gemm
     if shape is None:
         return
-    tc = classify.tensor_cores(g.name, dtype, precision)
-    gemv = classify.is_gemv(shape)
-    bad = bool(classify.misaligned(shape, dtype))
-    key = (dtype or "?", tc, bad, gemv, cat)
-    row = gemms.setdefault(key, {"dtype": dtype, "tensor_cores": tc, "misaligned": bad, "gemv": gemv,
-                                 "category": cat, "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0,
-                                 "flops_time_us": 0.0, "shapes": {}})
+    key = classes.get((g.name, dtype, shape, cat))
+    if key is None:
+        tc = classify.tensor_cores(g.name, dtype, precision)
+        key = classes[(g.name, dtype, shape, cat)] = (dtype or "?", tc, bool(classify.misaligned(shape, dtype)),
+                                                      classify.is_gemv(shape), cat)
+    row = gemms.get(key)
+    if row is None:
+        _, tc, bad, gemv, _ = key
+        row = gemms[key] = {"dtype": dtype, "tensor_cores": tc, "misaligned": bad, "gemv": gemv, "category": cat,
+                            "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0, "flops_time_us": 0.0, "shapes": {}}
     row["count"] += 1
     row["time_us"] += g.dur
     if f:

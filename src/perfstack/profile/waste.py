@@ -138,7 +138,7 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if not bw:
         return None
     gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
-    dur = [g.dur for g in gpu]
+    dur, op_of, trace_ops = [g.dur for g in gpu], att.op, A.trace.ops
     member = [c in ("elementwise", "copy") and g.kind == "kernel" and not g.name.startswith("triton_")
               and (o < 0 or not flags[o] & COMPILED) and ph != "optimizer"
               for c, g, o, ph in zip(att.category, gpu, att.op, att.phase)]
@@ -183,9 +183,9 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         for members in groups.values():
             w.merged.update(members[1:])
         for i in run:
-            w.new_dur[i] = gpu[i].dur * scale.get(i, 1.0)
-            o = att.op[i]
-            ops[A.trace.ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += gpu[i].dur
+            w.new_dur[i] = dur[i] * scale.get(i, 1.0)
+            o = op_of[i]
+            ops[trace_ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += dur[i]
     n = max(1, len(A.windows))
     w.evidence = UnfusedElementwise(chains_per_step=round(chains / n, 1), kernels_per_step=round(n_kernels / n, 1),
                                     eager_ms=round(eager / n / 1e3, 3),
@@ -320,14 +320,13 @@ def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
             continue
         if cat == "attention" and not flags[o] & ATTN_MATH:
             continue  # a fused attention kernel already
-        op = A.trace.ops[o]
         hit = bool(flags[o] & ATTN_MATH)
         math_path = math_path or hit
         if c and c.gemm:
             if _scores_gemm(c.gemm):
                 hit = True
                 gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
-        elif not hit and op.dims:
+        elif not hit and (op := A.trace.ops[o]).dims:
             scores = like.get(id(op.dims))  # ops with the same shapes share their list
             if scores is None:
                 scores = like[id(op.dims)] = any(_scores_like(classify.dims(d)) for d in op.dims)
