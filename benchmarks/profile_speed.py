@@ -19,7 +19,7 @@ of a few MB that expands to ``--bomb-gib`` GiB of whitespace (default 4), which 
 (exit 2) in bounded time and memory, whatever its expanded size.
 
     python benchmarks/profile_speed.py [--mb 1000] [--gz] [--source TRACE.json.gz] [--only load|run|bomb]
-        [--repeat N] [--keep DIR] [--trace BIG.pt.trace.json] [--bomb-gib 4]
+        [--repeat N] [--keep DIR] [--trace BIG.pt.trace.json] [--bomb-gib 4] [--split auto|on|off]
 
 ``--keep DIR`` keeps the synthesized trace there; ``--trace`` times such a trace again instead of
 writing a new one.
@@ -204,7 +204,7 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
     lines = r.stdout.strip().splitlines()
     _, kib, cpu = lines[-1].split()
     fields = lines[-2].split()
-    if code in (CHILD_LOAD, CHILD_RUN):
+    if code.endswith((CHILD_LOAD, CHILD_RUN)):
         kib = fields.pop()
     return fields, wall, float(kib) / 1024, float(cpu), load
 
@@ -225,9 +225,16 @@ def bomb(d: Path, args: argparse.Namespace) -> None:
           f"{wall:.2f} s wall, peak RSS {rss:.0f} MiB")
 
 
+# --split: whether a large plain trace is read by two processes (profile/traceread.py), whatever
+# the machine's load (on), never (off), or as perfstack decides (auto: when a core is spare)
+SPLIT = {"auto": "", "on": "import perfstack.profile.traceread as r; r.spare_core = lambda: True\n",
+         "off": "import perfstack.profile.traceread as r; r.MIN_BYTES = 1 << 62\n"}
+
+
 def best_of(code: str, path: Path, args: argparse.Namespace) -> tuple[float, float, float, float, str, list[str]]:
     """The fastest of --repeat runs of ``code``: (seconds it printed, wall, peak RSS MiB, CPU s, load, fields)."""
     best = None
+    code = SPLIT[args.split] + code
     for _ in range(max(1, args.repeat)):
         fields, wall, rss, cpu, load = child(code, path, args.cores)
         dt = float(fields[0])
@@ -266,6 +273,8 @@ def main() -> None:
     ap.add_argument("--only", choices=("load", "run", "bomb"), default=None, help="time only one of the three")
     ap.add_argument("--bomb-gib", type=float, default=4.0, help="expanded size of the decompression bomb (default 4)")
     ap.add_argument("--repeat", type=int, default=1, help="time each N times, report the fastest")
+    ap.add_argument("--split", choices=tuple(SPLIT), default="auto",
+                    help="read a large plain trace with two processes: auto (when a core is spare), on, off")
     ap.add_argument("--cores", default="0,1", help="CPU list for taskset (default 0,1; '' for none)")
     ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
     ap.add_argument("--trace", type=Path, default=None, help="time this trace (one --keep wrote) instead of writing one")

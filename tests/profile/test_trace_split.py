@@ -25,6 +25,7 @@ from perfstack.profile import tracefile, traceread
 from perfstack.profile.trace import Trace
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
+spare_core = traceread.spare_core
 # real traces of each kind: shapes recorded, [memory] events, two ranks' DDP, a holdout workload, a large one
 REAL = [TRACES / "h100" / "host-sync.pt.trace.json.gz",
         TRACES / "h100" / "pageable-memcpy.pt.trace.json.gz",
@@ -46,6 +47,7 @@ def splits(monkeypatch):
         return merge(*a)
 
     monkeypatch.setattr(traceread, "MIN_BYTES", 0)
+    monkeypatch.setattr(traceread, "spare_core", lambda: True)  # whatever else the machine is doing
     monkeypatch.setattr(traceread, "_merge", counted)
     return kept
 
@@ -132,15 +134,20 @@ def fallback(p: Path, splits: list[int]) -> Trace:
     return t
 
 
-def test_small_compressed_and_lenient_readings_are_not_split(tmp_path, monkeypatch):
+def test_small_compressed_lenient_and_busy_readings_are_not_split(tmp_path, monkeypatch):
     def refuse(*a):
         raise AssertionError("split")
 
     monkeypatch.setattr(traceread, "_split", refuse)
+    monkeypatch.setattr(traceread, "spare_core", lambda: True)
     trace_mod.load(SMALL)  # gzip
     trace_mod.load(plain(tmp_path, SMALL))  # below MIN_BYTES
     monkeypatch.setattr(traceread, "MIN_BYTES", 0)
     trace_mod._load(plain(tmp_path, SMALL), lenient=True)
+    monkeypatch.setattr(traceread.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr(traceread, "spare_core", spare_core)
+    trace_mod.load(plain(tmp_path, SMALL))  # a busy machine
+    monkeypatch.setattr(traceread, "spare_core", lambda: True)
     with pytest.raises(AssertionError):
         trace_mod.load(plain(tmp_path, SMALL))
 
@@ -314,6 +321,7 @@ def test_damaged_traces_read_in_halves_or_serially_agree(tmp_path, monkeypatch, 
         else:
             del b[i:]
     p = write(tmp_path, bytes(b), "fuzz.json")
+    monkeypatch.setattr(traceread, "spare_core", lambda: True)
     try:
         want = serial(p)
     except InputError as e:
