@@ -1,7 +1,7 @@
-"""The replay and the CPU-gap overlaps are written for speed (plain lists zipped, comparisons instead of max(),
-gaps walked in time order): each must give the figures of the model's plain statement to the last bit, on
-random timelines with every kind of action (syncs, copy-syncs, launches of several events or none, several
-streams, cross-stream waits) and every kind of scenario."""
+"""The replay, the CPU-gap overlaps and the typical launch cost are written for speed (plain lists zipped,
+comparisons instead of max(), gaps walked in time order, distinct values counted): each must give the figures
+of the plain statement to the last bit, on random timelines with every kind of action (syncs, copy-syncs,
+launches of several events or none, several streams, cross-stream waits) and every kind of scenario."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfstack.profile.cpu import _median
 from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
                                         Timeline, replay)
 from perfstack.profile.timeline import Spans
@@ -141,3 +142,9 @@ def test_overlaps_of_many_gaps_are_each_gaps_overlap(seed):
     got = spans.overlaps([a for a, _ in pairs], [b for _, b in pairs])
     assert got == [spans.overlap(a, b) for a, b in pairs]
     assert Spans([]).overlaps([0.0, 1.0], [5.0, 2.0]) == [0.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(st.sampled_from([0.0, 3.0, 4.5]), st.floats(0, 1e4)), min_size=1, max_size=80))
+def test_the_typical_launch_cost_is_the_sorted_middle_value(values):
+    assert _median(values) == sorted(values)[len(values) // 2]
