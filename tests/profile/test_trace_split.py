@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,22 @@ def test_real_traces_read_in_two_halves_equal_the_serial_reading(tmp_path, split
         values = [getattr(e, attr) for e in t.ops if getattr(e, attr) is not None]
         by_value = {json.dumps(v): v for v in values}
         assert all(by_value[json.dumps(v)] is v for v in values), attr
+
+
+def test_a_second_process_done_before_this_one_is_read_whole(tmp_path, splits, monkeypatch):
+    # its last frames and the end of its pipe come in the same read
+    drain = traceread._Receiver.drain
+
+    def late(self):
+        if not hasattr(self, "waited"):
+            self.waited = True
+            time.sleep(3)
+        return drain(self)
+
+    monkeypatch.setattr(traceread._Receiver, "drain", late)
+    p = plain(tmp_path, REAL[0])
+    assert_same(trace_mod.load(p), serial(p))
+    assert splits == [1]
 
 
 def test_the_array_form_and_metadata_after_the_event_list(tmp_path, splits):
@@ -176,7 +193,7 @@ def test_a_second_process_killed_after_sending_part_of_its_events(tmp_path, spli
     size, comma, start, obj = traceread._plan(p)
     code = (f"import os, sys; sys.path.insert(0, {root!r})\n"
             "from perfstack.profile import traceread, tracehalf\n"
-            "tracehalf.CHUNK = 16\n"
+            "traceread.CHUNK = traceread.COLLECT = 16\n"
             "send, n = traceread.Sender.chunk, []\n"
             "def chunk(self):\n"
             "    send(self); self.out.flush(); n.append(1)\n"

@@ -15,7 +15,7 @@ from typing import List
 
 from perfstack.profile.trace import _EVENTS, Trace, _Builder
 from perfstack.profile.tracefile import Events
-from perfstack.profile.traceread import _OBJECT_START, CHUNK, Sender, part
+from perfstack.profile.traceread import _OBJECT_START, Sender, part
 
 
 def main(argv: List[str]) -> int:
@@ -29,10 +29,8 @@ def main(argv: List[str]) -> int:
             return 3
         build.add(kind, batch)
         del batch
-        if send.held() >= CHUNK:
-            send.chunk()
+        send.add()
     if events.warnings:
         return 3
-    send.chunk()
     send.end(events.n_events, events.head)
     return 0
