@@ -163,8 +163,10 @@ def allocator_churn(p: Section, ctx: Context) -> PHit | None:
                why="Each eager element-wise op streams its inputs and outputs through HBM; a transformer step runs "
                    "hundreds of them (casts, bias, GELU, dropout, residual adds, norms) between the GEMMs, often "
                    "half of the GPU time on a busy GPU.",
-               fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels); "
-                   "use fused modules where available (fused LayerNorm/RMSNorm, fused AdamW, fused cross-entropy).",
+               fix="torch.compile(model) (Inductor fuses element-wise chains and reductions into Triton kernels), "
+                   "and torch.compile of the loss function where the loss is computed outside the model (compiling "
+                   "the model leaves it eager); use fused modules where available (fused LayerNorm/RMSNorm, fused "
+                   "AdamW, fused cross-entropy).",
                measure=("compile",),
                assumptions="""Inductor fuses each chain of eager element-wise, reduction, norm and copy kernels
                between two GEMMs: kernels of one chain on data of the same size are one dataflow, written once and
