@@ -13,8 +13,12 @@ Anti-pattern it carries:
     square of the sequence length (about 36 GiB read and as much written per iteration here) -> fix
     (``--fixed``): keep the hidden states in a list and ``torch.stack`` them once after the loop
 
+``--compile-cell`` compiles the GRU cell with ``torch.compile`` (one small graph, called at every time step),
+for timing by hand what fusing its element-wise work recovers: compiling the whole unrolled decoder would
+trace all 384 time steps.
+
     python benchmarks/workloads/rnn_decoder_train.py [--steps 60] [--batch-size 128] [--seq-len 384]
-        [--hidden 1024] [--small] [--fixed]   (the fixed variant, for timing it by hand)
+        [--hidden 1024] [--small] [--fixed] [--compile-cell]   (the variants, for timing them by hand)
 """
 
 import argparse
@@ -64,6 +68,9 @@ def main():
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke test")
     p.add_argument("--fixed", action="store_true", help="the fixed variant: outputs stacked once after the loop")
+    p.add_argument("--compile-cell", action="store_true", help="the GRU cell compiled with torch.compile")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="iterations before the clock starts (compilation, allocator growth)")
     args = p.parse_args()
     if args.small:
         args.batch_size, args.seq_len, args.hidden = 4, 8, 32
@@ -72,10 +79,16 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     vocab = 8192
     model = Decoder(vocab, args.hidden).to(device)
+    if args.compile_cell:
+        model.cell.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     loss = None
     t0 = time.time()
-    for _ in range(args.steps):
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup and args.warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.time()
         tokens = torch.randint(0, vocab, (args.batch_size, args.seq_len), device=device)
         targets = torch.randint(0, vocab, (args.batch_size, args.seq_len), device=device)
         logits = model(tokens, fixed=args.fixed)
@@ -87,7 +100,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     print(f"{args.steps} iterations of {args.batch_size} x {args.seq_len} in {time.time() - t0:.2f} s "
-          f"({'stacked once' if args.fixed else 'torch.cat per time step'}; last loss {loss.item():.4f})", flush=True)
+          f"({'stacked once' if args.fixed else 'torch.cat per time step'}{', cell compiled' if args.compile_cell else ''}; last loss {loss.item():.4f})", flush=True)
 
 
 if __name__ == "__main__":
