@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+from damage import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -456,23 +457,6 @@ TOKENS = [b"NaN", b"-Infinity", b"1e999", b"99999999999999999999999", b"-1", b"}
           b":", b"null", b"true", b'"x"', b"\xff", b"\x00", b"\\", b'"ts": ', b'"args": 3', b"\n"]
 edit = st.tuples(st.sampled_from(["insert", "delete", "replace", "truncate", "duplicate"]),
                  st.floats(0, 1), st.integers(1, 64), st.sampled_from(TOKENS))
-
-
-def mutate(data: bytes, edits) -> bytes:
-    b = bytearray(data)
-    for kind, where, n, token in edits:
-        i = int(where * len(b))
-        if kind == "insert":
-            b[i:i] = token
-        elif kind == "delete":
-            del b[i:i + n]
-        elif kind == "replace":
-            b[i:i + len(token)] = token
-        elif kind == "truncate":
-            del b[i:]
-        else:
-            b[i:i] = b[i:i + n]
-    return bytes(b)
 
 
 @settings(max_examples=300, deadline=None,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from damage import mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -328,16 +329,7 @@ edit = st.tuples(st.sampled_from(["insert", "delete", "truncate"]), st.floats(0,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(edit, min_size=1, max_size=4))
 def test_damaged_traces_read_in_halves_or_serially_agree(tmp_path, monkeypatch, edits):
-    b = bytearray(BASE)
-    for kind, where, n, token in edits:
-        i = int(where * len(b))
-        if kind == "insert":
-            b[i:i] = token
-        elif kind == "delete":
-            del b[i:i + n]
-        else:
-            del b[i:]
-    p = write(tmp_path, bytes(b), "fuzz.json")
+    p = write(tmp_path, mutate(BASE, edits), "fuzz.json")
     monkeypatch.setattr(traceread, "spare_core", lambda: True)
     try:
         want = serial(p)

@@ -3,12 +3,10 @@ each candidate fix through the CPU/GPU model, combine ranks, and rank the findin
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
@@ -24,7 +22,7 @@ from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, sol
 from perfstack.profile.straggler import straggler
 from perfstack.profile.registry import Context
 from perfstack.profile.telemetry import telemetry_summary
-from perfstack.profile.trace import load
+from perfstack.profile.trace import collector_paused, load
 
 if TYPE_CHECKING:
     from perfstack.specs.table import GpuSpec
@@ -278,22 +276,8 @@ def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms
               model_flops: float | None = None) -> tuple[Section, GpuSpec | None]:
     """One trace's summary, with efficiency, overhead, what-ifs and MFU, and the spec of its GPU. Each
     pass returns its own part, from the section as the passes before it left it; none changes another's."""
-    with _collector_paused():
+    with collector_paused():
         return _summarize(path, spec_name, unprofiled_step_ms, unprofiled_note, model_flops)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The analysis of a large trace builds millions of lists and tuples, none of them part of a cycle: the
-    cyclic garbage collector would scan them again and again for nothing (a tenth of the time of a 1 GB
-    trace)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _summarize(path: str | Path, spec_name: str | None, unprofiled_step_ms: float | None,
