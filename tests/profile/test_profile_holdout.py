@@ -24,11 +24,7 @@ DOC = json.loads((LIB / "measured.json").read_text())
 RUNS = {r["workload"]: r for r in DOC["runs"]}
 BY_ID = dict(FIXES)
 # the misses, each with why: the test asserts each is still the miss described, so a fix shows
-KNOWN: dict[str, str] = {
-    "rnn-decoder": "TF32 measured 25.3%, fp32-matmul predicted 9.6% and ranked second: the step is within 4% of "
-                   "its GPU work, so its CPU speed is the calibrated estimate (3 us of profiler per event), "
-                   "which leaves 220 ms of CPU per step where TF32's step (174 ms) shows the CPU takes less",
-}
+KNOWN: dict[str, str] = {}
 
 
 # claims above 10% at warning whose fix, as measured, gave < 5%: each with why; the test checks each is still made

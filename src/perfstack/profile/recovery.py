@@ -5,6 +5,7 @@ profiler."""
 
 from __future__ import annotations
 
+from perfstack.profile.registry import severity_for
 from perfstack.records.profile import Overhead, Section, WhatIf
 
 # The profiler's CPU cost per recorded CPU-side event (an operator or a CUDA runtime call) with
@@ -48,6 +49,33 @@ def cpu_side(p: Section, fid: str, floor_pct: float, measure: str = "") -> tuple
             span + " — perfstack cannot tell whether the GPU or the CPU bounds the step without the profiler, so "
                    "it claims the lower figure; measure it: --step-ms with the step time measured without the "
                    "profiler" + (f", or perfstack try --fix {measure}" if measure else ""))
+
+
+def correction_notes(p: Section, fid: str, sev: str, measure: tuple[str, ...] = ()) -> str:
+    """What a finding's evidence adds about the profiler-overhead correction its figure rests on: a severity
+    that differs between the profiled step and the corrected one, and a GPU-side figure that is the middle of
+    a range over the CPU's unknown speed (``summary.whatifs``), with how to measure it. (A CPU-side figure
+    replayed at both ends says so itself: ``cpu_side``.)"""
+    w, o = p.whatif.get(fid), p.overhead or Overhead()
+    if w is None:
+        return ""
+    notes = []
+    if (w.ms_fast_cpu is None or w.pct_slow_cpu is not None) and o.method in ("measured", "estimated") \
+            and severity_for(w.ms_profiled, profiled_ms(p)) != sev:
+        notes.append(f"the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the profiled "
+                     f"step, {w.pct:.0f}% of the step without the profiler ({o.method})")
+    step = step_ms(p)
+    if w.ms_slow_cpu is not None and w.ms_fast_cpu is not None and step:
+        # both ends as shares of the step the finding's own figure is a share of
+        lo, hi = 100 * w.ms_slow_cpu / step, 100 * w.ms_fast_cpu / step
+        # (a range narrower than a fifth of its top, or 2 points, changes no decision: not worth the words)
+        if hi - lo >= max(2.0, 0.2 * hi):
+            notes.append(f"the gain depends on how fast the CPU runs without the profiler, estimated here: {lo:.0f}% of "
+                         f"the step at {PROFILER_US_PER_EVENT:g} µs of profiler per recorded event, {hi:.0f}% at "
+                         f"{PROFILER_US_PER_EVENT_HIGH:g} µs; the figure is their middle")
+    if notes and measure:
+        notes[-1] += f"; measure it: perfstack try --fix {','.join(measure)}"
+    return "".join(" — " + n for n in notes)
 
 
 def step_ms(p: Section) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from perfstack.model import Finding, Severity
 from perfstack.records.profile import Allocator, Compiled, Launch, Overhead, Section, Sync, Timeline
 from perfstack.profile import rules_distributed, rules_repeated  # noqa: F401  (they register their checks)
-from perfstack.profile.recovery import cpu_side, fmt, profiled_ms, recovered, step_ms
+from perfstack.profile.recovery import correction_notes, cpu_side, fmt, profiled_ms, recovered, step_ms
 from perfstack.profile.registry import (PROFILE_CHECKS, Context, PHit, ProfileCheck, least_confident, profile_check,
                                         severity_for)
 from perfstack.sources import BOOK
@@ -505,16 +505,8 @@ def to_finding(c: ProfileCheck, hit: PHit, p: Section) -> Finding:
     rec = round(max(0.0, min(hit.recoverable_ms, step)), 3)
     sev = hit.severity or severity_for(rec, step)
     evidence = hit.evidence
-    w = p.whatif.get(c.id)
-    o = p.overhead or Overhead()
-    # (a CPU-side figure replayed at both ends of the estimated correction says so itself: recovery.cpu_side)
-    if w and o.method in ("measured", "estimated") and not hit.severity and w.ms_fast_cpu is None:
-        sev_prof = severity_for(w.ms_profiled, profiled_ms(p))
-        if sev_prof != sev:
-            evidence += (f" — the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the "
-                         f"profiled step, {w.pct:.0f}% of the step without the profiler ({o.method})")
-            if c.measure:
-                evidence += f"; measure it: perfstack try --fix {','.join(c.measure)}"
+    if not hit.severity:
+        evidence += correction_notes(p, c.id, sev, c.measure)
     return Finding(id=c.id, layer=c.layer, severity=Severity(sev), title=c.title, evidence=evidence,
                    fix=hit.fix or c.fix, why=hit.why or c.why, sources=[p.file] if p.file else [],
                    subject=hit.subject, recoverable_ms=rec, recoverable_pct=round(100 * rec / step, 1) if step else 0.0,

@@ -232,14 +232,18 @@ class WhatIf(Record):
     """A candidate fix replayed (``summary.whatifs``): the time it recovers per step and its share of the
     step, without the profiler (the corrected CPU speed) and as profiled."""
 
-    WHEN_SET = frozenset({"ms_fast_cpu", "pct_fast_cpu"})
+    WHEN_SET = frozenset({"ms_fast_cpu", "pct_fast_cpu", "ms_slow_cpu", "pct_slow_cpu"})
 
     ms: float = 0.0
     pct: float = 0.0
     ms_profiled: float = 0.0
     pct_profiled: float = 0.0
-    # a CPU-side fix where the profiler's overhead is estimated: the same replayed with the CPU as fast as
-    # the costliest profiler overhead per event measured on real workloads makes it (recovery.py)
+    # where the profiler's overhead is estimated: the same replayed with the CPU as fast as the costliest
+    # profiler overhead per event measured on real workloads makes it (recovery.py)
     ms_fast_cpu: Optional[float] = None
     pct_fast_cpu: Optional[float] = None
+    # a GPU-side fix where the profiler's overhead is estimated: the figure at the calibrated CPU speed; with
+    # the fast-CPU one above it bounds the fix's gain, and ``ms``/``pct`` are the middle of the two
+    ms_slow_cpu: Optional[float] = None
+    pct_slow_cpu: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
