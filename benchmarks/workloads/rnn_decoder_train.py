@@ -14,11 +14,12 @@ Anti-pattern it carries:
     (``--fixed``): keep the hidden states in a list and ``torch.stack`` them once after the loop
 
 ``--compile-cell`` compiles the GRU cell with ``torch.compile`` (one small graph, called at every time step),
-for timing by hand what fusing its element-wise work recovers: compiling the whole unrolled decoder would
-trace all 384 time steps.
+for timing by hand what fusing its element-wise work recovers; ``--compile-decoder`` compiles the whole
+decoder, as the fusion finding's fix says (TorchDynamo unrolls all 384 time steps into one graph, and the
+backward's sums of the cell's weight gradients over them fall inside it: compiling takes minutes).
 
     python benchmarks/workloads/rnn_decoder_train.py [--steps 60] [--batch-size 128] [--seq-len 384]
-        [--hidden 1024] [--small] [--fixed] [--compile-cell]   (the variants, for timing them by hand)
+        [--hidden 1024] [--small] [--fixed] [--compile-cell | --compile-decoder]   (the variants, timed by hand)
 """
 
 import argparse
@@ -69,6 +70,7 @@ def main():
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke test")
     p.add_argument("--fixed", action="store_true", help="the fixed variant: outputs stacked once after the loop")
     p.add_argument("--compile-cell", action="store_true", help="the GRU cell compiled with torch.compile")
+    p.add_argument("--compile-decoder", action="store_true", help="the whole decoder compiled with torch.compile")
     p.add_argument("--warmup", type=int, default=0,
                    help="iterations before the clock starts (compilation, allocator growth)")
     args = p.parse_args()
@@ -81,6 +83,8 @@ def main():
     model = Decoder(vocab, args.hidden).to(device)
     if args.compile_cell:
         model.cell.compile()
+    if args.compile_decoder:
+        model.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     loss = None
     t0 = time.time()
@@ -100,7 +104,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     print(f"{args.steps} iterations of {args.batch_size} x {args.seq_len} in {time.time() - t0:.2f} s "
-          f"({'stacked once' if args.fixed else 'torch.cat per time step'}{', cell compiled' if args.compile_cell else ''}; last loss {loss.item():.4f})", flush=True)
+          f"({'stacked once' if args.fixed else 'torch.cat per time step'}{', cell compiled' if args.compile_cell else ''}{', decoder compiled' if args.compile_decoder else ''}; last loss {loss.item():.4f})", flush=True)
 
 
 if __name__ == "__main__":
