@@ -1,8 +1,12 @@
-"""Ctrl-C in 'perfstack profile -- python ...' exits 130, whether or not a trace was written, and
-leaves no empty perfstack-profile-* folder behind."""
+"""Ctrl-C in 'perfstack profile -- python ...' exits 130, whether or not a trace was written, keeps
+a trace written or being written, and leaves no empty perfstack-profile-* folder behind, whenever it
+comes (the moments perfstack makes its folder, starts the script, or the script writes its trace
+are made certain by a driver or a script that sends the Ctrl-C there)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import signal
 import subprocess
@@ -64,13 +68,115 @@ def test_ctrl_c_before_any_trace_exits_130_and_leaves_no_folder(tmp_path):
     assert _profile_dirs(tmp) == [], err
 
 
+def _traces(tmp: Path) -> list[Path]:
+    return [t for d in _profile_dirs(tmp) for t in d.glob("*.pt.trace.json*")]
+
+
+def _whole(trace: Path) -> bool:
+    with gzip.open(trace, "rt") as f:
+        return bool(json.load(f)["traceEvents"])
+
+
 def test_ctrl_c_after_the_trace_reports_it_and_exits_130(tmp_path):
     proc, tmp = _start(tmp_path, TRAIN)
-    rc, err = _ctrl_c(proc, lambda: any(d.glob("*.json*") for d in _profile_dirs(tmp)))
+    rc, err = _ctrl_c(proc, lambda: bool(_traces(tmp)))  # the trace is written, or being written
     assert rc == 130, err
-    assert "interrupted" in err and "internal error" not in err
-    for d in _profile_dirs(tmp):  # a folder that stays holds the traces
-        assert any(d.iterdir())
+    assert "the report covers what was traced before Ctrl-C" in err and "internal error" not in err, err
+    traces = _traces(tmp)
+    assert len(_profile_dirs(tmp)) == 1 and len(traces) == 1 and _whole(traces[0]), err
+
+
+SLOW_EXPORT = """
+import os, signal, time
+import torch, torch.nn as nn
+export = torch.profiler.profile.export_chrome_trace
+def slow_export(self, path, *args, **kwargs):
+    os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C to perfstack (kill -INT) while the trace is being written
+    time.sleep(1)  # a large trace takes a while to write
+    return export(self, path, *args, **kwargs)
+torch.profiler.profile.export_chrome_trace = slow_export
+model = nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_ctrl_c_while_the_trace_is_written_keeps_it_and_reports_it(tmp_path):
+    """perfstack passes the Ctrl-C on to the script while it writes the trace: the trace is finished
+    first, then the script gets its KeyboardInterrupt."""
+    proc, tmp = _start(tmp_path, SLOW_EXPORT)
+    out, err = (b.decode(errors="replace") for b in proc.communicate(timeout=120))
+    assert proc.returncode == 130, err
+    assert "the report covers what was traced before Ctrl-C" in err and "KeyboardInterrupt" in err, err
+    assert out.startswith("perfstack profile") and "per step (ms)" in out, err  # the report of the traced steps
+    traces = _traces(tmp)
+    assert len(traces) == 1 and _whole(traces[0]), err
+
+
+# perfstack's own command line, with a Ctrl-C sent to it at one exact moment of its work
+DRIVER = """
+import os, signal, subprocess, sys, tempfile
+moment, script = sys.argv[1:]
+if moment == "folder made":
+    mkdtemp = tempfile.mkdtemp
+    def made_then_ctrl_c(*args, **kwargs):
+        path = mkdtemp(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return path
+    tempfile.mkdtemp = made_then_ctrl_c
+else:
+    class Popen(subprocess.Popen):
+        def __init__(self, cmd, *args, **kwargs):
+            super().__init__(cmd, *args, **kwargs)
+            if any(str(c).endswith("_bootstrap.py") for c in cmd):
+                with open(os.environ["SCRIPT_PID"], "w") as f:
+                    f.write(str(self.pid))
+                os.kill(os.getpid(), signal.SIGINT)
+    subprocess.Popen = Popen
+from perfstack.cli.main import main
+sys.exit(main(["profile", "--", "python", script]))
+"""
+SLEEPER = "print('script started', flush=True)\nimport time\ntime.sleep(60)\n"
+
+
+def _drive(tmp_path: Path, moment: str) -> tuple[int, str, Path]:
+    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), SCRIPT_PID=str(tmp_path / "script.pid"))
+    r = subprocess.run([sys.executable, str(tmp_path / "driver.py"), moment, str(tmp_path / "sleeper.py")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stderr, tmp
+
+
+def test_ctrl_c_as_the_temporary_folder_is_made_leaves_none_and_starts_nothing(tmp_path):
+    rc, err, tmp = _drive(tmp_path, "folder made")
+    assert rc == 130 and "interrupted" in err, err
+    assert _profile_dirs(tmp) == [], err
+    assert "script started" not in err
+
+
+def test_ctrl_c_while_the_script_starts_ends_it_and_leaves_nothing(tmp_path):
+    """The script started at that moment is not left running, unwatched, once perfstack has exited."""
+    rc, err, tmp = _drive(tmp_path, "script starting")
+    pid = int((tmp_path / "script.pid").read_text())
+    try:
+        os.kill(pid, 0)
+        running = True
+    except ProcessLookupError:
+        running = False
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not running, err
+    assert rc == 130 and "interrupted" in err, err
+    assert _profile_dirs(tmp) == [] and list(tmp.glob("perfstack-capture-*")) == [], err
 
 
 CLEANUP = """

@@ -62,24 +62,27 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def _capture(args: argparse.Namespace, err: Console) -> CaptureResult:
     cmd = _command(args)
-    made = None
     try:
         from perfstack.profile import capture
-        out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
-        made = None if args.out_dir else out_dir
-        err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
-        plan = capture.Plan(steps=args.steps, window=args.window, skip_first=args.skip_first,
-                            stop_after_window=args.stop_after_window)
-        return capture.run(cmd, out_dir, plan, nproc=args.nproc)
+        # held from before the temporary folder exists until it is removed: a Ctrl-C never comes between
+        # its making and its clean-up knowing it (which would leave it behind, empty)
+        with capture.ctrl_c_held():
+            made = None if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
+            try:
+                out_dir = made or Path(args.out_dir)
+                err.print(f"profiling {' '.join(cmd)} → {out_dir}", markup=False)
+                plan = capture.Plan(steps=args.steps, window=args.window, skip_first=args.skip_first,
+                                    stop_after_window=args.stop_after_window)
+                return capture.run(cmd, out_dir, plan, nproc=args.nproc)
+            finally:
+                if made is not None:  # the temporary folder stays only when it holds the traces
+                    try:
+                        made.rmdir()
+                    except OSError:
+                        pass
     except ImportError as e:  # a perfstack whose capture cannot load on this platform
         raise CannotRunHere(f"capture mode is not available here ({type(e).__name__}: {e})",
                             hint="record a trace with torch.profiler and run 'perfstack profile --trace FILE'") from None
-    finally:
-        if made is not None:  # the temporary folder stays only when it holds the traces
-            try:
-                made.rmdir()
-            except OSError:
-                pass
 
 
 def _step_ms(value: str | None) -> float | None:

@@ -41,6 +41,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, Iterator
 
@@ -317,6 +318,26 @@ def quiet_profiler() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _ctrl_c_held(deliver: bool = True) -> Iterator[list[int]]:
+    """A Ctrl-C that comes during the block waits for its end (a trace cut off half-written is lost
+    work), then is delivered as if it came then (``deliver``: to the script's own handler, or as
+    KeyboardInterrupt), or only noted in the list the block was given. Nothing is held off the main
+    thread, where Python delivers no signal, nor where the handler was not set from Python."""
+    got: list[int] = []
+    old = signal.getsignal(signal.SIGINT)
+    if old is None or threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got and deliver:
+        signal.raise_signal(signal.SIGINT)
+
+
 def _step_schedule(torch: Any) -> Any:
     return torch.profiler.schedule(wait=0, warmup=1, active=S.cfg["steps"], repeat=1)
 
@@ -385,17 +406,19 @@ def _boundary(source: str) -> None:
     else:
         clock.profiled_mark()
         S.recorded_steps += 1
-    S.prof.step()
-    if S.done:  # on_trace_ready ran inside step(): the window is complete
-        _finish()
-        S.timing_after = clock.after_begin()
-        S.write()
-        if S.cfg["stop_after_window"] and not S.timing_after:
-            raise WindowDone(0)
+    with _ctrl_c_held():  # the trace is written inside step(): a Ctrl-C waits until it is whole and known
+        S.prof.step()
+        if S.done:  # on_trace_ready ran inside step(): the window is complete
+            _finish()
+            S.timing_after = clock.after_begin()
+            S.write()
+    if S.done and S.cfg["stop_after_window"] and not S.timing_after:
+        raise WindowDone(0)
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    _finish()
+    with _ctrl_c_held():  # the window's trace is written here
+        _finish()
 
 
 def _on_torch(torch: Any) -> None:
@@ -472,13 +495,16 @@ def main() -> int:
     try:
         code, _ = child.run(cfg, WindowDone, (__file__,))
     finally:
-        if S.cfg["window"] is not None:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        _finish()
-        if S.clock is not None:
-            S.clock.finish()
-        S.write()
-    return code
+        # a window cut short is written here: a Ctrl-C (a second one, or one sent to the whole process
+        # group and passed on again by perfstack) waits until it and the status are, then ends with 130
+        with _ctrl_c_held(deliver=False) as ctrl_c:
+            if S.cfg["window"] is not None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            _finish()
+            if S.clock is not None:
+                S.clock.finish()
+            S.write()
+    return 130 if ctrl_c else code
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ _bootstrap.py, which runs the script with runpy as ``__main__`` (sys.argv and sy
 global ``register_optimizer_step_post_hook``): the profiler skips ``skip_first`` steps, warms up
 one, records ``steps``, writes ``<script>.pt.trace.json.gz`` into ``out_dir``, and detaches. The
 script then runs to its end (``stop_after_window=True`` ends it with exit 0 once the steps timed
-after the window are done; a Ctrl-C after the trace is written also keeps the trace).
+after the window are done; a Ctrl-C while or after the trace is written also keeps the trace: the
+script finishes writing it before its KeyboardInterrupt). A Ctrl-C never leaves the script running
+unwatched, nor perfstack's own temporary files behind (see ctrl_c_held).
 
 The profiler slows the CPU side of every step, so the step time is also measured without it:
 ``timed_steps`` (5) steps just before the profiler starts and as many just after it detaches,
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 import json
 import os
 import re
@@ -48,7 +51,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from perfstack.errors import CannotRunHere, InputError, UsageError
 from perfstack.profile._bootstrap import TIMED_BUDGET_S, TIMED_STEPS, WARMUP_STEPS
@@ -294,34 +297,33 @@ def run(argv: list[str], out_dir: Path, plan: Plan = Plan(), *, nproc: int = 1, 
     if nproc < 1:
         raise UsageError(f"--nproc must be at least 1, got {nproc}")
     out_dir = _output_dir(Path(out_dir))
-    fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
-    os.close(fd)
-    cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
-                           "steps": plan.steps, "skip_first": plan.skip_first, "window": plan.window,
-                           "stop_after_window": plan.stop_after_window, "name": target.name,
-                           "timed_steps": plan.timed_steps, "timed_budget_s": plan.timed_budget_s, "nproc": nproc}
-    cfg["module" if target.module else "script"] = target.module or target.script
-    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
-    cmd = [sys.executable, *target.python_options, *launch, str(BOOTSTRAP), json.dumps(cfg)]
-    try:
-        proc = subprocess.Popen(cmd, stdout=_stdout_target(), stderr=subprocess.PIPE, env=env)
-    except OSError as e:
-        os.unlink(status_path)
-        raise UsageError(f"cannot start {sys.executable}: {e.strerror}") from None
-    statuses = [status_path] if nproc == 1 else [f"{status_path}.{r}" for r in range(nproc)]
-    child = _Child(proc, statuses, TelemetrySampler(gpus, sample, interval), on_trace)
-    rc = child.wait()
-    status = _merge_status([_read_status(p) for p in statuses])
-    for p in {status_path, *statuses}:
+    sampler = TelemetrySampler(gpus, sample, interval)
+    with ctrl_c_held() as ctrl_c:  # from the status file's creation to its removal, and the script's whole run
+        fd, status_path = tempfile.mkstemp(prefix="perfstack-capture-", suffix=".json")
+        os.close(fd)
+        statuses = [status_path] if nproc == 1 else [f"{status_path}.{r}" for r in range(nproc)]
+        cfg: dict[str, Any] = {"args": target.args, "out_dir": str(out_dir.resolve()), "status": status_path,
+                               "steps": plan.steps, "skip_first": plan.skip_first, "window": plan.window,
+                               "stop_after_window": plan.stop_after_window, "name": target.name,
+                               "timed_steps": plan.timed_steps, "timed_budget_s": plan.timed_budget_s, "nproc": nproc}
+        cfg["module" if target.module else "script"] = target.module or target.script
+        launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] if nproc > 1 else []
         try:
-            os.unlink(p)
-        except OSError:
-            pass
+            proc = _start([sys.executable, *target.python_options, *launch, str(BOOTSTRAP), json.dumps(cfg)], env, ctrl_c)
+            child = _Child(proc, statuses, sampler, on_trace, ctrl_c)
+            rc = child.wait()
+            status = _merge_status([_read_status(p) for p in statuses])
+        finally:
+            for p in {status_path, *statuses}:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+        # the Ctrl-C is answered here: by the result (the traces kept) or by the KeyboardInterrupt below
+        interrupted = ctrl_c.answer() or rc in (130, -signal.SIGINT)
     traces = [Path(p) for p in status.get("traces", []) if os.path.exists(p)]
-    interrupted = child.interrupts > 0 or rc in (130, -signal.SIGINT)
-    unprofiled = _unprofiled(status.get("unprofiled"))
     result = CaptureResult(traces, child.telemetry, rc, int(status.get("steps", 0)), child.tee.text(), interrupted,
-                           unprofiled)
+                           _unprofiled(status.get("unprofiled")))
     if traces:
         if on_trace and not child.announced:
             on_trace(traces)
@@ -329,6 +331,17 @@ def run(argv: list[str], out_dir: Path, plan: Plan = Plan(), *, nproc: int = 1, 
     if interrupted:
         raise KeyboardInterrupt
     raise _no_trace_error(result, status, target, plan)
+
+
+def _start(cmd: list[str], env: dict[str, str] | None, ctrl_c: CtrlC) -> subprocess.Popen[bytes]:
+    if ctrl_c.count:  # Ctrl-C before the script started: it is not started
+        raise KeyboardInterrupt
+    try:
+        proc = subprocess.Popen(cmd, stdout=_stdout_target(), stderr=subprocess.PIPE, env=env)
+    except OSError as e:
+        raise UsageError(f"cannot start {sys.executable}: {e.strerror}") from None
+    ctrl_c.watch(proc)
+    return proc
 
 
 def check_plan(steps: int, skip_first: int | None, timed_steps: int, window: int | None = None,
@@ -353,52 +366,94 @@ def _output_dir(out_dir: Path) -> Path:
     return out_dir
 
 
+class CtrlC:
+    """The Ctrl-Cs that came inside ``ctrl_c_held()``: counted, and passed on to the script once it is
+    given to ``watch`` (see ctrl_c_held)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.terminal = _terminal_sends_sigint()
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        proc = self.proc
+        if proc is not None and proc.poll() is None:  # a third Ctrl-C kills a script that ignores the first two
+            if self.count >= 3:
+                proc.kill()
+            elif not self.terminal:  # the script got this one from the terminal already: a second would cut its clean-up
+                proc.send_signal(signal.SIGINT)
+
+    def watch(self, proc: subprocess.Popen[bytes]) -> None:
+        """The script has started: pass on the Ctrl-Cs from now on, and one that came while it was being
+        started (it may have missed it, even from the terminal; it has run none of its own code yet)."""
+        self.proc = proc
+        if self.count and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+    def answer(self) -> bool:
+        """Whether a Ctrl-C came; it is answered by the caller, so the end of the block no longer raises it."""
+        came, self.count = self.count > 0, 0
+        return came
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[CtrlC]:
+    """Inside this block a Ctrl-C never lands half-way through perfstack's own work, where it would
+    lose track of something it made (a temporary folder made but not yet known to its clean-up, a
+    script started but not yet waited for): it is counted, passed on to the script given to
+    ``watch`` while the script runs (unless the terminal delivered it there already; the third kills
+    a script that ignores the first two), and raised as KeyboardInterrupt when the block ends, unless
+    ``answer()`` took it. A block inside another shares the outer one's count. Only on the main
+    thread, where Python delivers signals; elsewhere nothing changes."""
+    outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+    if isinstance(outer, CtrlC):
+        yield outer
+        return
+    held = CtrlC()
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGINT, held.on_sigint)
+    try:
+        yield held
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+    if held.count:
+        raise KeyboardInterrupt
+
+
 class _Child:
     """The script's process until it ends: its stderr shown live with the tail kept, telemetry
-    sampled until the trace is written, Ctrl-C passed on where the terminal does not deliver it, and
-    ``on_trace`` called as soon as the trace files exist."""
+    sampled until the trace is written, and ``on_trace`` called as soon as the trace files exist
+    (Ctrl-C is ``ctrl_c``'s, held by the caller)."""
 
     def __init__(self, proc: subprocess.Popen[bytes], status_paths: list[str], sampler: TelemetrySampler,
-                 on_trace: Callable[[list[Path]], None] | None) -> None:
+                 on_trace: Callable[[list[Path]], None] | None, ctrl_c: CtrlC) -> None:
         self.proc = proc
         self.status_paths = status_paths
         self.sampler = sampler
         self.on_trace = on_trace
+        self.ctrl_c = ctrl_c
         self.tee = Tee(proc.stderr)
         self.telemetry: list[dict[str, Any]] = []
-        self.interrupts = 0
         self.announced = False  # on_trace was called while the script ran
-        self.terminal = False
 
     def wait(self) -> int:
         """The script's exit code, once it has ended (killed if it outlives an exception here);
         ``telemetry`` and ``tee`` hold what was gathered meanwhile."""
         self.tee.start()
-        self.sampler.start()
-        self.terminal = _terminal_sends_sigint()
-        old = None
-        if threading.current_thread() is threading.main_thread():
-            old = signal.signal(signal.SIGINT, self.on_sigint)
         try:
+            self.sampler.start()
             while True:
                 try:
                     return self.proc.wait(timeout=0.2)
                 except subprocess.TimeoutExpired:
                     self._announce()
-                except KeyboardInterrupt:  # not the main thread, or the handler could not be set
-                    self.on_sigint(signal.SIGINT, None)
+                except KeyboardInterrupt:  # a Ctrl-C not held (on_trace set a SIGINT handler of its own)
+                    self.ctrl_c.on_sigint(signal.SIGINT, None)
         finally:
-            if old is not None:
-                signal.signal(signal.SIGINT, old)
             self._end()
-
-    def on_sigint(self, signum: int, frame: Any) -> None:
-        self.interrupts += 1
-        if self.proc.poll() is None:  # a third Ctrl-C kills a script that ignores the first two
-            if self.interrupts >= 3:
-                self.proc.kill()
-            elif not self.terminal:  # the script got this one from the terminal already: a second would cut its clean-up
-                self.proc.send_signal(signal.SIGINT)
 
     def _announce(self) -> None:
         if self.announced:
