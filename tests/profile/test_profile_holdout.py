@@ -28,12 +28,7 @@ KNOWN: dict[str, str] = {}
 
 
 # claims above 10% at warning whose fix, as measured, gave < 5%: each with why; the test checks each is still made
-KNOWN_CLAIMS: dict[tuple[str, str, str], str] = {
-    ("rnn-decoder", "compile-cell", "unfused-elementwise"):
-        "10.7% claimed, most of it the autograd's in-place sums of the cell's weight gradients over 384 time "
-        "steps; compiling the cell measured -1.1% (those sums are outside it), compiling the whole unrolled "
-        "decoder was not timed",
-}
+KNOWN_CLAIMS: dict[tuple[str, str, str], str] = {}
 
 
 @functools.lru_cache(maxsize=None)  # each workload's profile is read by several tests and the table
