@@ -86,22 +86,17 @@ def test_ctrl_c_after_the_trace_reports_it_and_exits_130(tmp_path):
     assert len(_profile_dirs(tmp)) == 1 and len(traces) == 1 and _whole(traces[0]), err
 
 
+# TRAIN, its trace written slowly, with a Ctrl-C to perfstack (kill -INT) as the writing starts
 SLOW_EXPORT = """
 import os, signal, time
-import torch, torch.nn as nn
+import torch
 export = torch.profiler.profile.export_chrome_trace
 def slow_export(self, path, *args, **kwargs):
-    os.kill(os.getppid(), signal.SIGINT)  # Ctrl-C to perfstack (kill -INT) while the trace is being written
+    os.kill(os.getppid(), signal.SIGINT)
     time.sleep(1)  # a large trace takes a while to write
     return export(self, path, *args, **kwargs)
 torch.profiler.profile.export_chrome_trace = slow_export
-model = nn.Linear(8, 8)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-while True:
-    model(torch.randn(4, 8)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-"""
+""" + TRAIN
 
 
 def test_ctrl_c_while_the_trace_is_written_keeps_it_and_reports_it(tmp_path):
