@@ -13,13 +13,18 @@ Anti-pattern it carries:
     square of the sequence length (about 36 GiB read and as much written per iteration here) -> fix
     (``--fixed``): keep the hidden states in a list and ``torch.stack`` them once after the loop
 
+It carries a second one, as the same tutorials write it: the loop reads its input with ``x[:, i]``, so the
+backward writes each time step's gradient into a zeroed tensor of the whole sequence's size and adds that
+to the total: 384 full-size fills and adds per iteration (about 0.6 GB each) -> fix (``--unbind``): take the
+time steps apart once with ``x.unbind(1)`` (its backward stacks the gradients once).
+
 ``--compile-cell`` compiles the GRU cell with ``torch.compile`` (one small graph, called at every time step),
 for timing by hand what fusing its element-wise work recovers; ``--compile-decoder`` compiles the whole
 decoder, as the fusion finding's fix says (TorchDynamo unrolls all 384 time steps into one graph, and the
 backward's sums of the cell's weight gradients over them fall inside it: compiling takes minutes).
 
     python benchmarks/workloads/rnn_decoder_train.py [--steps 60] [--batch-size 128] [--seq-len 384]
-        [--hidden 1024] [--small] [--fixed] [--compile-cell | --compile-decoder]   (the variants, timed by hand)
+        [--hidden 1024] [--small] [--fixed] [--unbind] [--compile-cell | --compile-decoder]   (the variants, timed by hand)
 """
 
 import argparse
@@ -44,14 +49,15 @@ class Decoder(nn.Module):
         self.cell = nn.GRUCell(hidden, hidden)
         self.head = nn.Linear(hidden, vocab)
 
-    def forward(self, tokens, fixed=False):
+    def forward(self, tokens, fixed=False, unbind=False):
         b, t = tokens.shape
         x = self.embed(tokens)
+        xs = x.unbind(1) if unbind else None
         h = x.new_zeros(b, self.cell.hidden_size)
         outputs = x.new_zeros(b, 0, self.cell.hidden_size)
         kept = []
         for i in range(t):
-            h = self.cell(x[:, i], h)
+            h = self.cell(xs[i] if xs is not None else x[:, i], h)
             if fixed:
                 kept.append(h)
             else:
@@ -69,6 +75,7 @@ def main():
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--small", action="store_true", help="tiny sizes, for a CPU smoke test")
     p.add_argument("--fixed", action="store_true", help="the fixed variant: outputs stacked once after the loop")
+    p.add_argument("--unbind", action="store_true", help="the inputs taken apart once with unbind, not indexed per step")
     p.add_argument("--compile-cell", action="store_true", help="the GRU cell compiled with torch.compile")
     p.add_argument("--compile-decoder", action="store_true", help="the whole decoder compiled with torch.compile")
     p.add_argument("--warmup", type=int, default=0,
@@ -95,7 +102,7 @@ def main():
             t0 = time.time()
         tokens = torch.randint(0, vocab, (args.batch_size, args.seq_len), device=device)
         targets = torch.randint(0, vocab, (args.batch_size, args.seq_len), device=device)
-        logits = model(tokens, fixed=args.fixed)
+        logits = model(tokens, fixed=args.fixed, unbind=args.unbind)
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         loss.backward()
         opt.step()
@@ -104,7 +111,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.synchronize()
     print(f"{args.steps} iterations of {args.batch_size} x {args.seq_len} in {time.time() - t0:.2f} s "
-          f"({'stacked once' if args.fixed else 'torch.cat per time step'}{', cell compiled' if args.compile_cell else ''}{', decoder compiled' if args.compile_decoder else ''}; last loss {loss.item():.4f})", flush=True)
+          f"({'stacked once' if args.fixed else 'torch.cat per time step'}{', cell compiled' if args.compile_cell else ''}{', decoder compiled' if args.compile_decoder else ''}{', inputs unbound once' if args.unbind else ''}; last loss {loss.item():.4f})", flush=True)
 
 
 if __name__ == "__main__":
