@@ -1,19 +1,24 @@
 """The replay, the CPU-gap overlaps and the typical launch cost are written for speed (plain lists zipped,
 comparisons instead of max(), gaps walked in time order, distinct values counted): each must give the figures
 of the plain statement to the last bit, on random timelines with every kind of action (syncs, copy-syncs,
-launches of several events or none, several streams, cross-stream waits) and every kind of scenario."""
+launches of several events or none, several streams, cross-stream waits) and every kind of scenario. So must
+the shortcuts around it: the union of intervals already in order, the actions' steps found by the windows'
+bounds, and the bubbles a merging fix removes found from the changed events alone."""
 
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfstack.profile.cpu import _median
+from perfstack.profile.cpu import _median, _steps
 from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
                                         Timeline, replay)
-from perfstack.profile.timeline import Spans
+from perfstack.profile.summary import _fix_scenario
+from perfstack.profile.timeline import Spans, union, union_in_order
+from perfstack.profile.waste import Waste
 
 
 def reference(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
@@ -148,3 +153,41 @@ def test_overlaps_of_many_gaps_are_each_gaps_overlap(seed):
 @given(values=st.lists(st.one_of(st.sampled_from([0.0, 3.0, 4.5]), st.floats(0, 1e4)), min_size=1, max_size=80))
 def test_the_typical_launch_cost_is_the_sorted_middle_value(values):
     assert _median(values) == sorted(values)[len(values) // 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_the_union_of_intervals_in_order_is_the_union(seed):
+    rng = random.Random(seed)
+    starts = sorted(rng.choice([0.0, 5.0, rng.uniform(0, 100)]) for _ in range(rng.randrange(40)))
+    pairs = [(s, s + rng.choice([0.0, -1.0, rng.uniform(0, 30)])) for s in starts]  # same starts in any order
+    assert union_in_order(pairs) == union(pairs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_each_actions_step_is_the_window_bisection_finds(seed):
+    rng = random.Random(seed)
+    ts = sorted(rng.choice([0.0, 10.0, 10.0 - 1e-10, rng.uniform(-5, 60)]) for _ in range(rng.randrange(50)))
+    starts = sorted(rng.choice([0.0, 10.0, rng.uniform(0, 50)]) for _ in range(rng.randrange(6)))
+    if rng.random() < 0.2:
+        rng.shuffle(starts)  # windows out of order: the bisection's answer all the same
+    assert _steps(ts, starts) == [max(0, bisect_left(starts, t + 1e-9) - 1) for t in ts]
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10**9), frozen=st.booleans())
+def test_a_merging_fix_takes_the_bubbles_between_its_changed_events_on_a_stream(seed, frozen):
+    rng = random.Random(seed)
+    t = random_timeline(rng, rng.randrange(1, 60))
+    if frozen:
+        t.freeze()
+    w = Waste("unfused-elementwise", new_dur={gi: 0.5 for gi in t.g_index if rng.random() < 0.5})
+    w.new_dur[len(t.g_index) + 7] = 1.0  # an event not in the timeline changes nothing
+    want = list(t.g_bubble)
+    prev: dict[int, int] = {}
+    for k, (gi, stream) in enumerate(zip(t.g_index, t.g_stream)):  # in start order
+        if gi in w.new_dur and prev.get(stream) in w.new_dur:
+            want[k] = 0.0
+        prev[stream] = gi
+    assert _fix_scenario(w, None, t, True).g_bubble == want  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ Definitions:
 from __future__ import annotations
 
 import statistics
+from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import islice
@@ -24,7 +25,7 @@ from typing import Iterable, NamedTuple
 
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
-from perfstack.profile.timeline import gaps, sweep, union
+from perfstack.profile.timeline import first_after, gaps, sweep, union, union_in_order
 from perfstack.records.profile.means import Bound
 from perfstack.records.profile import (Allocator, Comm, CpuCounts, GpuStep, IdleGap, Launch, LaunchToStart, OpRow,
                                        Section, Step, Sync, Timeline)
@@ -185,9 +186,13 @@ class _GpuTimeline:
 
     def __init__(self, gpu: list[GpuEvent]) -> None:
         self.gpu = gpu
-        self.busy = union((g.ts, g.ts + g.dur) for g in gpu)
+        # (the start times copied into fresh floats side by side: every idle gap looks its end up among them)
+        self.starts = starts = array("d", [g.ts for g in gpu]).tolist()
+        ends = [g.ts + g.dur for g in gpu]
+        # a loaded trace's events are in start order: their union needs no sort
+        in_order = all(map(le, starts, islice(starts, 1, None)))
+        self.busy = (union_in_order if in_order else union)(zip(starts, ends))
         self.busy_ends = [e for _, e in self.busy]
-        self.starts = [g.ts for g in gpu]
 
 
 def _periods(A: Analysis, per_step: list[list[int]]) -> list[tuple[float, float]]:
@@ -330,26 +335,13 @@ def _ranges(ts: list[float], starts: list[float], ends: list[float]) -> list[tup
     bisection where the events are in time order (a large trace has millions); None where they are not."""
     if not all(map(le, ts, islice(ts, 1, None))):
         return None
-    first = [_first_after(ts, a) for a in starts]  # the first event of each window's range, and the end of the last
+    first = [first_after(ts, a) for a in starts]  # the first event of each window's range, and the end of the last
     first.append(len(ts))
     out = []
     for k, e in enumerate(ends):
         lo, hi = first[k], first[k + 1]
         out.append((lo, bisect_left(ts, e, lo, hi) if hi > lo else lo))
     return out
-
-
-def _first_after(ts: list[float], a: float) -> int:
-    """The first index of the sorted ``ts`` whose ``ts + 1e-9 > a``: where bisect_left(starts, ts + 1e-9)
-    in _cpu_counts first passes the window starting at ``a`` (bisection by hand: no list of the sums)."""
-    lo, hi = 0, len(ts)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ts[mid] + 1e-9 > a:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 LAUNCH, GRAPH, SYNC, ALLOC = 1, 2, 4, 8  # what a runtime call counts as, more than an event (_call_kind)

@@ -189,8 +189,16 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
     ends = [b for _, _, b in windows]
     n = len(gpu)
     step, launch, opi = [-1] * n, [-1] * n, [-1] * n
+    # each event's category and phase, from its name and kind and its operator's family and phase, in the same
+    # pass (looked up once per distinct combination)
+    cats: list[str] = []
+    phases: list[str] = []
+    add_cat, add_phase = cats.append, phases.append
+    cat_cache: dict[tuple[Any, ...], str] = {}
+    family, phase = info.family, info.phase
     linked = 0
     for i, g in enumerate(gpu):
+        o = -1
         j = rt_by_corr.get(g.correlation)
         if j is not None:
             linked += 1
@@ -199,12 +207,20 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
             t = rts[j].ts
             k = bisect_right(starts, t) - 1
             step[i] = k if k >= 0 and t < ends[k] else -1
-            if o >= 0:
-                continue
-        if g.external_id is not None:
+        if o < 0 and g.external_id is not None:
             if op_by_ext is None:
                 op_by_ext = _ops_by_external_id(trace)
-            opi[i] = op_by_ext.get(g.external_id, -1)
+            o = opi[i] = op_by_ext.get(g.external_id, -1)
+        if o >= 0:
+            fam, ph = family[o], phase[o]
+        else:
+            fam, ph = None, ""
+        key = (g.kind, g.name, fam, ph == "optimizer")
+        c = cat_cache.get(key)
+        if c is None:
+            c = cat_cache[key] = classify.category(g.kind, g.name, fam, ph)
+        add_cat(c)
+        add_phase(ph)
     notes: list[str] = []
     method: Method = "launch"
     if n and linked < 0.5 * n:
@@ -218,17 +234,6 @@ def attribute(trace: Trace, gpu: list[GpuEvent], windows: list[tuple[int, float,
     elif n and linked < n:
         notes.append(f"{n - linked} of {n} GPU events have no matching CUDA runtime call (their launch was not "
                      "recorded); they count in the GPU timeline but not in any step's launch figures")
-    cats, phases = [], []
-    cat_cache: dict[tuple[Any, ...], str] = {}
-    family, phase = info.family, info.phase
-    for g, o in zip(gpu, opi):
-        fam, ph = (family[o], phase[o]) if o >= 0 else (None, "")
-        key = (g.kind, g.name, fam, ph == "optimizer")
-        c = cat_cache.get(key)
-        if c is None:
-            c = cat_cache[key] = classify.category(g.kind, g.name, fam, ph)
-        cats.append(c)
-        phases.append(ph)
     unattributed = sum(1 for s in step if s < 0)
     return Attribution(gpu, step, launch, opi, cats, phases, rparent, info, method, notes, unattributed)
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from bisect import bisect_left
-from itertools import islice
-from operator import sub
+from itertools import accumulate, islice
+from operator import le, sub
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Timeline
-from perfstack.profile.timeline import Spans
+from perfstack.profile.timeline import Spans, first_after
 from perfstack.profile.trace import CpuEvent, GpuEvent, Trace
 
 if TYPE_CHECKING:
@@ -251,62 +251,71 @@ def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launc
                  at: list[int], starts: list[float], cs: CpuSpans) -> float:
     """The actions into the timeline, each with the CPU gap before it and what filled that gap; the
     end of the last one."""
+    # Each figure in a pass of its own over the actions (a third of a million on a large trace), most of them
+    # comprehensions; every figure is the same arithmetic on the same values as one loop doing it all.
+    calls = [rts[j] for _, j, _ in cand]
+    names = [r.name for r in calls]
+    took = [r.dur for r in calls]
+    kinds = [kind for _, _, kind in cand]
+    ts = [t for t, _, _ in cand]
+    del calls
     # A launch call that blocks because the launch queue is full is waiting for the GPU, not working:
     # count each call at most a few times the typical cost of its kind, and let the replay's GPU
     # timeline supply the wait.
     typical: dict[str, list[float]] = {}
-    for _ts, j, kind in cand:
+    for name, d, kind in zip(names, took, kinds):
         if kind == LAUNCH:
-            r = rts[j]
-            of_name = typical.get(r.name)
+            of_name = typical.get(name)
             if of_name is None:
-                typical[r.name] = [r.dur]
+                typical[name] = [d]
             else:
-                of_name.append(r.dur)
+                of_name.append(d)
     cap = {name: max(4 * m, m + 30.0) for name, m in ((name, _median(v)) for name, v in typical.items())}
-    # One pass over the actions for what each is and the CPU gap before it, then what filled the gaps, a
-    # pass per kind of CPU span (minima and maxima written as comparisons choosing what min() and max() would)
-    cursor = tl.t0
-    gap_a: list[float] = []
-    gap_b: list[float] = []
-    steps: list[int] = []
-    durs: list[float] = []
-    alloc_sync: list[bool] = []
-    events: list[list[int]] = []
+    most = [cap[name] if kind == LAUNCH else 8.0 for name, kind in zip(names, kinds)]
+    durs = [m if m < d else d for m, d in zip(most, took)]
+    # the CPU gap before each action: from the end of the latest action before it (the first: from the window's
+    # start) to its start
+    cursors = list(accumulate([t + d for t, d in zip(ts, took)], max, initial=tl.t0))
+    gap_a = cursors[:-1]
+    gap_b = [t if t > c else c for t, c in zip(ts, gap_a)]
     g_action, n_actions = tl.g_action, len(tl.kind)
-    for ts, j, kind in cand:
-        r = rts[j]
-        gap_a.append(cursor)
-        gap_b.append(ts if ts > cursor else cursor)
-        k = bisect_left(starts, ts + 1e-9) - 1
-        steps.append(k if k > 0 else 0)
+    events: list[list[int]] = []
+    for i, j in enumerate([j for _, j, _ in cand], n_actions):
         launched = by_launch.get(j)
         if launched is None:
-            evs = []
-        else:
-            evs = [at[launched[0]]] if len(launched) == 1 else sorted(at[i] for i in launched)
-            for e in evs:
-                g_action[e] = n_actions
+            events.append([])
+            continue
+        evs = [at[launched[0]]] if len(launched) == 1 else sorted(at[e] for e in launched)
+        for e in evs:
+            g_action[e] = i
         events.append(evs)
-        n_actions += 1
-        took = r.dur
-        most = cap[r.name] if kind == LAUNCH else 8.0
-        durs.append(most if most < took else took)
-        alloc_sync.append(kind == SYNC and r.name in ALLOC_SYNCS)
-        end = ts + took
-        if end > cursor:
-            cursor = end
     dl = cs.dataloader.overlaps(gap_a, gap_b)  # an empty gap overlaps nothing: 0.0
-    tl.kind.extend([kind for _, _, kind in cand])
+    tl.kind.extend(kinds)
     tl.dur.extend(durs)
-    tl.step.extend(steps)
+    tl.step.extend(_steps(ts, starts))
     tl.gap.extend([b - a for a, b in zip(gap_a, gap_b)])
     tl.gap_dl.extend(dl)
     tl.gap_alloc.extend(cs.alloc.overlaps(gap_a, gap_b))
     tl.gap_op.extend([x if x > 0.0 else 0.0 for x in map(sub, cs.ops.overlaps(gap_a, gap_b), dl)])
     tl.events.extend(events)
-    tl.alloc_sync.extend(alloc_sync)
-    return cursor
+    tl.alloc_sync.extend([kind == SYNC and name in ALLOC_SYNCS for name, kind in zip(names, kinds)])
+    return cursors[-1]
+
+
+def _steps(ts: list[float], starts: list[float]) -> list[int]:
+    """The step of each action (``ts``: their starts, in time order): the last window starting before it
+    (bisect_left(starts, t + 1e-9) - 1), the first window for those before every window; the windows' bounds
+    found by bisection, not each action's step."""
+    if not all(map(le, starts, islice(starts, 1, None))):  # windows out of order (a trace built by hand)
+        return [max(0, bisect_left(starts, t + 1e-9) - 1) for t in ts]
+    out: list[int] = []
+    done = 0
+    for k, a in enumerate(starts):  # the actions from ``done`` to the first after ``a`` are in window k - 1
+        first = first_after(ts, a)
+        out += [k - 1 if k > 1 else 0] * (first - done)
+        done = first
+    out += [len(starts) - 1 if len(starts) > 1 else 0] * (len(ts) - done)
+    return out
 
 
 def _median(values: list[float]) -> float:

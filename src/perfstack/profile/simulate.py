@@ -19,6 +19,7 @@ idle it caused.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -52,13 +53,30 @@ class Timeline:
     recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
     _positions: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     _plan: _Plan | None = field(default=None, repr=False, compare=False)  # see freeze()
+    _prev: list[int] | None = field(default=None, repr=False, compare=False)  # see prev_on_stream()
 
     def freeze(self) -> Timeline:
         """Mark the timeline complete: the replays then derive what they need from its structure (which
         event each action launches, stream slots) once, not once per replay (a summary runs a dozen or
         more). Nothing may change it afterwards."""
+        # The durations and gaps every replay reads, copied into fresh floats side by side in memory (the same
+        # values to the last bit): the events' own are spread over the gigabyte a large trace was decoded
+        # into, and a replay that reads them there takes twice as long
+        self.gap, self.dur, self.g_dur, self.g_bubble = (array("d", xs).tolist()
+                                                         for xs in (self.gap, self.dur, self.g_dur, self.g_bubble))
         self._plan = _Plan(self)
         return self
+
+    def prev_on_stream(self) -> list[int]:
+        """Per GPU event, the position of the event before it on its stream, in start order (-1: the first);
+        built once (each fix that merges kernels asks)."""
+        if self._prev is None:
+            last: dict[int, int] = {}
+            prev = self._prev = [-1] * len(self.g_stream)
+            for k, st in enumerate(self.g_stream):
+                prev[k] = last.get(st, -1)
+                last[st] = k
+        return self._prev
 
     def positions(self) -> dict[int, int]:
         """Each GPU event's position here, by its index among the analysed device's events (built once:

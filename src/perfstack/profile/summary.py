@@ -253,13 +253,16 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
             d[k] = new
     bub = None
     if w.id in _MERGING:
+        # an event changed whose predecessor on its stream (in start order) is changed too loses its bubble:
+        # only the changed events are looked at
         bub = list(tl.g_bubble)
-        prev: dict[int, int] = {}
-        new_dur = w.new_dur
-        for k, (gi, st) in enumerate(zip(tl.g_index, tl.g_stream)):  # in start order
-            if gi in new_dur and prev.get(st) in new_dur:
-                bub[k] = 0.0
-            prev[st] = gi
+        prev, index, new_dur = tl.prev_on_stream(), tl.g_index, w.new_dur
+        for gi in new_dur:
+            k = pos.get(gi)
+            if k is not None:
+                j = prev[k]
+                if j >= 0 and index[j] in new_dur:
+                    bub[k] = 0.0
     gone: set[int] = set()
     if w.merged and (cpu_free or w.id in _REMOVING):
         # an action whose every event is fused into another no longer dispatches anything: as many of its

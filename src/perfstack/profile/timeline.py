@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable, Sequence
 
@@ -11,11 +12,17 @@ _INF = float("inf")
 
 def union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """Merge (start, end) pairs into disjoint sorted intervals."""
+    return union_in_order(sorted(intervals))
+
+
+def union_in_order(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``union`` of pairs already in order of their starts (those with the same start in any order: they merge
+    into the same interval), without sorting them."""
     out: list[tuple[float, float]] = []
     add = out.append
     cur_s = cur_e = 0.0
     started = False
-    for s, e in sorted(intervals):
+    for s, e in intervals:
         if e <= s:
             continue
         if started and s <= cur_e:
@@ -45,7 +52,9 @@ class Spans:
         return self
 
     def _set(self, starts: list[float], ends: list[float]) -> None:
-        self.starts, self.ends = starts, ends
+        # fresh floats side by side in memory (the same values): the queries read them a million times on a
+        # large trace, and the events' own are spread over the memory the trace was decoded into
+        self.starts, self.ends = array("d", starts).tolist(), array("d", ends).tolist()
         cum = self.cum = [0.0]
         total = 0.0
         for s, e in zip(starts, ends):
@@ -119,6 +128,20 @@ class Spans:
         """Does some interval end inside [a, b]?"""
         i = bisect_left(self.ends, a)
         return i < len(self.ends) and self.ends[i] <= b
+
+
+def first_after(ts: list[float], a: float) -> int:
+    """The first index of the sorted ``ts`` whose ``ts + 1e-9 > a``: from there on, bisect_left(starts, ts + 1e-9)
+    (how the passes find the step window an event at ts is in) passes the window starting at ``a`` (bisection by
+    hand: no list of the sums)."""
+    lo, hi = 0, len(ts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ts[mid] + 1e-9 > a:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def gaps(busy: Sequence[tuple[float, float]], a: float, b: float, lo: int = 0) -> list[tuple[float, float]]:
