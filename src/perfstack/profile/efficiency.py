@@ -60,12 +60,13 @@ class _Rows:
         self.op_time: dict[int, float] = defaultdict(float)
         self.op_compute: dict[int, float] = defaultdict(float)  # FLOPs go to an op's compute kernels only
         att = A.att
-        op_time, op_compute = self.op_time, self.op_compute
+        op_time, op_compute, compute = self.op_time, self.op_compute, classify.COMPUTE
         for s, o, c, g in zip(att.step, att.op, att.category, A.gpu):
             if s >= 0 and o >= 0:
-                op_time[o] += g.dur
-                if c in classify.COMPUTE:
-                    op_compute[o] += g.dur
+                dur = g.dur
+                op_time[o] += dur
+                if c in compute:
+                    op_compute[o] += dur
         self.names: dict[str, dict[str, Any]] = {}
         self.ops: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.gemms: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -81,21 +82,21 @@ class _Rows:
         A = self.A
         att, ops = A.att, A.trace.ops
         names, phases, memcpy, rows = self.names, self.phases, self.memcpy, self.ops
-        op_time, op_compute = self.op_time, self.op_compute
+        op_time, op_compute, compute_cats = self.op_time, self.op_compute, classify.COMPUTE
         busy_us = triton_us = 0.0
         gemm_class: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _gemm_row
         for s, g, c, ph, o, cost in zip(att.step, A.gpu, att.category, att.phase, att.op, A.event_costs()):
             if s < 0:
                 continue
-            dur = g.dur
+            dur, name = g.dur, g.name
             busy_us += dur
-            k = names.get(g.name)
+            k = names.get(name)
             if k is None:
-                k = names[g.name] = {"name": classify.short_name(g.name), "category": c, "count": 0, "time_us": 0.0}
+                k = names[name] = {"name": classify.short_name(name), "category": c, "count": 0, "time_us": 0.0}
             k["count"] += 1
             k["time_us"] += dur
             phases[ph or "unknown"] += dur
-            if g.name.startswith("triton_"):
+            if name.startswith("triton_"):
                 triton_us += dur
             if g.kind == "memcpy":
                 key = classify.memcpy_kind(g.name)
@@ -107,13 +108,19 @@ class _Rows:
                 m["time_us"] += dur
                 continue
             # the operator's row: its FLOPs and bytes shared among its kernels by their time
-            compute = c in classify.COMPUTE
-            share = dur / op_time[o] if o >= 0 and op_time[o] else 0.0
-            fshare = dur / op_compute[o] if compute and op_compute.get(o) else 0.0
-            f = cost.flops * fshare if cost and cost.flops and fshare else None
-            b = cost.bytes * share if cost and cost.bytes else None
-            opname = ops[o].name if o >= 0 else "(no operator)"
-            dtype = cost.dtype if cost else None
+            if o >= 0:  # (every op of a step's event has its time: no key is added to op_time here)
+                t_op = op_time[o]
+                share = dur / t_op if t_op else 0.0
+                opname = ops[o].name
+            else:
+                share, opname = 0.0, "(no operator)"
+            fshare = dur / op_compute[o] if c in compute_cats and op_compute.get(o) else 0.0
+            if cost:
+                f = cost.flops * fshare if cost.flops and fshare else None
+                b = cost.bytes * share if cost.bytes else None
+                dtype = cost.dtype
+            else:
+                f = b = dtype = None
             row = rows.get((opname, c, dtype))
             if row is None:
                 row = rows[(opname, c, dtype)] = {

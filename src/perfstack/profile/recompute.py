@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from itertools import compress, repeat
-from operator import eq
+from operator import and_, attrgetter, eq
 from typing import TYPE_CHECKING
 
 from perfstack.profile import classify
@@ -64,8 +64,10 @@ def detect(A: Analysis) -> Waste | None:
     # the forward operators in the backward pass, found without a loop over every op where there are none
     # (a trace has millions of ops; the phases are a handful of strings: compared at C speed)
     names = FORWARD_OPS & A.op_names()
-    backward = compress(range(len(ops)), map(eq, att.ops.phase, repeat("backward"))) if names else ()
-    recomputed = [o for o in backward if ops[o].name in names]
+    # (each op's name and phase tested in C, not an op at a time in Python: a trace has a million in backward)
+    recomputed = list(compress(range(len(ops)), map(and_, map(eq, att.ops.phase, repeat("backward")),
+                                                     map(names.__contains__, map(attrgetter("name"), ops))))
+                      ) if names else []
     if not recomputed:
         return None
     node = _nodes(A)
