@@ -139,8 +139,8 @@ def test_a_gpu_side_figure_on_a_gpu_bound_step_is_the_middle_of_both_ends_of_the
     assert w.pct_slow_cpu is not None and w.pct_fast_cpu is not None
     assert w.pct_slow_cpu + 10 < w.pct_fast_cpu
     assert w.ms == pytest.approx((w.ms_slow_cpu + w.ms_fast_cpu) / 2, abs=1e-3)
-    f = run.findings[0]
-    assert f.id == "fp32-matmul" and f.confidence == "medium"
+    f = {x.id: x for x in run.findings}["fp32-matmul"]
+    assert f.confidence == "medium"
     step = run.profile.overhead.step_ms
     lo, hi = 100 * w.ms_slow_cpu / step, 100 * w.ms_fast_cpu / step
     assert f"{lo:.0f}% of the step at 3 µs" in f.evidence and f"{hi:.0f}% at 7 µs" in f.evidence

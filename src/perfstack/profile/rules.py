@@ -473,8 +473,8 @@ def throttled(p: Section, ctx: Context) -> PHit | None:
 
 ORDER = ("dataloader-stall", "allocator-churn", "launch-bound", "host-sync", "pageable-memcpy", "fp32-matmul",
          "fp32-conv", "gemm-misaligned", "attention-unfused", "large-vocab-loss", "unfused-elementwise",
-         "optimizer-not-fused", "recompiles", "copy-bound", "activation-recompute", "ddp-sync-per-microbatch",
-         "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
+         "optimizer-not-fused", "recompiles", "copy-bound", "activation-recompute", "sliced-backward",
+         "ddp-sync-per-microbatch", "comm-not-overlapped", "straggler-rank", "throttled-during-run", "gpu-idle")
 
 
 def _check_order() -> None:

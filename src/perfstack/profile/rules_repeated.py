@@ -104,3 +104,35 @@ def activation_recompute(p: Section, ctx: Context) -> PHit | None:
     return PHit(ev + f" ({100 * e.time_ms / step:.0f}% of the step); perfstack cannot tell whether the memory allows "
                      f"keeping them: {e.memory_source}; record the trace with profile_memory=True, or measure it: "
                      "perfstack try --fix no-checkpointing", 0.0, severity="info", confidence="low")
+
+
+@profile_check("sliced-backward", "framework", "A tensor sliced step by step: its backward fills and adds the whole "
+               "tensor per slice",
+               doc="""Finds a tensor read one slice at a time in a loop (x[:, t] in a time loop: at least 8 slices of
+               one tensor per step), whose backward nodes (SelectBackward0, SliceBackward0) each fill a zeroed
+               gradient of the whole tensor, copy the slice's gradient into it and add it to the total
+               (``profile/scatter.py``). Taken apart once (x.unbind(dim)), the backward stacks the gradients once:
+               the tensor's size written and read once at 90% of the HBM peak; every fill, copy and add goes with
+               its launch. Replayed through the step model; fires at ≥ 2% of the step.""",
+               why="Each x[:, t] in a loop of N steps makes its backward write a full-size zero tensor and add it "
+                   "to the gradient so far: N full passes over a tensor N times the slice's size, traffic that grows "
+                   "with the square of the sequence length.",
+               fix="Take the slices apart once before the loop: xs = x.unbind(1) (or list(x.unbind(1))), then use "
+                   "xs[t] in the loop; its backward stacks the slices' gradients once. Compiling the whole loop "
+                   "with torch.compile also removes it.",
+               assumptions="""Taken apart once with unbind, the backward writes the tensor's size once (one stack)
+               at 90% of the HBM peak, reading the slices' gradients once; every fill, copy and add under the slice
+               nodes goes, with its launch. Inputs: the kernels under SelectBackward0/SliceBackward0 nodes in the
+               profiled steps, and the zero fill's shape (the tensor sliced).""",
+               confidence="medium")
+def sliced_backward(p: Section, ctx: Context) -> PHit | None:
+    e = p.waste.sliced_backward
+    if e is None:
+        return None
+    ms, pct = recovered(p, "sliced-backward")
+    if pct < 2:
+        return None
+    return PHit(f"{e.nodes_per_step:g} slices per step of a {e.source_shape} tensor ({e.source_bytes / 2**20:.0f} MiB) "
+                f"run backward as {e.kernels_per_step:g} kernels taking {fmt(e.time_ms)} ms per step: each fills and "
+                f"adds a gradient of the whole tensor ({e.filled_bytes_per_step / 1e9:.1f} GB of zeros per step); "
+                f"taken apart once, one stack per step writes it in ≈ {fmt(e.fixed_ms)} ms", ms)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
 from perfstack.records.meta import run_meta
-from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, waste
+from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, scatter, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
 from perfstack.records.profile.means import OverheadMethod
@@ -201,7 +201,7 @@ def compute_busy_ms(p: Section) -> float:
 def _patterns(A: Analysis, spec: GpuSpec | None) -> list[waste.Waste]:
     """What the step repeats that it need not: copies of growing tensors, recomputed activations, extra
     all-reduce rounds. Each may carry evidence without new durations (nothing to replay: then no what-if)."""
-    found = (copies.detect(A, spec), recompute.detect(A), accumulation.detect(A))
+    found = (copies.detect(A, spec), recompute.detect(A), scatter.detect(A, spec), accumulation.detect(A))
     return [w for w in found if w is not None]
 
 
@@ -239,7 +239,7 @@ def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
 # kernels a fix merges into one: the bubbles between them go with them
 _MERGING = ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused")
 # work a fix takes out of the program: its operators stop dispatching whatever bounds the step
-_REMOVING = ("activation-recompute", "ddp-sync-per-microbatch")
+_REMOVING = ("activation-recompute", "sliced-backward", "ddp-sync-per-microbatch")
 
 
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:

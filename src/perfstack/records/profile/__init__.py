@@ -17,11 +17,11 @@ from perfstack.records.profile.steps import CpuCounts, GpuStep, IdleGap, Step
 from perfstack.records.profile.waste import (ActivationRecompute, AttentionUnfused, CopyBound, CopyOp,
                                              DdpSyncPerMicrobatch, Fp32Conv, Fp32Matmul, GemmMisaligned,
                                              LargeVocabLoss, MisalignedGroup, OptimizerNotFused, PageableMemcpy,
-                                             UnfusedElementwise, WasteFound, WhatIf)
+                                             SlicedBackward, UnfusedElementwise, WasteFound, WhatIf)
 
 __all__ = ["ActivationRecompute", "Allocator", "AttentionUnfused", "Comm", "Compiled", "CopyBound", "CopyOp",
            "CpuCounts", "DdpSyncPerMicrobatch", "Fp32Conv", "Fp32Matmul",
            "GemmMisaligned", "GemmRow", "GpuStep", "IdleGap", "KernelClass", "LargeVocabLoss", "Launch", "LaunchToStart",
            "load", "MemcpyRow", "Mfu", "MisalignedGroup", "OpRow", "OptimizerNotFused", "Overhead", "PageableMemcpy", "RankRow",
-           "Record", "Section", "Step", "Straggler", "Sync", "Telemetry", "Timeline", "TopKernel",
+           "Record", "Section", "SlicedBackward", "Step", "Straggler", "Sync", "Telemetry", "Timeline", "TopKernel",
            "UnfusedElementwise", "WasteFound", "WhatIf"]

@@ -178,6 +178,22 @@ class ActivationRecompute(Record):
 
 
 @dataclass
+class SlicedBackward(Record):
+    """A tensor read one slice at a time in a loop, whose backward fills and adds a gradient of the whole
+    tensor per slice (``profile/scatter.py``)."""
+
+    nodes_per_step: float = 0.0  # slice backward nodes (SelectBackward0 / SliceBackward0) in such loops
+    kernels_per_step: float = 0.0  # their fills, copies and adds
+    time_ms: float = 0.0  # their GPU time per step
+    source_shape: str = ""  # the sliced tensor's shape (the most sliced one)
+    source_bytes: int = 0
+    filled_bytes_per_step: float = 0.0  # zeroed full-size gradients written per step
+    fixed_ms: float = 0.0  # one stack per source per step instead
+    hbm_gbps: float = 0.0  # the practical HBM rate the stack is costed at (0: no spec, not replayed)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class DdpSyncPerMicrobatch(Record):
     """DistributedDataParallel all-reducing gradients after several micro-batches of one optimizer step
     (gradient accumulation without no_sync; ``profile/accumulation.py``)."""
@@ -203,7 +219,8 @@ class WasteFound(Record):
             "attention_unfused": "attention-unfused", "fp32_conv": "fp32-conv", "fp32_matmul": "fp32-matmul",
             "gemm_misaligned": "gemm-misaligned", "pageable_memcpy": "pageable-memcpy",
             "optimizer_not_fused": "optimizer-not-fused", "copy_bound": "copy-bound",
-            "activation_recompute": "activation-recompute", "ddp_sync_per_microbatch": "ddp-sync-per-microbatch"}
+            "activation_recompute": "activation-recompute", "sliced_backward": "sliced-backward",
+            "ddp_sync_per_microbatch": "ddp-sync-per-microbatch"}
     WHEN_SET = frozenset(KEYS)
 
     unfused_elementwise: Optional[UnfusedElementwise] = None
@@ -216,6 +233,7 @@ class WasteFound(Record):
     optimizer_not_fused: Optional[OptimizerNotFused] = None
     copy_bound: Optional[CopyBound] = None
     activation_recompute: Optional[ActivationRecompute] = None
+    sliced_backward: Optional[SlicedBackward] = None
     ddp_sync_per_microbatch: Optional[DdpSyncPerMicrobatch] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
