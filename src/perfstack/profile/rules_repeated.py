@@ -117,9 +117,9 @@ def activation_recompute(p: Section, ctx: Context) -> PHit | None:
                why="Each x[:, t] in a loop of N steps makes its backward write a full-size zero tensor and add it "
                    "to the gradient so far: N full passes over a tensor N times the slice's size, traffic that grows "
                    "with the square of the sequence length.",
-               fix="Take the slices apart once before the loop: xs = x.unbind(1) (or list(x.unbind(1))), then use "
-                   "xs[t] in the loop; its backward stacks the slices' gradients once. Compiling the whole loop "
-                   "with torch.compile also removes it.",
+               fix="Take the slices apart once before the loop, along the dimension the loop indexes: xs = "
+                   "x.unbind(1) for x[:, t] (x.unbind(0) for x[t]), then use xs[t] in the loop; its backward "
+                   "stacks the slices' gradients once. Compiling the whole loop with torch.compile also removes it.",
                assumptions="""Taken apart once with unbind, the backward writes the tensor's size once (one stack)
                at 90% of the HBM peak, reading the slices' gradients once; every fill, copy and add under the slice
                nodes goes, with its launch. Inputs: the kernels under SelectBackward0/SliceBackward0 nodes in the
