@@ -199,8 +199,8 @@ def compute_busy_ms(p: Section) -> float:
 
 
 def _patterns(A: Analysis, spec: GpuSpec | None) -> list[waste.Waste]:
-    """What the step repeats that it need not: copies of growing tensors, recomputed activations, extra
-    all-reduce rounds. Each may carry evidence without new durations (nothing to replay: then no what-if)."""
+    """What the step repeats that it need not: copies of growing tensors, recomputed activations, a tensor's
+    whole gradient filled and added once per slice, extra all-reduce rounds. Each may carry evidence without new durations (nothing to replay: then no what-if)."""
     found = (copies.detect(A, spec), recompute.detect(A), scatter.detect(A, spec), accumulation.detect(A))
     return [w for w in found if w is not None]
 
