@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import islice
 from operator import le
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
@@ -186,8 +186,8 @@ class _GpuTimeline:
 
     def __init__(self, gpu: list[GpuEvent]) -> None:
         self.gpu = gpu
-        # (the start times copied into fresh floats side by side: every idle gap looks its end up among them)
-        self.starts = starts = array("d", [g.ts for g in gpu]).tolist()
+        # (the start times as an array of doubles, side by side in memory: every idle gap looks its end up there)
+        self.starts = starts = array("d", [g.ts for g in gpu])
         ends = [g.ts + g.dur for g in gpu]
         # a loaded trace's events are in start order: their union needs no sort
         in_order = all(map(le, starts, islice(starts, 1, None)))
@@ -395,7 +395,7 @@ def _per_step_names(A: Analysis, names: set[str]) -> dict[str, float]:
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def _neighbour(gpu: list[GpuEvent], ts: list[float], t: float, before: bool) -> str:
+def _neighbour(gpu: list[GpuEvent], ts: Sequence[float], t: float, before: bool) -> str:
     i = bisect_left(ts, t)
     j = i - 1
     while j >= 0 and gpu[j].ts + gpu[j].dur > t + 1.0:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import MutableSequence, Sequence
 
 LAUNCH, SYNC, COPY_SYNC = 0, 1, 2
 SYNC_OVERHEAD_US = 8.0  # a synchronize call on an idle GPU (H100, torch 2.11): the part of a wait that stays
@@ -30,22 +30,23 @@ GRAPH_US_PER_KERNEL = 1.0  # measured: ≈1 µs per kernel replayed from a CUDA 
 
 @dataclass
 class Timeline:
-    """The replayable window. CPU actions in time order (parallel lists) and GPU events."""
+    """The replayable window. CPU actions in time order (parallel lists) and GPU events. Once frozen, its
+    durations and gaps are arrays of doubles."""
     t0: float  # window start (first step's CPU start), µs
     n_steps: int
     tail_us: float  # CPU work after the last action until the last window ends
     kind: list[int] = field(default_factory=list)
-    dur: list[float] = field(default_factory=list)  # the action's own CPU time (a sync: its fixed overhead)
+    dur: MutableSequence[float] = field(default_factory=list)  # the action's own CPU time (a sync: its fixed overhead)
     step: list[int] = field(default_factory=list)
-    gap: list[float] = field(default_factory=list)  # CPU work before the action
-    gap_dl: list[float] = field(default_factory=list)  # ... of which inside the DataLoader's __next__
-    gap_alloc: list[float] = field(default_factory=list)  # ... inside allocator calls / empty_cache
-    gap_op: list[float] = field(default_factory=list)  # ... inside operators (dispatch: what a graph removes)
+    gap: MutableSequence[float] = field(default_factory=list)  # CPU work before the action
+    gap_dl: MutableSequence[float] = field(default_factory=list)  # ... of which inside the DataLoader's __next__
+    gap_alloc: MutableSequence[float] = field(default_factory=list)  # ... inside allocator calls / empty_cache
+    gap_op: MutableSequence[float] = field(default_factory=list)  # ... inside operators (dispatch: what a graph removes)
     alloc_sync: list[bool] = field(default_factory=list)  # a sync made by the allocator (cudaFree)
     events: list[list[int]] = field(default_factory=list)  # GPU events each launch enqueues
-    g_dur: list[float] = field(default_factory=list)
+    g_dur: MutableSequence[float] = field(default_factory=list)
     g_stream: list[int] = field(default_factory=list)
-    g_bubble: list[float] = field(default_factory=list)
+    g_bubble: MutableSequence[float] = field(default_factory=list)
     g_dep: list[bool] = field(default_factory=list)  # waited for another stream: starts after the device's last end
     g_index: list[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
     g_action: list[int] = field(default_factory=list)  # the action that launches each GPU event
@@ -59,11 +60,12 @@ class Timeline:
         """Mark the timeline complete: the replays then derive what they need from its structure (which
         event each action launches, stream slots) once, not once per replay (a summary runs a dozen or
         more). Nothing may change it afterwards."""
-        # The durations and gaps every replay reads, copied into fresh floats side by side in memory (the same
-        # values to the last bit): the events' own are spread over the gigabyte a large trace was decoded
-        # into, and a replay that reads them there takes twice as long
-        self.gap, self.dur, self.g_dur, self.g_bubble = (array("d", xs).tolist()
-                                                         for xs in (self.gap, self.dur, self.g_dur, self.g_bubble))
+        # The durations and gaps every replay reads, as arrays of doubles (the same values to the last bit): side
+        # by side in memory, where the events' own floats are spread over the gigabyte a large trace was decoded
+        # into (a replay reading them there took twice as long), and a third of the memory of a list of floats
+        self.gap, self.gap_dl, self.gap_alloc, self.gap_op, self.dur, self.g_dur, self.g_bubble = (
+            array("d", xs) for xs in (self.gap, self.gap_dl, self.gap_alloc, self.gap_op, self.dur, self.g_dur,
+                                      self.g_bubble))
         self._plan = _Plan(self)
         return self
 
@@ -191,7 +193,7 @@ def _enqueue(evs: list[int], ready: float, gpu_end: float, free: list[float], st
     return gpu_end
 
 
-def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, list[float], list[float], float]:
+def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, Sequence[float], Sequence[float], float]:
     """The timeline's plan, the CPU work before each action under ``sc``, and each launch's own CPU time as
     ``own[i] * scale``: under a graph, a fixed cost per kernel (scaled by 1.0, which leaves it exact); a
     launch whose op is fused away costs 0.0."""
@@ -200,12 +202,12 @@ def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, lis
     gap = _cpu_work(t, sc) if changed else t.gap
     if sc.graph:
         return plan, gap, plan.graph_own, 1.0
-    own = t.dur
+    own: Sequence[float] = t.dur
     if sc.no_dispatch:
-        own = list(own)
+        own = mine = array("d", own)
         for i in sc.no_dispatch:
-            if 0 <= i < len(own):
-                own[i] = 0.0
+            if 0 <= i < len(mine):
+                mine[i] = 0.0
     return plan, gap, own, cpu_scale
 
 
@@ -224,10 +226,10 @@ class _Plan:
         self.graph_own = [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events]
 
 
-def _cpu_work(t: Timeline, sc: Scenario) -> list[float]:
+def _cpu_work(t: Timeline, sc: Scenario) -> Sequence[float]:
     """The CPU work before each action under ``sc`` (unscaled; the replay counts it where positive)."""
     gone = sc.no_dispatch
-    out = list(t.gap)
+    out: MutableSequence[float] = array("d", t.gap)
     # each removal a pass over every action, in the model's order (data loading, allocator, dispatch), so
     # that every action's figure is the same subtraction to the last bit
     if sc.no_dataloader:

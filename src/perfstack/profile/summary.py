@@ -3,6 +3,7 @@ each candidate fix through the CPU/GPU model, combine ranks, and rank the findin
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -246,7 +247,7 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
     """The timeline with one busy-GPU fix applied: its kernels' new durations, the bubbles between
     merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
     pos = tl.positions()
-    d = list(tl.g_dur)
+    d = array("d", tl.g_dur)
     for gi, new in w.new_dur.items():
         k = pos.get(gi)
         if k is not None:
@@ -255,7 +256,7 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
     if w.id in _MERGING:
         # an event changed whose predecessor on its stream (in start order) is changed too loses its bubble:
         # only the changed events are looked at
-        bub = list(tl.g_bubble)
+        bub = array("d", tl.g_bubble)
         prev, index, new_dur = tl.prev_on_stream(), tl.g_index, w.new_dur
         for gi in new_dur:
             k = pos.get(gi)
