@@ -57,7 +57,7 @@ from perfstack.profile import classify
 from perfstack.profile.attribute import CASTING, COMPILED, COPYING
 from perfstack.profile.classify import CAT_OPS, STACK_OPS
 from perfstack.records.profile import CopyBound, CopyOp
-from perfstack.profile.waste import MIN_KERNEL_US, Waste, _hbm_gbps
+from perfstack.profile.waste import MIN_KERNEL_US, Waste, hbm_gbps
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
@@ -99,7 +99,7 @@ def detect(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     growing = _growth(calls)
     if not total or (copy_us < REPORT_SHARE * total and not growing):
         return None
-    bw = _hbm_gbps(spec) or _fastest(calls, A)  # GB/s = bytes per ns
+    bw = hbm_gbps(spec) or _fastest(calls, A)  # GB/s = bytes per ns
     w = Waste("copy-bound")
     grow_us = fixed_us = avoid = 0.0
     for c in growing:

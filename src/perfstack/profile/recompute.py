@@ -70,7 +70,7 @@ def detect(A: Analysis) -> Waste | None:
                       ) if names else []
     if not recomputed:
         return None
-    node = _nodes(A)
+    node = autograd_nodes(A)
     fwd: dict[int, list[int]] = defaultdict(list)  # region node -> its forward ops
     for o in recomputed:
         if node[o] >= 0:
@@ -121,7 +121,7 @@ def detect(A: Analysis) -> Waste | None:
     return waste
 
 
-def _nodes(A: Analysis) -> list[int]:
+def autograd_nodes(A: Analysis) -> list[int]:
     """Per op, its innermost enclosing autograd node (an evaluate_function range; -1: none)."""
     ops, parent = A.trace.ops, A.att.ops.parent
     node = [-2] * len(ops)

@@ -60,8 +60,9 @@ def correction_notes(p: Section, fid: str, sev: str, measure: tuple[str, ...] = 
     if w is None:
         return ""
     notes = []
-    if (w.ms_fast_cpu is None or w.pct_slow_cpu is not None) and o.method in ("measured", "estimated") \
-            and severity_for(w.ms_profiled, profiled_ms(p)) != sev:
+    # a fast-CPU figure without a slow one is a CPU-side fix's (summary.whatifs): it says so itself (cpu_side)
+    cpu_ranged = w.ms_fast_cpu is not None and w.ms_slow_cpu is None
+    if not cpu_ranged and o.method in ("measured", "estimated") and severity_for(w.ms_profiled, profiled_ms(p)) != sev:
         notes.append(f"the verdict depends on the profiler-overhead correction: {w.pct_profiled:.0f}% of the profiled "
                      f"step, {w.pct:.0f}% of the step without the profiler ({o.method})")
     step = step_ms(p)

@@ -22,8 +22,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from perfstack.profile import classify
-from perfstack.profile.recompute import NODE, _nodes
-from perfstack.profile.waste import MIN_KERNEL_US, Waste, _hbm_gbps
+from perfstack.profile.recompute import NODE, autograd_nodes
+from perfstack.profile.waste import MIN_KERNEL_US, Waste, hbm_gbps
 from perfstack.records.profile import SlicedBackward
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def detect(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if not any(n in names for n in NODES):
         return None
     ops, att, gpu = A.trace.ops, A.att, A.gpu
-    node = _nodes(A)
+    node = autograd_nodes(A)
     is_slice = {o for o in range(len(ops)) if node[o] == o and ops[o].name in NODES}
     if not is_slice:
         return None
@@ -73,7 +73,7 @@ def detect(A: Analysis, spec: GpuSpec | None) -> Waste | None:
              if len(rs) >= MIN_NODES * max(1, len(rs) - sum(adds.get(r) == shape for r in rs))}
     if not loops:
         return None
-    bw = _hbm_gbps(spec)  # GB/s = bytes per ns; without it (no spec) the waste is named, not replayed
+    bw = hbm_gbps(spec)  # GB/s = bytes per ns; without it (no spec) the waste is named, not replayed
     waste = Waste("sliced-backward")
     n = max(1, len(A.windows))
     t = filled = fixed = 0.0

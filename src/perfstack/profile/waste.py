@@ -106,7 +106,7 @@ def compile_layout(fused: Waste, A: Analysis) -> None:
         fused.evidence.layout_ms = round(sum(A.gpu[i].dur for i in gone) / max(1, len(A.windows)) / 1e3, 3)
 
 
-def _hbm_gbps(spec: GpuSpec | None) -> float | None:
+def hbm_gbps(spec: GpuSpec | None) -> float | None:
     return spec.hbm_tbps * 1e3 * HBM_PRACTICAL if spec and spec.hbm_tbps else None
 
 
@@ -134,7 +134,7 @@ def _stream_runs(A: Analysis, member: Sequence[bool]) -> list[list[int]]:
 def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """Chains of eager element-wise/copy kernels: a fused kernel reads the chain's largest tensor
     once and writes it once; everything in between stays in registers."""
-    bw = _hbm_gbps(spec)
+    bw = hbm_gbps(spec)
     if not bw:
         return None
     gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
@@ -234,7 +234,7 @@ def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """The loss over a large vocabulary in fp32: logits upcast, log-softmax and its gradient each
     stream the N×V logits through HBM; a fused (or chunked) loss reads them once and writes the
     gradient once, in 16-bit."""
-    bw = _hbm_gbps(spec)
+    bw = hbm_gbps(spec)
     if not bw:
         return None
     gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
@@ -494,7 +494,7 @@ def pageable_memcpy(A: Analysis, spec: GpuSpec | None) -> Waste | None:
 def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """An optimizer step that is not fused: foreach (one kernel per op per tensor group) or a
     per-parameter loop. A fused Adam(W) reads and writes parameter, moments and gradient once."""
-    bw = _hbm_gbps(spec)
+    bw = hbm_gbps(spec)
     if not bw:
         return None
     gpu, att, ops = A.gpu, A.att, A.trace.ops
