@@ -52,6 +52,7 @@ FLOORS: dict[str, int] = {
     "perfstack.profile": 6,
     "perfstack.profile.traceread": 6,  # reads a trace serially or in two halves; knows no event type of trace.py
     "perfstack.profile.tracehalf": 6,  # the second process of a split reading: trace.py's builder, traceread's frames
+    "perfstack.profile.interrupt": 6,  # Ctrl-C held around the capture's own work: capture and the CLI
     "perfstack.estimate": 6,
     "perfstack.loadtest": 6,
     "perfstack.compare": 6,

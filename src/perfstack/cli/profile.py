@@ -63,10 +63,10 @@ def _command(args: argparse.Namespace) -> list[str]:
 def _capture(args: argparse.Namespace, err: Console) -> CaptureResult:
     cmd = _command(args)
     try:
-        from perfstack.profile import capture
+        from perfstack.profile import capture, interrupt
         # held from before the temporary folder exists until it is removed: a Ctrl-C never comes between
         # its making and its clean-up knowing it (which would leave it behind, empty)
-        with capture.ctrl_c_held():
+        with interrupt.ctrl_c_held():
             made = None if args.out_dir else Path(tempfile.mkdtemp(prefix="perfstack-profile-"))
             try:
                 out_dir = made or Path(args.out_dir)
