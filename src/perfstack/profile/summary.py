@@ -117,7 +117,7 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
     cpu_free = recorded(tl, scale) < floor * 1.05
     cpu_side = _cpu_scenarios(p)
     scenarios = {**cpu_side, **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
-    graphed = _compile_graphs(p, A, tl, found)
+    graphed = _compile_graphs(p, A, tl, found, scenarios, cpu_free)
     if graphed is not None:
         scenarios[graphed.name] = graphed
     saved_ms = {w.id: w.saved_us(A.gpu) / 1e3 / n for w in found if w.new_dur}
@@ -182,16 +182,25 @@ COMM_SIDE = frozenset({"ddp-sync-per-microbatch"})  # fixes that remove collecti
 COMPILE_GRAPHS = "compile-cudagraphs"
 
 
-def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Waste]) -> Scenario | None:
+def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Waste],
+                    scenarios: dict[str, Scenario], cpu_free: bool) -> Scenario | None:
     """Compiled with CUDA graphs: the fusion scenario (what Inductor does to the kernels: chains fused, GEMMs
     padded, convolutions in channels_last) with every launch replayed from a graph. None where neither part
-    applies (no fusion found, and a step too short of kernels or already graphed)."""
+    applies (no fusion found, and a step too short of kernels or already graphed). ``scenarios``: the fixes'
+    own, made with ``cpu_free``; the fusion fix's durations and bubbles are taken from its one."""
     launch = p.launch or Launch()
     graph = launch.kernels_per_step >= 50 and not launch.graph_launches_per_step
     fused = next((w for w in found if w.id == "unfused-elementwise" and w.new_dur), None)
     if fused is None:
         return Scenario(COMPILE_GRAPHS, graph=True) if graph else None
-    return replace(_fix_scenario(fused, A, tl, True), name=COMPILE_GRAPHS, graph=graph)
+    made = scenarios.get(fused.id)
+    if made is None:
+        sc = _fix_scenario(fused, A, tl, True)
+    elif cpu_free:
+        sc = made  # the same scenario
+    else:  # the same kernels, with the launches fusion leaves empty gone (see _fix_scenario)
+        sc = replace(made, no_dispatch=_no_dispatch(fused, tl, True))
+    return replace(sc, name=COMPILE_GRAPHS, graph=graph)
 
 
 def compute_busy_ms(p: Section) -> float:
@@ -246,31 +255,39 @@ _REMOVING = ("activation-recompute", "sliced-backward", "ddp-sync-per-microbatch
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
     """The timeline with one busy-GPU fix applied: its kernels' new durations, the bubbles between
     merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
-    pos = tl.positions()
+    pos, new_dur = tl.positions(), w.new_dur
     d = array("d", tl.g_dur)
-    for gi, new in w.new_dur.items():
-        k = pos.get(gi)
-        if k is not None:
-            d[k] = new
     bub = None
     if w.id in _MERGING:
         # an event changed whose predecessor on its stream (in start order) is changed too loses its bubble:
-        # only the changed events are looked at
+        # only the changed events are looked at, in the loop that sets their durations
         bub = array("d", tl.g_bubble)
-        prev, index, new_dur = tl.prev_on_stream(), tl.g_index, w.new_dur
-        for gi in new_dur:
+        prev, index = tl.prev_on_stream(), tl.g_index
+        for gi, new in new_dur.items():
             k = pos.get(gi)
             if k is not None:
+                d[k] = new
                 j = prev[k]
                 if j >= 0 and index[j] in new_dur:
                     bub[k] = 0.0
+    else:
+        for gi, new in new_dur.items():
+            k = pos.get(gi)
+            if k is not None:
+                d[k] = new
+    return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=_no_dispatch(w, tl, cpu_free))
+
+
+def _no_dispatch(w: waste.Waste, tl: Timeline, cpu_free: bool) -> frozenset[int]:
+    """The actions a fix leaves with nothing to dispatch (where the CPU side is free, or the fix removes work)."""
     gone: set[int] = set()
     if w.merged and (cpu_free or w.id in _REMOVING):
         # an action whose every event is fused into another no longer dispatches anything: as many of its
         # events merged as it launches (counted in one pass over the merged events, not a test per action)
+        pos = tl.positions()
         merged = Counter(map(tl.g_action.__getitem__, map(pos.__getitem__, filter(pos.__contains__, w.merged))))
         gone = {a for a, n in merged.items() if a >= 0 and n == len(tl.events[a])}
-    return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=frozenset(gone))
+    return frozenset(gone)
 
 
 def _mfu(p: Section, ops_all: list[OpRow], spec: GpuSpec | None,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from functools import reduce
+from operator import add, mul
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
@@ -24,6 +26,7 @@ from perfstack.records.profile import (AttentionUnfused, Fp32Conv, Fp32Matmul, G
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
+    from perfstack.profile.flops import Cost
     from perfstack.profile.trace import GpuEvent
     from perfstack.specs.table import GpuSpec
 
@@ -148,50 +151,79 @@ def fusion(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     ops: dict[str, float] = defaultdict(float)
     n_kernels = 0
     reads: dict[tuple[int, int, int], tuple[int, bool]] = {}  # see passes
+    plans: dict[tuple[int, ...], _Chain] = {}  # per chain of the same operators' calls (see _chain)
     for run in _stream_runs(A, member):
         if len(run) < 2:
             continue
-        # Members that touch data of the same size are taken for one dataflow (x → bias → GELU → cast):
-        # fused, they read it once and write it once. Members on data of other sizes (a weight's cast
-        # next to an activation's GELU) are independent and keep their own traffic.
-        groups: dict[int, list[int]] = defaultdict(list)
-        bigs: dict[int, list[float]] = defaultdict(list)  # the members' largest tensors, by group
-        unknown = 0.0
-        for i in run:
-            c = costs[i]
-            if c is None or not c.big or not c.big_numel:
-                unknown += dur[i]
-            else:
-                groups[c.big_numel].append(i)
-                bigs[c.big_numel].append(c.big)
+        # a step repeats its chains: what a chain's members are (their groups, the traffic of each fused
+        # group, their operators' names) depends on their costs alone, shared by the calls of one name and
+        # arguments; only the durations are the run's own
+        cs = list(map(costs.__getitem__, run))
+        key = tuple(map(id, cs))
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = _chain(A, run, cs, training, reads, bw)
+        unknown_at, groups, names = plan
         t = sum(map(dur.__getitem__, run))
-        fused = unknown
-        scale: dict[int, float] = {}
-        for numel, members in groups.items():
-            eager_g = sum(map(dur.__getitem__, members))
-            big = max(bigs[numel])
-            fused_g = min(eager_g, max(passes(A, members, numel, training, reads) * big / (bw * 1e3), MIN_KERNEL_US))
+        fused = reduce(add, map(dur.__getitem__, map(run.__getitem__, unknown_at)), 0.0)
+        scale = [1.0] * len(run)
+        for at, need in groups:
+            eager_g = sum(map(dur.__getitem__, map(run.__getitem__, at)))
+            fused_g = min(eager_g, need)
             fused += fused_g
-            for i in members:
-                scale[i] = fused_g / eager_g if eager_g else 1.0
+            s = fused_g / eager_g if eager_g else 1.0
+            for p in at:
+                scale[p] = s
         if fused >= t * 0.98:
             continue
         chains += 1
         n_kernels += len(run)
         eager += t
         fused_total += fused
-        for members in groups.values():
-            w.merged.update(members[1:])
-        for i in run:
-            w.new_dur[i] = dur[i] * scale.get(i, 1.0)
-            o = op_of[i]
-            ops[trace_ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)] += dur[i]
+        for at, _ in groups:
+            w.merged.update(map(run.__getitem__, at[1:]))
+        w.new_dur.update(zip(run, map(mul, map(dur.__getitem__, run), scale)))
+        for i, name in zip(run, names):
+            if name is None:
+                o = op_of[i]
+                name = trace_ops[o].name if o >= 0 else classify.short_name(gpu[i].name, 40)
+            ops[name] += dur[i]
     n = max(1, len(A.windows))
     w.evidence = UnfusedElementwise(chains_per_step=round(chains / n, 1), kernels_per_step=round(n_kernels / n, 1),
                                     eager_ms=round(eager / n / 1e3, 3),
                                     fused_ms=round(fused_total / n / 1e3, 3),
                                     top_ops=[k for k, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:5]])
     return w
+
+
+# A chain's members by what they are: the positions of those of unknown size, each group of one data size
+# with the fused kernel's time for it (the positions in it, in order, and its traffic over the HBM rate),
+# and each member's operator name (None: an event no operator launched)
+_Chain = Tuple[List[int], List[Tuple[List[int], float]], List[Optional[str]]]
+
+
+def _chain(A: Analysis, run: list[int], cs: list[Cost | None], training: bool,
+           reads: dict[tuple[int, int, int], tuple[int, bool]], bw: float) -> _Chain:
+    """What ``fusion`` makes of a chain of these members (``cs``: their costs), whatever their durations.
+    Members that touch data of the same size are taken for one dataflow (x → bias → GELU → cast): fused,
+    they read it once and write it once. Members on data of other sizes (a weight's cast next to an
+    activation's GELU) are independent and keep their own traffic."""
+    unknown_at: list[int] = []
+    groups: dict[int, list[int]] = defaultdict(list)
+    bigs: dict[int, list[float]] = defaultdict(list)  # the members' largest tensors, by group
+    for p, c in enumerate(cs):
+        if c is None or not c.big or not c.big_numel:
+            unknown_at.append(p)
+        else:
+            groups[c.big_numel].append(p)
+            bigs[c.big_numel].append(c.big)
+    fused = [(at, max(passes(A, [run[p] for p in at], numel, training, reads) * max(bigs[numel]) / (bw * 1e3),
+                      MIN_KERNEL_US))
+             for numel, at in groups.items()]
+    ops, op_of = A.trace.ops, A.att.op
+    # (a member's cost is its operator's name and arguments: with one, the name is the plan's)
+    names = [ops[op_of[i]].name if c is not None and op_of[i] >= 0 else None for i, c in zip(run, cs)]
+    return unknown_at, fused, names
 
 
 BATCH_NORM = re.compile(r"batch_norm")
