@@ -3,7 +3,8 @@ comparisons instead of max(), gaps walked in time order, distinct values counted
 of the plain statement to the last bit, on random timelines with every kind of action (syncs, copy-syncs,
 launches of several events or none, several streams, cross-stream waits) and every kind of scenario. So must
 the shortcuts around it: the union of intervals already in order, the actions' steps found by the windows'
-bounds, and the bubbles a merging fix removes found from the changed events alone."""
+bounds, the bubbles a merging fix removes found from the changed events alone, the actions' columns taken in
+one pass over the runtime calls, and the typical launch costs from the distinct (name, duration) pairs."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from bisect import bisect_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfstack.profile.cpu import _median, _steps
+from perfstack.profile.cpu import (ALLOC_SYNCS, BLOCKING_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES, SYNC_CALLS, _actions,
+                                   _caps, _first_at, _median, _steps)
 from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
                                         Timeline, replay)
 from perfstack.profile.summary import _fix_scenario
 from perfstack.profile.timeline import Spans, union, union_in_order
+from perfstack.profile.trace import CpuEvent, GpuEvent
 from perfstack.profile.waste import Waste
 
 
@@ -191,3 +194,75 @@ def test_a_merging_fix_takes_the_bubbles_between_its_changed_events_on_a_stream(
             want[k] = 0.0
         prev[stream] = gi
     assert list(_fix_scenario(w, None, t, True).g_bubble or ()) == want  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_the_typical_cost_of_each_launch_name_is_the_median_of_its_launches(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(40)
+    names = [rng.choice(["cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpyAsync"]) for _ in range(n)]
+    took = [rng.choice([0.0, 3.0, 4.5, 4.5, rng.uniform(0, 100)]) for _ in range(n)]
+    kinds = [rng.choice([LAUNCH, LAUNCH, SYNC, COPY_SYNC]) for _ in range(n)]
+    typical: dict[str, list[float]] = {}
+    for name, d, kind in zip(names, took, kinds):
+        if kind == LAUNCH:
+            typical.setdefault(name, []).append(d)
+    want = {name: max(4 * m, m + 30.0) for name, m in ((name, sorted(v)[len(v) // 2]) for name, v in typical.items())}
+    assert _caps(names, took, kinds) == want
+
+
+def plain_actions(t: Timeline, rts, gpu, by_launch, at, t0, t_end):
+    """The actions as the model states them: each modelled call as a (start, index, kind) tuple, sorted."""
+    cand = []
+    for j in range(_first_at(rts, t0), len(rts)):
+        r = rts[j]
+        if r.ts >= t_end:
+            break
+        if j in by_launch:
+            evs = by_launch[j]
+            began = min(gpu[i].ts for i in evs)
+            blocking = r.name in BLOCKING_COPIES or (began < r.ts + r.dur and r.dur > 20.0
+                                                     and r.name not in KERNEL_LAUNCHES and r.name not in GRAPH_LAUNCHES)
+            cand.append((r.ts, j, COPY_SYNC if blocking else LAUNCH))
+        elif r.name in SYNC_CALLS or r.name in BLOCKING_COPIES or r.name in ALLOC_SYNCS:
+            cand.append((r.ts, j, SYNC))
+    cand.sort()
+    g_action = [-1] * len(t.g_action)
+    events = []
+    for i, (_, j, _) in enumerate(cand, len(t.kind)):
+        evs = sorted(at[e] for e in by_launch.get(j, []))
+        for e in evs:
+            g_action[e] = i
+        events.append(evs)
+    return ([c[0] for c in cand], [rts[j].name for _, j, _ in cand], [rts[j].dur for _, j, _ in cand],
+            [c[2] for c in cand], events, g_action)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9), in_order=st.booleans())
+def test_the_actions_columns_are_the_sorted_calls(seed, in_order):
+    rng = random.Random(seed)
+    names = ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemcpy", "cudaStreamSynchronize", "cudaFree",
+             "cudaGraphLaunch", "cudaEventRecord"]
+    rts = [CpuEvent("runtime", rng.choice(names), rng.choice([10.0, 50.0, rng.uniform(0, 100)]),
+                    rng.choice([1.0, 25.0, rng.uniform(0, 40)]), 1) for _ in range(rng.randrange(30))]
+    rts.sort(key=lambda r: r.ts)
+    if not in_order:  # a trace built by hand: some calls out of time order
+        for _ in range(3):
+            if len(rts) > 1:
+                a, b = rng.randrange(len(rts)), rng.randrange(len(rts))
+                rts[a], rts[b] = rts[b], rts[a]
+    gpu = [GpuEvent("kernel", "k", rng.uniform(0, 120), 2.0, 0, 7, None, None, None) for _ in range(rng.randrange(40))]
+    by_launch: dict[int, list[int]] = {}
+    for i in range(len(gpu)):
+        if rts and rng.random() < 0.8:
+            by_launch.setdefault(rng.randrange(len(rts)), []).append(i)
+    t = Timeline(t0=0.0, n_steps=1, tail_us=0.0)
+    t.g_action.extend([-1] * len(gpu))
+    at = list(range(len(gpu)))
+    rng.shuffle(at)  # the events' positions in the timeline (start order)
+    t0, t_end = rng.choice([0.0, 20.0]), rng.choice([90.0, 200.0])
+    want = plain_actions(t, rts, gpu, by_launch, at, t0, t_end)
+    got = _actions(t, rts, gpu, by_launch, at, t0, t_end)
+    assert (*got, t.g_action) == want

@@ -14,10 +14,10 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from bisect import bisect_left
-from itertools import accumulate, islice
-from operator import le, sub
+from itertools import compress, islice, repeat
+from operator import eq, le, sub
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Timeline
 from perfstack.profile.timeline import Spans, first_after
@@ -139,44 +139,88 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
             else:
                 lst.append(i)
     t0, t_end = windows[0][1], windows[-1][2]
-    cand = _actions(trace.runtime, att.gpu, by_launch, t0, t_end)
     tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
     at = _gpu_events(tl, att.gpu, by_launch)
     tl.latency_us = _latency(att.gpu, att, trace.runtime)
     _bubbles(tl, att, trace.runtime, at)
-    cursor = _add_actions(tl, cand, trace.runtime, by_launch, at, [a for _, a, _ in windows], cs)
+    actions = _actions(tl, trace.runtime, att.gpu, by_launch, at, t0, t_end)
+    cursor = _add_actions(tl, actions, [a for _, a, _ in windows], cs)
     tl.tail_us = max(0.0, t_end - cursor)
     return tl.freeze()
 
 
-Action = tuple[float, int, int]  # (start, index into trace.runtime, kind: LAUNCH, COPY_SYNC or SYNC)
+class Actions(NamedTuple):
+    """The actions of a timeline in start order, as parallel lists."""
+    ts: list[float]  # the runtime call's start
+    names: list[str]
+    took: list[float]  # its duration
+    kinds: list[int]  # LAUNCH, COPY_SYNC or SYNC
+    events: list[list[int]]  # the GPU events it launches (positions in the timeline, in order)
 
 
-def _actions(rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list[int]], t0: float,
-             t_end: float) -> list[Action]:
+def _actions(tl: Timeline, rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: dict[int, list[int]], at: list[int],
+             t0: float, t_end: float) -> Actions:
     """The runtime calls of the profiled steps that the replay models, in start order: launches of
-    attributed GPU work (a launch that waits for its work to begin is a copy-sync) and syncs."""
-    lo = _first_at(rts, t0)
-    cand = []
-    for j in range(lo, len(rts)):
+    attributed GPU work (a launch that waits for its work to begin is a copy-sync) and syncs; each GPU
+    event's action set in ``tl.g_action``."""
+    # one pass over the calls that yields every column the timeline takes from them (columns, not a tuple per
+    # action taken apart again); the calls are in time order but for a trace built by hand: then sorted after
+    ts: list[float] = []
+    names: list[str] = []
+    took: list[float] = []
+    kinds: list[int] = []
+    events: list[list[int]] = []
+    g_action = tl.g_action
+    i = len(tl.kind)  # the next action's index
+    last, in_order = -_INF, True
+    for j in range(_first_at(rts, t0), len(rts)):
         r = rts[j]
-        if r.ts >= t_end:
+        t = r.ts
+        if t >= t_end:
             break
-        if j in by_launch:
+        name = r.name
+        launched = by_launch.get(j)
+        if launched is not None:
+            if len(launched) == 1:
+                e = launched[0]
+                k = at[e]
+                evs = [k]
+                g_action[k] = i
+                began = gpu[e].ts
+            else:
+                evs = sorted(at[e] for e in launched)
+                for k in evs:
+                    g_action[k] = i
+                began = min(gpu[e].ts for e in launched)
             # a call that returns only after its GPU work began (a pageable copy, a blocking memcpy) also
             # waits for the queue ahead of it: a launch followed by a sync
-            evs = by_launch[j]
-            began = gpu[evs[0]].ts if len(evs) == 1 else min(gpu[i].ts for i in evs)
-            blocking = r.name in BLOCKING_COPIES or (began < r.ts + r.dur and r.dur > 20.0
-                                                     and r.name not in KERNEL_LAUNCHES and r.name not in GRAPH_LAUNCHES)
-            kind = COPY_SYNC if blocking else LAUNCH
-        elif r.name in SYNC_CALLS or r.name in BLOCKING_COPIES or r.name in ALLOC_SYNCS:
-            kind = SYNC
+            d = r.dur
+            blocking = name in BLOCKING_COPIES or (began < t + d and d > 20.0
+                                                   and name not in KERNEL_LAUNCHES and name not in GRAPH_LAUNCHES)
+            kinds.append(COPY_SYNC if blocking else LAUNCH)
+        elif name in SYNC_CALLS or name in BLOCKING_COPIES or name in ALLOC_SYNCS:
+            d = r.dur
+            evs = []
+            kinds.append(SYNC)
         else:
             continue
-        cand.append((r.ts, j, kind))
-    cand.sort()
-    return cand
+        if t < last:
+            in_order = False
+        last = t
+        ts.append(t)
+        names.append(name)
+        took.append(d)
+        events.append(evs)
+        i += 1
+    if in_order:
+        return Actions(ts, names, took, kinds, events)
+    order = sorted(range(len(ts)), key=ts.__getitem__)  # stable: calls starting together stay in trace order
+    out = Actions([ts[k] for k in order], [names[k] for k in order], [took[k] for k in order],
+                  [kinds[k] for k in order], [events[k] for k in order])
+    for i, evs in enumerate(out.events, len(tl.kind)):
+        for k in evs:
+            g_action[k] = i
+    return out
 
 
 def _first_at(rts: list[CpuEvent], t0: float) -> int:
@@ -194,8 +238,8 @@ def _first_at(rts: list[CpuEvent], t0: float) -> int:
 
 def _gpu_events(tl: Timeline, gpu: list[GpuEvent], by_launch: dict[int, list[int]]) -> list[int]:
     """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
-    dependencies are filled by ``_bubbles``); the position there of each event of ``gpu`` (-1: not there; a
-    list, not a dict: the passes after this look every event up)."""
+    dependencies are filled by ``_bubbles``, actions by ``_actions``); the position there of each event of
+    ``gpu`` (-1: not there; a list, not a dict: the passes after this look every event up)."""
     starts = [g.ts for g in gpu]
     order = sorted((i for evs in by_launch.values() for i in evs), key=starts.__getitem__)
     first = len(tl.g_dur)
@@ -247,59 +291,61 @@ def _bubbles(tl: Timeline, att: Attribution, rts: list[CpuEvent], at: list[int])
         push(pending, end)
 
 
-def _add_actions(tl: Timeline, cand: list[Action], rts: list[CpuEvent], by_launch: dict[int, list[int]],
-                 at: list[int], starts: list[float], cs: CpuSpans) -> float:
+def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpans) -> float:
     """The actions into the timeline, each with the CPU gap before it and what filled that gap; the
     end of the last one."""
-    # Each figure in a pass of its own over the actions (a third of a million on a large trace), most of them
-    # comprehensions; every figure is the same arithmetic on the same values as one loop doing it all.
-    calls = [rts[j] for _, j, _ in cand]
-    names = [r.name for r in calls]
-    took = [r.dur for r in calls]
-    kinds = [kind for _, _, kind in cand]
-    ts = [t for t, _, _ in cand]
-    del calls
+    ts, names, took, kinds, events = actions
     # A launch call that blocks because the launch queue is full is waiting for the GPU, not working:
     # count each call at most a few times the typical cost of its kind, and let the replay's GPU
     # timeline supply the wait.
-    typical: dict[str, list[float]] = {}
-    for name, d, kind in zip(names, took, kinds):
-        if kind == LAUNCH:
-            of_name = typical.get(name)
-            if of_name is None:
-                typical[name] = [d]
-            else:
-                of_name.append(d)
-    cap = {name: max(4 * m, m + 30.0) for name, m in ((name, _median(v)) for name, v in typical.items())}
-    most = [cap[name] if kind == LAUNCH else 8.0 for name, kind in zip(names, kinds)]
-    durs = [m if m < d else d for m, d in zip(most, took)]
+    cap = _caps(names, took, kinds)
+    durs = [m if (m := cap[name] if kind == LAUNCH else 8.0) < d else d for name, kind, d in zip(names, kinds, took)]
     # the CPU gap before each action: from the end of the latest action before it (the first: from the window's
-    # start) to its start
-    cursors = list(accumulate([t + d for t, d in zip(ts, took)], max, initial=tl.t0))
-    gap_a = cursors[:-1]
-    gap_b = [t if t > c else c for t, c in zip(ts, gap_a)]
-    g_action, n_actions = tl.g_action, len(tl.kind)
-    events: list[list[int]] = []
-    for i, j in enumerate([j for _, j, _ in cand], n_actions):
-        launched = by_launch.get(j)
-        if launched is None:
-            events.append([])
-            continue
-        evs = [at[launched[0]]] if len(launched) == 1 else sorted(at[e] for e in launched)
-        for e in evs:
-            g_action[e] = i
-        events.append(evs)
+    # start) to its start; one loop for the three (the running maximum inline: max() called per action, and a
+    # comprehension per figure, took twice as long)
+    gap_a: list[float] = []
+    gap_b: list[float] = []
+    gap: list[float] = []
+    cursor = tl.t0
+    for t, d in zip(ts, took):
+        gap_a.append(cursor)
+        b = t if t > cursor else cursor
+        gap_b.append(b)
+        gap.append(b - cursor)
+        end = t + d
+        if end > cursor:  # the value max(cursor, end) keeps
+            cursor = end
     dl = cs.dataloader.overlaps(gap_a, gap_b)  # an empty gap overlaps nothing: 0.0
+    op = cs.ops.overlaps(gap_a, gap_b)
     tl.kind.extend(kinds)
     tl.dur.extend(durs)
     tl.step.extend(_steps(ts, starts))
-    tl.gap.extend([b - a for a, b in zip(gap_a, gap_b)])
+    tl.gap.extend(gap)
     tl.gap_dl.extend(dl)
     tl.gap_alloc.extend(cs.alloc.overlaps(gap_a, gap_b))
-    tl.gap_op.extend([x if x > 0.0 else 0.0 for x in map(sub, cs.ops.overlaps(gap_a, gap_b), dl)])
+    # (without DataLoader spans there is nothing to take off: x - 0.0 is x)
+    tl.gap_op.extend([x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op)])
     tl.events.extend(events)
     tl.alloc_sync.extend([kind == SYNC and name in ALLOC_SYNCS for name, kind in zip(names, kinds)])
-    return cursors[-1]
+    return cursor
+
+
+def _caps(names: list[str], took: list[float], kinds: list[int]) -> dict[str, float]:
+    """The most a launch call of each name counts: max(4 m, m + 30 µs), m the typical cost of the launches of
+    that name (``_median`` of their durations), from the distinct (name, duration) pairs counted at once."""
+    counts = Counter(compress(zip(names, took), map(eq, kinds, repeat(LAUNCH))))
+    by_name: dict[str, dict[float, int]] = {}
+    for (name, d), c in counts.items():
+        of_name = by_name.get(name)
+        if of_name is None:
+            by_name[name] = {d: c}
+        else:
+            of_name[d] = c
+    cap: dict[str, float] = {}
+    for name, of_name in by_name.items():
+        m = _counted_median(of_name, sum(of_name.values()))
+        cap[name] = max(4 * m, m + 30.0)
+    return cap
 
 
 def _steps(ts: list[float], starts: list[float]) -> list[int]:
@@ -322,8 +368,12 @@ def _median(values: list[float]) -> float:
     """``sorted(values)[len(values) // 2]``, sorting each distinct value once: a launch's duration takes a
     few thousand distinct values (the trace's resolution), and sorting a third of a million of them took
     longer than counting them."""
-    counts = Counter(values)
-    k = len(values) // 2
+    return _counted_median(Counter(values), len(values))
+
+
+def _counted_median(counts: dict[float, int], n: int) -> float:
+    """``_median`` of ``n`` values, from how many times each distinct one occurs."""
+    k = n // 2
     for value in sorted(counts):
         k -= counts[value]
         if k < 0:
