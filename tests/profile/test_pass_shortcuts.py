@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from perfstack.profile import classify, waste
+from perfstack.profile import classify, copies, recompute, waste
 from perfstack.profile.analysis import Analysis
-from perfstack.profile.attribute import COMPILED
+from perfstack.profile.attribute import ATTN_MATH, COMPILED
 from perfstack.profile.trace import load
-from perfstack.records.profile import UnfusedElementwise
+from perfstack.records.profile import GemmMisaligned, MisalignedGroup, UnfusedElementwise
 from perfstack.specs import lookup
+from perfstack.specs.table import GpuSpec
 
 T = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 TRACES = ["validation/h100/gpt2-slow.pt.trace.json.gz", "validation/h100/resnet50-slow.pt.trace.json.gz",
           "validation/h100/llama-slow.pt.trace.json.gz", "validation/h100/decode-slow.pt.trace.json.gz",
-          "validation/h200-holdout/rnn-decoder.pt.trace.json.gz"]
+          "validation/h200-holdout/rnn-decoder.pt.trace.json.gz", "validation/h100/attention-slow.pt.trace.json.gz",
+          "validation/h200-holdout/hf-grad-ckpt.pt.trace.json.gz", "h100/gemm-misaligned.pt.trace.json.gz"]
 
 
 def fusion_plain(A: Analysis, bw: float) -> waste.Waste:
@@ -87,6 +89,8 @@ def test_fusion_worked_out_once_per_chain_of_the_same_calls_gives_the_plain_verd
     assert bw
     fast, plain = waste.fusion(analysis, spec), fusion_plain(analysis, bw)
     assert fast is not None
+    if not plain.new_dur:
+        return
     assert [(i, d.hex()) for i, d in fast.new_dur.items()] == [(i, d.hex()) for i, d in plain.new_dur.items()]
     assert list(fast.merged) == list(plain.merged)
     assert fast.evidence == plain.evidence
@@ -116,3 +120,103 @@ def test_compile_graphs_takes_the_fusion_fix_scenario_already_made():
             assert (got.name, got.graph, got.no_dispatch) == (want.name, want.graph, want.no_dispatch)
             assert list(got.g_dur or ()) == list(want.g_dur or ())
             assert list(got.g_bubble or ()) == list(want.g_bubble or ())
+
+
+def attention_region_plain(A: Analysis) -> tuple[list[int], float, bool, bool]:
+    """``waste._attention_region`` stated plainly: every event of the steps looked at."""
+    att, flags = A.att, A.att.ops.flags
+    region, gemm_flops = [], 0.0
+    math_path = masked = False
+    for i, (s, o, g, cat, ph, c) in enumerate(zip(att.step, att.op, A.gpu, att.category, att.phase, A.event_costs())):
+        if s < 0 or o < 0 or g.kind != "kernel" or ph == "optimizer":
+            continue
+        if cat == "attention" and not flags[o] & ATTN_MATH:
+            continue
+        hit = bool(flags[o] & ATTN_MATH)
+        math_path = math_path or hit
+        if c and c.gemm:
+            if waste._scores_gemm(c.gemm):
+                hit = True
+                gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
+        elif not hit and (op := A.trace.ops[o]).dims:
+            hit = any(waste._scores_like(classify.dims(d)) for d in op.dims or ())
+            masked = masked or (hit and op.name in waste.MASKS)
+        if hit:
+            region.append(i)
+    return region, gemm_flops, math_path, masked
+
+
+def test_attention_region_looked_for_once_per_cost_gives_the_plain_region(analysis: Analysis):
+    region, flops, math_path, masked = waste._attention_region(analysis)
+    want = attention_region_plain(analysis)
+    assert (region, flops.hex(), math_path, masked) == (want[0], want[1].hex(), want[2], want[3])
+
+
+def misaligned_plain(A: Analysis, spec: GpuSpec) -> waste.Waste | None:
+    """``waste.gemm_misaligned`` stated plainly: each kernel's shape classified on its own, its FLOPs found
+    again for the new duration."""
+    gpu, att, costs = A.gpu, A.att, A.event_costs()
+    bad: dict[str, list[int]] = defaultdict(list)
+    good_rate: dict[str, float] = {}
+    for i in A.in_steps("gemm"):
+        g, c = gpu[i], costs[i]
+        if not c or not c.gemm or not c.flops:
+            continue
+        share = c.flops * g.dur / max(1e-9, A.op_time(att.op[i]))
+        if classify.misaligned(c.gemm, c.dtype):
+            bad[c.dtype or "?"].append(i)
+        elif share >= 1e9 and not classify.is_gemv(c.gemm):
+            good_rate[c.dtype or "?"] = max(good_rate.get(c.dtype or "?", 0.0), share / g.dur)
+    if not bad:
+        return None
+    w = waste.Waste("gemm-misaligned")
+    parts = []
+    for dt, idx in bad.items():
+        rate = good_rate.get(dt)
+        src = "aligned GEMMs in this trace"
+        if not rate:
+            d = {"fp32": "tf32"}.get(dt, dt)
+            peak = spec.peak_tflops(d) if d in ("bf16", "fp16", "fp8", "int8", "tf32") else None
+            frac = waste.TF32_PRACTICAL if d == "tf32" else waste.BF16_PRACTICAL
+            if not peak:
+                continue
+            rate, src = peak * frac * 1e6, f"{frac:.0%} of the {d} peak"
+        t = fl = 0.0
+        shapes: dict[str, int] = defaultdict(int)
+        for i in idx:
+            c = A.known_cost(att.op[i])
+            f = (c.flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i]))
+            w.new_dur[i] = min(gpu[i].dur, f / rate)
+            t += gpu[i].dur
+            fl += f
+            shapes[c.shape] += 1
+        parts.append(MisalignedGroup(dtype=dt, time_ms=round(t / max(1, len(A.windows)) / 1e3, 3),
+                                     tflops=round(fl / (t * 1e-6) / 1e12, 1), expect_tflops=round(rate / 1e6, 1),
+                                     source=src, shapes=[s for s, _ in sorted(shapes.items(), key=lambda kv: -kv[1])[:3]]))
+    w.evidence = GemmMisaligned(parts)
+    return w
+
+
+def test_misaligned_gemms_classified_once_per_cost_give_the_plain_finding(analysis: Analysis):
+    spec = lookup("h100-sxm")
+    assert spec is not None
+    fast, plain = waste.gemm_misaligned(analysis, spec), misaligned_plain(analysis, spec)
+    assert (fast is None) == (plain is None)
+    if fast is not None and plain is not None:
+        assert [(i, d.hex()) for i, d in fast.new_dur.items()] == [(i, d.hex()) for i, d in plain.new_dur.items()]
+        assert fast.evidence == plain.evidence
+
+
+def test_a_copy_call_described_once_per_name_and_arguments_is_the_description_replaced(analysis: Analysis):
+    from dataclasses import replace
+    memo: dict = {}
+    roots = sorted({c.op for c in copies._calls(analysis) if c.op >= 0})
+    for r in roots:
+        assert copies._describe(analysis, r, memo) == replace(copies._description(analysis.trace.ops[r]), op=r,
+                                                               events=[])
+
+
+def test_forward_operators_of_the_backward_pass_are_the_plain_ones(analysis: Analysis):
+    ops, phase = analysis.trace.ops, analysis.att.ops.phase
+    want = [o for o in range(len(ops)) if phase[o] == "backward" and ops[o].name in recompute.FORWARD_OPS]
+    assert recompute.forward_in_backward(analysis) == want

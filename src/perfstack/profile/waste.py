@@ -16,8 +16,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import reduce
-from operator import add, mul
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from itertools import compress, count, repeat
+from operator import add, and_, mul, or_
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
@@ -343,11 +344,17 @@ MASKS = ("aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::tril",
 def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
     """The kernels of unfused attention in the steps (its score GEMMs, and what reads or writes the
     scores), the FLOPs of those GEMMs, whether SDPA's math path ran, and whether the scores were masked."""
-    att, flags = A.att, A.att.ops.flags
+    att, flags, costs = A.att, A.att.ops.flags, A.event_costs()
     region, gemm_flops = [], 0.0
     math_path = masked = False
-    like: dict[int, bool] = {}
-    for i, (s, o, g, cat, ph, c) in enumerate(zip(att.step, att.op, A.gpu, att.category, att.phase, A.event_costs())):
+    # Only an event of SDPA's math path, or one whose cost (its operator's name and arguments) makes or reads the
+    # scores, can be in the region: the scores are looked for once per distinct cost (a large trace has hundreds
+    # of thousands of events and a few hundred costs), and the loop below visits those events alone
+    scores = {id(c): _scores_cost(A, i, c) for i, c in _cost_events(costs)}
+    in_math = map(and_, map(flags.__getitem__, att.op), repeat(ATTN_MATH)) if flags else repeat(0)
+    gpu = A.gpu
+    for i in compress(count(), map(or_, map(scores.__getitem__, map(id, costs)), in_math)):
+        s, o, g, cat, ph, c = att.step[i], att.op[i], gpu[i], att.category[i], att.phase[i], costs[i]
         if s < 0 or o < 0 or g.kind != "kernel" or ph == "optimizer":
             continue
         if cat == "attention" and not flags[o] & ATTN_MATH:
@@ -359,14 +366,26 @@ def _attention_region(A: Analysis) -> tuple[list[int], float, bool, bool]:
                 hit = True
                 gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
         elif not hit and (op := A.trace.ops[o]).dims:
-            scores = like.get(id(op.dims))  # ops with the same shapes share their list
-            if scores is None:
-                scores = like[id(op.dims)] = any(_scores_like(classify.dims(d)) for d in op.dims)
-            hit = scores
+            hit = scores[id(c)]
             masked = masked or (hit and op.name in MASKS)
         if hit:
             region.append(i)
     return region, gemm_flops, math_path, masked
+
+
+def _cost_events(costs: list[Cost | None]) -> Iterable[tuple[int, Cost | None]]:
+    """Each distinct cost (by identity) with an event that has it (the last)."""
+    return ((i, costs[i]) for i in dict(zip(map(id, costs), count())).values())
+
+
+def _scores_cost(A: Analysis, i: int, c: Cost | None) -> bool:
+    """Whether GPU event ``i``'s cost makes or reads attention scores: a score GEMM, or (not a GEMM) an operator
+    with a tensor shaped as scores. Events that share a cost share their operator's name and arguments."""
+    if c and c.gemm:
+        return _scores_gemm(c.gemm)
+    o = A.att.op[i]
+    dims = A.trace.ops[o].dims if o >= 0 else None
+    return bool(dims) and any(_scores_like(classify.dims(d)) for d in dims or ())
 
 
 def _scores_gemm(gemm: tuple[int, int, int, int]) -> bool:
@@ -449,16 +468,20 @@ def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     """GEMMs whose M, N or K breaks the Tensor-Core alignment (GEMVs excluded: memory-bound anyway),
     brought to the throughput aligned GEMMs of the same dtype reach in this trace (else 80% of peak)."""
     gpu, att, costs = A.gpu, A.att, A.event_costs()
-    bad: dict[str, list[int]] = defaultdict(list)
+    bad: dict[str, list[tuple[int, float]]] = defaultdict(list)  # per dtype: its misaligned kernels, their FLOPs
     good_rate: dict[str, float] = {}
+    kinds: dict[int, tuple[bool, bool]] = {}  # per cost (a GEMM's shape and dtype): misaligned, a GEMV
     for i in A.in_steps("gemm"):
         g, c = gpu[i], costs[i]  # (None where no op launched it)
         if not c or not c.gemm or not c.flops:
             continue
+        k = kinds.get(id(c))
+        if k is None:
+            k = kinds[id(c)] = bool(classify.misaligned(c.gemm, c.dtype)), classify.is_gemv(c.gemm)
         share = c.flops * g.dur / max(1e-9, A.op_time(att.op[i]))
-        if classify.misaligned(c.gemm, c.dtype):
-            bad[c.dtype or "?"].append(i)
-        elif share >= 1e9 and not classify.is_gemv(c.gemm):
+        if k[0]:
+            bad[c.dtype or "?"].append((i, share))
+        elif share >= 1e9 and not k[1]:
             good_rate[c.dtype or "?"] = max(good_rate.get(c.dtype or "?", 0.0), share / g.dur)  # FLOP/µs
     if not bad:
         return None
@@ -476,13 +499,11 @@ def gemm_misaligned(A: Analysis, spec: GpuSpec | None) -> Waste | None:
             rate, src = peak * frac * 1e6, f"{frac:.0%} of the {d} peak"
         t = fl = 0.0
         shapes: dict[str, int] = defaultdict(int)
-        for i in idx:
-            c = A.known_cost(att.op[i])
-            f = (c.flops or 0.0) * gpu[i].dur / max(1e-9, A.op_time(att.op[i]))
+        for i, f in idx:
             w.new_dur[i] = min(gpu[i].dur, f / rate)
             t += gpu[i].dur
             fl += f
-            shapes[c.shape] += 1
+            shapes[costs[i].shape] += 1  # type: ignore[union-attr]
         parts.append(MisalignedGroup(dtype=dt, time_ms=round(t / max(1, len(A.windows)) / 1e3, 3),
                                      tflops=round(fl / (t * 1e-6) / 1e12, 1),
                                      expect_tflops=round(rate / 1e6, 1), source=src,
