@@ -129,6 +129,12 @@ def test_the_replay_gives_the_plain_models_figures_to_the_last_bit(seed, n, scal
     t.freeze()  # what a replay derives from the structure, built once: the same figures
     for sc in scenarios(random.Random(seed), t):
         assert replay(t, scale, sc) == reference(t, scale, sc)
+    # and what it derives from a scenario's CPU side, kept for the next replay of the same change at another scale
+    more = [Scenario(graph=True, g_dur=[0.5] * len(t.g_dur)), Scenario(no_dispatch=frozenset([0])),
+            Scenario(no_allocator=True, keep_sync="last-per-step")]
+    for sc in scenarios(random.Random(seed), t) + more:
+        for other in (1.0, 0.5, scale):
+            assert replay(t, other, sc) == reference(t, other, sc)
 
 
 @settings(max_examples=200, deadline=None)

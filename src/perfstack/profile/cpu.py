@@ -12,6 +12,7 @@ operator dispatch, or host code outside any recorded operator.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import Counter
 from bisect import bisect_left
 from itertools import compress, islice, repeat
@@ -80,12 +81,12 @@ def spans(trace: Trace) -> CpuSpans:
                 starts.append(s)
                 ends.append(e)
                 last_e = e
-    for r in trace.runtime:
-        iv = (r.ts, r.ts + r.dur)
-        if r.name in ALLOC_CALLS:
-            alloc.append(iv)
-        if r.name in SYNC_CALLS or r.name in BLOCKING_COPIES:
-            sync.append(iv)
+    for r in trace.runtime:  # (the interval built only for the few calls kept: most are launches)
+        name = r.name
+        if name in ALLOC_CALLS:
+            alloc.append((r.ts, r.ts + r.dur))
+        if name in SYNC_CALLS or name in BLOCKING_COPIES:
+            sync.append((r.ts, r.ts + r.dur))
     if in_order:
         dispatch = Spans.of_merged(starts, ends)
     else:  # a trace built by hand
@@ -165,9 +166,8 @@ def _actions(tl: Timeline, rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: 
     event's action set in ``tl.g_action``."""
     # one pass over the calls that yields every column the timeline takes from them (columns, not a tuple per
     # action taken apart again); the calls are in time order but for a trace built by hand: then sorted after
-    ts: list[float] = []
+    ts, took = array("d"), array("d")
     names: list[str] = []
-    took: list[float] = []
     kinds: list[int] = []
     events: list[list[int]] = []
     g_action = tl.g_action
@@ -182,21 +182,19 @@ def _actions(tl: Timeline, rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: 
         launched = by_launch.get(j)
         if launched is not None:
             if len(launched) == 1:
-                e = launched[0]
-                k = at[e]
+                k = at[launched[0]]
                 evs = [k]
                 g_action[k] = i
-                began = gpu[e].ts
             else:
                 evs = sorted(at[e] for e in launched)
                 for k in evs:
                     g_action[k] = i
-                began = min(gpu[e].ts for e in launched)
             # a call that returns only after its GPU work began (a pageable copy, a blocking memcpy) also
-            # waits for the queue ahead of it: a launch followed by a sync
+            # waits for the queue ahead of it: a launch followed by a sync (when its work began is looked up last:
+            # most calls are kernel launches, and the events' starts are spread over memory)
             d = r.dur
-            blocking = name in BLOCKING_COPIES or (began < t + d and d > 20.0
-                                                   and name not in KERNEL_LAUNCHES and name not in GRAPH_LAUNCHES)
+            blocking = name in BLOCKING_COPIES or (d > 20.0 and name not in KERNEL_LAUNCHES and name not in GRAPH_LAUNCHES
+                                                   and min(gpu[e].ts for e in launched) < t + d)
             kinds.append(COPY_SYNC if blocking else LAUNCH)
         elif name in SYNC_CALLS or name in BLOCKING_COPIES or name in ALLOC_SYNCS:
             d = r.dur
@@ -212,8 +210,10 @@ def _actions(tl: Timeline, rts: list[CpuEvent], gpu: list[GpuEvent], by_launch: 
         took.append(d)
         events.append(evs)
         i += 1
+    # the starts and durations as fresh floats side by side (the calls' own are spread over the memory the trace
+    # was decoded into: the passes over them took twice as long)
     if in_order:
-        return Actions(ts, names, took, kinds, events)
+        return Actions(ts.tolist(), names, took.tolist(), kinds, events)
     order = sorted(range(len(ts)), key=ts.__getitem__)  # stable: calls starting together stay in trace order
     out = Actions([ts[k] for k in order], [names[k] for k in order], [took[k] for k in order],
                   [kinds[k] for k in order], [events[k] for k in order])

@@ -136,33 +136,41 @@ def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
     plan, gap, own, scale = _cpu_inputs(t, sc, cpu_scale)
     g_dur = sc.g_dur if sc.g_dur is not None else t.g_dur
     g_bub = sc.g_bubble if sc.g_bubble is not None else t.g_bubble
-    skip = _skipped_syncs(t, sc)
+    skip = plan.skipped(t, sc)
     dep, stream = t.g_dep, plan.stream
     t0 = t.t0
-    free = [t0] * plan.n_streams  # when each stream is next free
+    free = [t0] * (plan.n_streams or 1)  # when each stream is next free (a slot for ``at`` where there is none)
     gpu_end = cpu = t0
     lat = t.latency_us
     sync_us = SYNC_OVERHEAD_US * cpu_scale
     kinds, events = t.kind, t.events
+    # the stream of the latest launch, whose free time is held in ``f`` rather than in ``free`` (consecutive launches
+    # go to the same stream, most often): written back before a launch on another stream and around _enqueue
+    at, f = 0, t0
     for work, d, e, s in zip(gap, own, plan.one, plan.one_stream):
         if work > 0.0:
             cpu += work * cpu_scale
         if e >= 0:  # a launch of one GPU event that waits for no other stream: _enqueue's steps, inline
             cpu += d * scale
             ready = cpu + lat
-            start = free[s] + g_bub[e]
+            if s != at:
+                free[at] = f
+                f = free[s]
+                at = s
+            start = f + g_bub[e]
             if not start > ready:
                 start = ready
-            end = start + g_dur[e]
-            free[s] = end
-            if end > gpu_end:
-                gpu_end = end
+            f = start + g_dur[e]
+            if f > gpu_end:
+                gpu_end = f
             continue
         i = -1 - e
         kind = kinds[i]
         if kind != SYNC:
             cpu += d * scale
+            free[at] = f
             gpu_end = _enqueue(events[i], cpu + lat, gpu_end, free, stream, g_bub, dep, g_dur)
+            f = free[at]
         if kind != LAUNCH and (skip is None or i not in skip):
             cpu += sync_us
             if gpu_end > cpu:
@@ -199,7 +207,7 @@ def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, Seq
     launch whose op is fused away costs 0.0."""
     plan = t._plan or _Plan(t)
     changed = sc.no_dataloader or sc.no_allocator or sc.graph or sc.no_dispatch
-    gap = _cpu_work(t, sc) if changed else t.gap
+    gap = plan.work(t, sc) if changed else t.gap
     if sc.graph:
         return plan, gap, plan.graph_own, 1.0
     own: Sequence[float] = t.dur
@@ -224,6 +232,31 @@ class _Plan:
         self.one_stream = [self.stream[e] if e >= 0 else -1 for e in self.one]
         self.n_streams = len(slots)
         self.graph_own = [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events]
+        # what a scenario changes on the CPU side, by what it removes (not by the CPU scale: a summary replays the
+        # same scenario at two or three scales)
+        self._work: dict[tuple[bool, bool, bool, frozenset[int]], Sequence[float]] = {}
+        self._skipped: dict[tuple[bool, str], set[int] | None] = {}
+
+    def work(self, t: Timeline, sc: Scenario) -> Sequence[float]:
+        """``_cpu_work(t, sc)``, worked out once per change of the CPU work for a frozen timeline (one not yet
+        frozen may still change: nothing is kept)."""
+        key = (sc.no_dataloader, sc.no_allocator, sc.graph, sc.no_dispatch)
+        out = self._work.get(key)
+        if out is None:
+            out = _cpu_work(t, sc)
+            if t._plan is self:
+                self._work[key] = out = array("d", out)
+        return out
+
+    def skipped(self, t: Timeline, sc: Scenario) -> set[int] | None:
+        """``_skipped_syncs(t, sc)``, worked out once per change of the syncs for a frozen timeline."""
+        key = (sc.no_allocator, sc.keep_sync)
+        if key in self._skipped:
+            return self._skipped[key]
+        out = _skipped_syncs(t, sc)
+        if t._plan is self:
+            self._skipped[key] = out
+        return out
 
 
 def _cpu_work(t: Timeline, sc: Scenario) -> Sequence[float]:
