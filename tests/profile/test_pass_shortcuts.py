@@ -1,15 +1,16 @@
 """The busy-GPU passes are written for large traces (a chain's verdict worked out once per chain of the same
-operators' calls, a fix's scenario shared by the what-ifs that replay it): each must give what the plain
-statement gives, to the last bit, on real traces."""
+operators' calls, what a kernel adds to worked out once per kind of event, a fix's scenario shared by the
+what-ifs that replay it): each must give what the plain statement gives, to the last bit, on real traces."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from perfstack.profile import classify, copies, recompute, waste
+from perfstack.profile import classify, copies, efficiency, recompute, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.attribute import ATTN_MATH, COMPILED
 from perfstack.profile.trace import load
@@ -220,3 +221,84 @@ def test_forward_operators_of_the_backward_pass_are_the_plain_ones(analysis: Ana
     ops, phase = analysis.trace.ops, analysis.att.ops.phase
     want = [o for o in range(len(ops)) if phase[o] == "backward" and ops[o].name in recompute.FORWARD_OPS]
     assert recompute.forward_in_backward(analysis) == want
+
+
+def rows_plain(A: Analysis) -> dict[str, Any]:
+    """The kernel pass's accumulators stated plainly: every event's rows looked up and its shares found, one
+    event at a time."""
+    att, ops, costs = A.att, A.trace.ops, A.event_costs()
+    op_time: dict[int, float] = defaultdict(float)
+    op_compute: dict[int, float] = defaultdict(float)
+    for s, o, c, g in zip(att.step, att.op, att.category, A.gpu):
+        if s >= 0 and o >= 0:
+            op_time[o] += g.dur
+            if c in classify.COMPUTE:
+                op_compute[o] += g.dur
+    names: dict[str, dict[str, Any]] = {}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    gemms: dict[tuple[Any, ...], dict[str, Any]] = {}
+    memcpy: dict[tuple[Any, ...], dict[str, Any]] = {}
+    phases: dict[str, float] = defaultdict(float)
+    busy_us = triton_us = 0.0
+    precision = A.trace.meta.get("float32_matmul_precision")
+    for s, g, c, ph, o, cost in zip(att.step, A.gpu, att.category, att.phase, att.op, costs):
+        if s < 0:
+            continue
+        busy_us += g.dur
+        k = names.setdefault(g.name, {"name": classify.short_name(g.name), "category": c, "count": 0,
+                                      "time_us": 0.0})
+        k["count"] += 1
+        k["time_us"] += g.dur
+        phases[ph or "unknown"] += g.dur
+        if g.name.startswith("triton_"):
+            triton_us += g.dur
+        if g.kind == "memcpy":
+            key = classify.memcpy_kind(g.name)
+            m = memcpy.setdefault(key, {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0,
+                                        "time_us": 0.0})
+            m["count"] += 1
+            m["bytes"] += g.bytes or 0
+            m["time_us"] += g.dur
+            continue
+        share = (g.dur / op_time[o] if op_time[o] else 0.0) if o >= 0 else 0.0
+        opname = ops[o].name if o >= 0 else "(no operator)"
+        fshare = g.dur / op_compute[o] if c in classify.COMPUTE and op_compute.get(o) else 0.0
+        f = cost.flops * fshare if cost and cost.flops and fshare else None
+        b = cost.bytes * share if cost and cost.bytes else None
+        dtype = cost.dtype if cost else None
+        row = rows.setdefault((opname, c, dtype), {
+            "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0,
+            "counted_us": 0.0, "bytes_us": 0.0, "calls": set()})
+        row["kernels"] += 1
+        row["time_us"] += g.dur
+        row["calls"].add(o)
+        if f:
+            row["flops"] += f
+            row["counted_us"] += g.dur
+        if b:
+            row["bytes"] += b
+            row["bytes_us"] += g.dur
+        if cost and cost.gemm and c in ("gemm", "attention"):
+            tc = classify.tensor_cores(g.name, cost.dtype, precision)
+            key = (cost.dtype or "?", tc, bool(classify.misaligned(cost.gemm, cost.dtype)),
+                   classify.is_gemv(cost.gemm), c)
+            gr = gemms.setdefault(key, {"dtype": cost.dtype, "tensor_cores": tc, "misaligned": key[2], "gemv": key[3],
+                                        "category": c, "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0,
+                                        "flops_time_us": 0.0, "shapes": {}})
+            gr["count"] += 1
+            gr["time_us"] += g.dur
+            if f:
+                gr["flops"] += f
+                gr["bytes"] += b or 0.0
+                gr["flops_time_us"] += g.dur
+            gr["shapes"][cost.shape] = gr["shapes"].get(cost.shape, 0) + 1
+    return {"names": names, "ops": rows, "gemms": gemms, "memcpy": memcpy, "phases": dict(phases),
+            "triton_us": triton_us, "busy_us": busy_us}
+
+
+def test_kernel_rows_worked_out_once_per_kind_of_event_are_the_plain_rows(analysis: Analysis):
+    fast = efficiency._Rows(analysis)
+    for field, want in rows_plain(analysis).items():
+        got = getattr(fast, field)
+        got = dict(got) if isinstance(got, dict) else got
+        assert repr(got) == repr(want), field  # (repr: the floats to the last digit, the keys in their order)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from perfstack.profile import classify
 from perfstack.records.profile.kernels import OpBound
@@ -16,7 +16,6 @@ from perfstack.records.profile import Compiled, GemmRow, KernelClass, MemcpyRow,
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
     from perfstack.profile.flops import Cost
-    from perfstack.profile.trace import GpuEvent
     from perfstack.specs.table import GpuSpec
 
 HBM_PRACTICAL = 0.90  # specs.practical hbm_copy: a streaming kernel reaches ~90% of the HBM peak
@@ -77,55 +76,48 @@ class _Rows:
         self._add_all()
 
     def _add_all(self) -> None:
-        """Every GPU event of the steps, in order: one loop, with what it reads and the sums it adds to at hand
-        (a large trace has hundreds of thousands of events; the sums are added in the events' order)."""
+        """Every GPU event of the steps, in order: one loop, the sums added in the events' order. What an event
+        adds to (its kernel name's row, its phase, its operator's row and GEMM class, its share of the op's
+        FLOPs and bytes) is worked out once per kind of event: a large trace has hundreds of thousands of events
+        and a few hundred kinds (a kernel name, category and phase launched by one operator name and arguments,
+        its cost: the cost of no op is None)."""
         A = self.A
-        att, ops = A.att, A.trace.ops
-        names, phases, memcpy, rows = self.names, self.phases, self.memcpy, self.ops
-        op_time, op_compute, compute_cats = self.op_time, self.op_compute, classify.COMPUTE
+        att = A.att
+        phases = self.phases
+        op_time, op_compute = self.op_time, self.op_compute
         busy_us = triton_us = 0.0
-        gemm_class: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _gemm_row
-        for s, g, c, ph, o, cost in zip(att.step, A.gpu, att.category, att.phase, att.op, A.event_costs()):
+        kinds: dict[tuple[Any, ...], _Kind] = {}
+        classes: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _gemm_row
+        costs = A.event_costs()
+        for s, g, c, ph, o, cost, cid in zip(att.step, A.gpu, att.category, att.phase, att.op, costs, map(id, costs)):
             if s < 0:
                 continue
-            dur, name = g.dur, g.name
+            dur, name, kind = g.dur, g.name, g.kind
+            kd = kinds.get((name, kind, c, ph, cid))
+            if kd is None:
+                kd = kinds[(name, kind, c, ph, cid)] = self._kind(name, kind, c, ph, o, cost, classes)
+            k, phase, triton, copy, row, flops, nbytes, gemm = kd
             busy_us += dur
-            k = names.get(name)
-            if k is None:
-                k = names[name] = {"name": classify.short_name(name), "category": c, "count": 0, "time_us": 0.0}
             k["count"] += 1
             k["time_us"] += dur
-            phases[ph or "unknown"] += dur
-            if name.startswith("triton_"):
+            phases[phase] += dur
+            if triton:
                 triton_us += dur
-            if g.kind == "memcpy":
-                key = classify.memcpy_kind(g.name)
-                m = memcpy.get(key)
-                if m is None:
-                    m = memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
-                m["count"] += 1
-                m["bytes"] += g.bytes or 0
-                m["time_us"] += dur
+            if copy:  # (its row is its direction's)
+                row["count"] += 1
+                row["bytes"] += g.bytes or 0
+                row["time_us"] += dur
                 continue
             # the operator's row: its FLOPs and bytes shared among its kernels by their time
-            if o >= 0:  # (every op of a step's event has its time: no key is added to op_time here)
-                t_op = op_time[o]
-                share = dur / t_op if t_op else 0.0
-                opname = ops[o].name
-            else:
-                share, opname = 0.0, "(no operator)"
-            fshare = dur / op_compute[o] if c in compute_cats and op_compute.get(o) else 0.0
-            if cost:
-                f = cost.flops * fshare if cost.flops and fshare else None
-                b = cost.bytes * share if cost.bytes else None
-                dtype = cost.dtype
-            else:
-                f = b = dtype = None
-            row = rows.get((opname, c, dtype))
-            if row is None:
-                row = rows[(opname, c, dtype)] = {
-                    "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
-                    "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
+            f = b = None
+            if flops:  # (an event of a compute category whose op has FLOPs)
+                t_op = op_compute.get(o)
+                fshare = dur / t_op if t_op else 0.0
+                if fshare:
+                    f = flops * fshare
+            if nbytes:
+                t_op = op_time[o]  # (every op of a step's event has its time: no key is added to op_time here)
+                b = nbytes * (dur / t_op if t_op else 0.0)
             row["kernels"] += 1
             row["time_us"] += dur
             row["calls"].add(o)
@@ -135,9 +127,50 @@ class _Rows:
             if b:
                 row["bytes"] += b
                 row["bytes_us"] += dur
-            if cost and cost.gemm and c in ("gemm", "attention"):
-                _gemm_row(self.gemms, g, c, cost, f, b, self.precision, gemm_class)
+            if gemm is not None:
+                gemm["count"] += 1
+                gemm["time_us"] += dur
+                if f:
+                    gemm["flops"] += f
+                    gemm["bytes"] += b or 0.0
+                    gemm["flops_time_us"] += dur
+                shapes = gemm["shapes"]
+                shapes[cost.shape] = shapes.get(cost.shape, 0) + 1
         self.busy_us, self.triton_us = busy_us, triton_us
+
+    def _kind(self, name: str, kind: str, c: str, ph: str | None, o: int, cost: Cost | None,
+              classes: dict[tuple[Any, ...], tuple[Any, ...]]) -> _Kind:
+        """What the events of one kind add to: made at the kind's first event, the rows it opens are opened in
+        the events' order."""
+        k = self.names.get(name)
+        if k is None:
+            k = self.names[name] = {"name": classify.short_name(name), "category": c, "count": 0, "time_us": 0.0}
+        phase, triton = ph or "unknown", name.startswith("triton_")
+        if kind == "memcpy":
+            key = classify.memcpy_kind(name)
+            m = self.memcpy.get(key)
+            if m is None:
+                m = self.memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
+            return k, phase, triton, True, m, None, None, None
+        opname = self.A.trace.ops[o].name if o >= 0 else "(no operator)"
+        dtype = cost.dtype if cost else None
+        row = self.ops.get((opname, c, dtype))
+        if row is None:
+            row = self.ops[(opname, c, dtype)] = {
+                "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
+                "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
+        if not cost:
+            return k, phase, triton, False, row, None, None, None
+        gemm = _gemm_row(self.gemms, name, c, cost.dtype, cost.gemm, self.precision, classes) \
+            if cost.gemm and c in ("gemm", "attention") else None
+        return k, phase, triton, False, row, cost.flops if c in classify.COMPUTE else None, cost.bytes, gemm
+
+
+# What the events of one kind add to: their kernel name's row, phase, whether a Triton kernel, whether a memcpy,
+# their row (a memcpy's direction's, else their operator's), their operator's FLOPs (a compute category) and
+# bytes, their GEMM class's row
+_Kind = Tuple[Dict[str, Any], str, bool, bool, Dict[str, Any], Optional[float], Optional[float],
+              Optional[Dict[str, Any]]]
 
 
 def _finish_op(r: dict[str, Any], n: int) -> OpRow:
@@ -191,30 +224,22 @@ def _compiled_kind(name: str) -> tuple[bool, bool]:
         name.startswith(("_compile.compile_inner", "compile_inner"))
 
 
-def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], g: GpuEvent, cat: str, cost: Cost, f: float | None,
-              b: float | None, precision: str | None, classes: dict[tuple[Any, ...], tuple[Any, ...]]) -> None:
-    """Add one GEMM kernel to its class; ``classes``: the class of each kernel name, dtype, shape and category,
-    found once."""
-    dtype, shape = cost.dtype, cost.gemm
-    if shape is None:
-        return
-    key = classes.get((g.name, dtype, shape, cat))
+def _gemm_row(gemms: dict[tuple[Any, ...], dict[str, Any]], name: str, cat: str, dtype: str | None,
+              shape: tuple[int, int, int, int], precision: str | None,
+              classes: dict[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, Any]:
+    """The row of a GEMM kernel's class (opened at its first kernel); ``classes``: the class of each kernel name,
+    dtype, shape and category, found once."""
+    key = classes.get((name, dtype, shape, cat))
     if key is None:
-        tc = classify.tensor_cores(g.name, dtype, precision)
-        key = classes[(g.name, dtype, shape, cat)] = (dtype or "?", tc, bool(classify.misaligned(shape, dtype)),
-                                                      classify.is_gemv(shape), cat)
+        tc = classify.tensor_cores(name, dtype, precision)
+        key = classes[(name, dtype, shape, cat)] = (dtype or "?", tc, bool(classify.misaligned(shape, dtype)),
+                                                    classify.is_gemv(shape), cat)
     row = gemms.get(key)
     if row is None:
         _, tc, bad, gemv, _ = key
         row = gemms[key] = {"dtype": dtype, "tensor_cores": tc, "misaligned": bad, "gemv": gemv, "category": cat,
                             "count": 0, "time_us": 0.0, "flops": 0.0, "bytes": 0.0, "flops_time_us": 0.0, "shapes": {}}
-    row["count"] += 1
-    row["time_us"] += g.dur
-    if f:
-        row["flops"] += f
-        row["bytes"] += b or 0.0
-        row["flops_time_us"] += g.dur
-    row["shapes"][cost.shape] = row["shapes"].get(cost.shape, 0) + 1
+    return row
 
 
 def _finish_gemms(gemms: dict[tuple[Any, ...], dict[str, Any]], n: int) -> list[GemmRow]:
