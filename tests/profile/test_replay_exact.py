@@ -4,7 +4,8 @@ of the plain statement to the last bit, on random timelines with every kind of a
 launches of several events or none, several streams, cross-stream waits) and every kind of scenario. So must
 the shortcuts around it: the union of intervals already in order, the actions' steps found by the windows'
 bounds, the bubbles a merging fix removes found from the changed events alone, the actions' columns taken in
-one pass over the runtime calls, and the typical launch costs from the distinct (name, duration) pairs."""
+one pass over the runtime calls, the typical launch costs from the distinct (name, duration) pairs, and the
+CPU spans merged as the operators come."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from bisect import bisect_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfstack.profile.cpu import (ALLOC_SYNCS, BLOCKING_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES, SYNC_CALLS, _actions,
-                                   _caps, _first_at, _median, _steps)
+from perfstack.profile.cpu import (ALLOC_CALLS, ALLOC_SYNCS, BLOCKING_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES, SYNC_CALLS,
+                                   SYNC_OPS, _actions, _caps, _first_at, _median, _steps, spans)
 from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
                                         Timeline, replay)
 from perfstack.profile.summary import _fix_scenario
 from perfstack.profile.timeline import Spans, union, union_in_order
-from perfstack.profile.trace import CpuEvent, GpuEvent
+from perfstack.profile.trace import CpuEvent, GpuEvent, Trace
 from perfstack.profile.waste import Waste
 
 
@@ -272,3 +273,27 @@ def test_the_actions_columns_are_the_sorted_calls(seed, in_order):
     want = plain_actions(t, rts, gpu, by_launch, at, t0, t_end)
     got = _actions(t, rts, gpu, by_launch, at, t0, t_end)
     assert (*got, t.g_action) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_the_cpu_spans_are_the_unions_of_their_operators_and_calls(seed):
+    rng = random.Random(seed)
+    names = ["aten::add", "aten::mm", "aten::item", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+             "torch.cuda.empty_cache", "Optimizer.step#AdamW.step", "ProfilerStep#3", "enumerate(x)#y"]
+    ops = sorted((CpuEvent(rng.choice(["op", "op", "annotation", "python_function"]), rng.choice(names),
+                           rng.choice([5.0, rng.uniform(0, 100)]), rng.choice([0.0, 3.0, rng.uniform(0, 30)]), 1)
+                  for _ in range(rng.randrange(40))), key=lambda o: o.ts)
+    runtime = [CpuEvent("runtime", rng.choice(["cudaLaunchKernel", "cudaMalloc", "cudaStreamSynchronize", "cudaMemcpy"]),
+                        rng.uniform(0, 100), rng.uniform(0, 10), 1) for _ in range(rng.randrange(10))]
+    got = spans(Trace(path="t", ops=ops, runtime=runtime))
+
+    def of(pairs):
+        return Spans([(e.ts, e.ts + e.dur) for e in pairs])
+    dl = [o for o in ops if o.name.startswith("enumerate(DataLoader)")]
+    alloc = [o for o in ops if "empty_cache" in o.name] + [r for r in runtime if r.name in ALLOC_CALLS]
+    sync = [o for o in ops if o.name in SYNC_OPS] + [r for r in runtime if r.name in SYNC_CALLS or r.name in BLOCKING_COPIES]
+    dispatch = [o for o in ops if o.cat == "op" or (o.cat == "annotation" and "#" in o.name
+                                                   and not o.name.startswith("enumerate("))]
+    for a, b in zip((got.dataloader, got.alloc, got.sync, got.ops), (of(dl), of(alloc), of(sync), of(dispatch))):
+        assert (list(a.starts), list(a.ends)) == (list(b.starts), list(b.ends))

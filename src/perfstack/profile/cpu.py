@@ -59,28 +59,37 @@ def spans(trace: Trace) -> CpuSpans:
     starts: list[float] = []
     ends: list[float] = []
     last_s, last_e, in_order = -_INF, -_INF, True
-    roles: dict[str, tuple[list[tuple[float, float]] | None, bool]] = {}  # per name: the list it goes to, and dispatch as an annotation
+    # per name: the list it goes to and whether it is dispatch as an annotation, or None for the names that are
+    # neither in a list nor dispatch as annotations (nearly all: their case is tested first)
+    roles: dict[str, tuple[list[tuple[float, float]] | None, bool] | None] = {}
     for o in trace.ops:
         name = o.name
-        role = roles.get(name)
-        if role is None:
+        try:
+            role = roles[name]
+        except KeyError:
             role = roles[name] = _role(name, dl, alloc, sync)
         s = o.ts
         e = s + o.dur
-        if role[0] is not None:
-            role[0].append((s, e))
-        if o.cat == "op" or (role[1] and o.cat == "annotation"):
-            in_order = in_order and s >= last_s
-            last_s = s
-            if e <= s or not in_order:
+        if role is None:
+            if o.cat != "op":
                 continue
-            if s <= last_e:
-                if e > last_e:
-                    last_e = ends[-1] = e
-            else:
-                starts.append(s)
-                ends.append(e)
-                last_e = e
+        else:
+            if role[0] is not None:
+                role[0].append((s, e))
+            if not (o.cat == "op" or (role[1] and o.cat == "annotation")):
+                continue
+        if not s >= last_s:
+            in_order = False
+        last_s = s
+        if e <= s or not in_order:
+            continue
+        if s <= last_e:
+            if e > last_e:
+                last_e = ends[-1] = e
+        else:
+            starts.append(s)
+            ends.append(e)
+            last_e = e
     for r in trace.runtime:  # (the interval built only for the few calls kept: most are launches)
         name = r.name
         if name in ALLOC_CALLS:
@@ -91,19 +100,21 @@ def spans(trace: Trace) -> CpuSpans:
         dispatch = Spans.of_merged(starts, ends)
     else:  # a trace built by hand
         dispatch = Spans((o.ts, o.ts + o.dur) for o in trace.ops
-                         if o.cat == "op" or (o.cat == "annotation" and roles[o.name][1]))
+                         if o.cat == "op" or (o.cat == "annotation" and (roles[o.name] or (None, False))[1]))
     return CpuSpans(Spans(dl), Spans(alloc), Spans(sync), dispatch)
 
 
 _INF = float("inf")
 
 
-def _role(name: str, dl: list[tuple[float, float]], alloc: list[tuple[float, float]], sync: list[tuple[float, float]]) -> tuple[list[tuple[float, float]] | None, bool]:
+def _role(name: str, dl: list[tuple[float, float]], alloc: list[tuple[float, float]],
+          sync: list[tuple[float, float]]) -> tuple[list[tuple[float, float]] | None, bool] | None:
     """Which CPU span an op of this name makes (the DataLoader, allocator, sync, or none), and whether
-    it is dispatch when it is a user annotation."""
+    it is dispatch when it is a user annotation; None for neither."""
     of = dl if name.startswith("enumerate(DataLoader)") else alloc if "empty_cache" in name else \
         sync if name in SYNC_OPS else None
-    return of, "#" in name and not name.startswith("enumerate(")
+    annotation = "#" in name and not name.startswith("enumerate(")
+    return None if of is None and not annotation else (of, annotation)
 
 
 def gap_reason(a: float, b: float, launch: CpuEvent | None, cs: CpuSpans) -> str:
