@@ -5,6 +5,7 @@ what-ifs that replay it): each must give what the plain statement gives, to the 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from perfstack.profile import classify, copies, efficiency, recompute, waste
 from perfstack.profile.analysis import Analysis
-from perfstack.profile.attribute import ATTN_MATH, COMPILED
+from perfstack.profile.attribute import ATTN_MATH, CASTING, COMPILED, COPYING
 from perfstack.profile.trace import load
 from perfstack.records.profile import GemmMisaligned, MisalignedGroup, UnfusedElementwise
 from perfstack.specs import lookup
@@ -209,7 +210,6 @@ def test_misaligned_gemms_classified_once_per_cost_give_the_plain_finding(analys
 
 
 def test_a_copy_call_described_once_per_name_and_arguments_is_the_description_replaced(analysis: Analysis):
-    from dataclasses import replace
     memo: dict = {}
     roots = sorted({c.op for c in copies._calls(analysis) if c.op >= 0})
     for r in roots:
@@ -302,3 +302,39 @@ def test_kernel_rows_worked_out_once_per_kind_of_event_are_the_plain_rows(analys
         got = getattr(fast, field)
         got = dict(got) if isinstance(got, dict) else got
         assert repr(got) == repr(want), field  # (repr: the floats to the last digit, the keys in their order)
+
+
+def calls_plain(A: Analysis) -> list[copies._Call]:
+    """``copies._calls`` stated plainly: every event of the steps read, its kind from the event itself."""
+    gpu, att, flags = A.gpu, A.att, A.att.ops.flags
+    by_root: dict[int, copies._Call] = {}
+    loose: list[copies._Call] = []
+    for i, (s, ph, g, o) in enumerate(zip(att.step, att.phase, gpu, att.op)):
+        if s < 0 or ph == "optimizer" or g.kind == "memset":
+            continue
+        if g.kind == "memcpy" and classify.memcpy_kind(g.name)[0] != "DtoD":
+            continue
+        fl = flags[o] if o >= 0 else 0
+        r = copies._root(A, o) if fl & COPYING and not fl & (CASTING | COMPILED) else -1
+        if r < 0:
+            if g.kind == "memcpy" and g.bytes:
+                loose.append(copies._Call(-1, "Memcpy DtoD", [i], g.dur, 2.0 * g.bytes))
+            continue
+        c = by_root.get(r)
+        if c is None:
+            c = by_root[r] = replace(copies._description(A.trace.ops[r]), op=r, events=[])
+        c.events.append(i)
+        c.time += g.dur
+        if g.kind == "memcpy" and g.bytes and not c.shape:
+            c.nbytes += 2.0 * g.bytes
+    for c in by_root.values():
+        if not c.itemsize and c.shape:
+            c.itemsize = copies._itemsize_from_kernels(A, c.events)
+            c.nbytes = 2.0 * classify.numel(c.shape) * c.itemsize
+    out = [c for c in by_root.values() if c.events] + loose
+    out.sort(key=lambda c: A.trace.ops[c.op].ts if c.op >= 0 else gpu[c.events[0]].ts)
+    return out
+
+
+def test_copy_calls_read_from_the_categories_are_the_plain_calls(analysis: Analysis):
+    assert repr(copies._calls(analysis)) == repr(calls_plain(analysis))  # (repr: floats to the last digit)

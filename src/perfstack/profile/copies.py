@@ -132,28 +132,35 @@ def _calls(A: Analysis) -> list[_Call]:
     loose: list[_Call] = []
     dtod: dict[str, bool] = {}  # per memcpy name: device to device
     described: dict[tuple[Any, ...], _Call] = {}  # per copy operator's name and arguments: see _describe
-    for i, (s, ph, g, o) in enumerate(zip(att.step, att.phase, gpu, att.op)):
-        if s < 0 or ph == "optimizer" or g.kind == "memset":
+    # (an event's category is its kind for a memcpy or a memset: the event itself, spread over memory with the
+    # rest of the trace, is read only where it may be a copy)
+    for i, (s, ph, cat, o) in enumerate(zip(att.step, att.phase, att.category, att.op)):
+        if s < 0 or ph == "optimizer" or cat == "memset":
             continue
-        if g.kind == "memcpy":
-            d = dtod.get(g.name)
+        memcpy = cat == "memcpy"
+        if memcpy:
+            name = gpu[i].name
+            d = dtod.get(name)
             if d is None:
-                d = dtod[g.name] = classify.memcpy_kind(g.name)[0] == "DtoD"
+                d = dtod[name] = classify.memcpy_kind(name)[0] == "DtoD"
             if not d:
                 continue
         # the flags say at once whether a copy operator encloses the op, and no cast or compiled code does
         fl = flags[o] if o >= 0 else 0
         r = _root(A, o) if fl & COPYING and not fl & (CASTING | COMPILED) else -1
         if r < 0:
-            if g.kind == "memcpy" and g.bytes:
-                loose.append(_Call(-1, "Memcpy DtoD", [i], g.dur, 2.0 * g.bytes))
+            if memcpy:
+                g = gpu[i]
+                if g.bytes:
+                    loose.append(_Call(-1, "Memcpy DtoD", [i], g.dur, 2.0 * g.bytes))
             continue
+        g = gpu[i]
         c = by_root.get(r)
         if c is None:
             c = by_root[r] = _describe(A, r, described)
         c.events.append(i)
         c.time += g.dur
-        if g.kind == "memcpy" and g.bytes and not c.shape:
+        if memcpy and g.bytes and not c.shape:
             c.nbytes += 2.0 * g.bytes
     for c in by_root.values():
         if not c.itemsize and c.shape:
