@@ -181,3 +181,21 @@ def test_cpu_spans_do_not_depend_on_the_order_of_the_ops():
     for a, b in zip((ref.dataloader, ref.alloc, ref.sync, ref.ops), (got.dataloader, got.alloc, got.sync, got.ops)):
         assert (a.starts, a.ends) == (b.starts, b.ends)
     assert len(ref.ops) > 10
+
+
+def test_the_launch_figures_of_one_pass_are_the_plain_ones():
+    # launch delays, early starts and kernel durations come from one pass reading each launch's start as
+    # attribution kept it; each list is the one its plain statement gives, on real traces
+    from perfstack.profile import analyze
+    from perfstack.profile.analysis import Analysis
+
+    for path in (REAL, H100 / "launch-bound.pt.trace.json.gz"):
+        A = Analysis(load(path))
+        gpu, rts, att = A.gpu, A.trace.runtime, A.att
+        delays, early, kdurs = analyze._launch_delays(A)
+        assert delays == [g.ts - (rts[j].ts + rts[j].dur) for g, j, s in zip(gpu, att.launch, att.step)
+                          if j >= 0 and s >= 0 and g.kind == "kernel"]
+        assert early == [-(g.ts - rts[j].ts) for g, j in zip(gpu, att.launch) if j >= 0 and g.ts < rts[j].ts]
+        assert kdurs == [g.dur for g, s in zip(gpu, att.step) if s >= 0 and g.kind == "kernel"]
+        assert list(att.op_ts) == [o.ts for o in A.trace.ops] and list(att.rt_ts) == [r.ts for r in rts]
+        assert len(delays) > 100

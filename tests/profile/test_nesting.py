@@ -4,11 +4,11 @@ and which step a CPU event counts in: the shortcuts a large trace needs give wha
 from __future__ import annotations
 
 import random
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from types import SimpleNamespace
 
 from perfstack.profile import analyze, copies
-from perfstack.profile.attribute import CASTING, COMPILED, COPYING, nest
+from perfstack.profile.attribute import CASTING, COMPILED, COPYING, launch_steps, nest
 from perfstack.profile.trace import CpuEvent, Trace
 
 
@@ -63,3 +63,57 @@ def test_step_ranges_by_bisection_give_each_event_the_step_the_plain_rule_gives(
         assert ranges is not None
         assert [list(range(lo, hi)) for lo, hi in ranges] == want
     assert analyze._ranges([2.0, 1.0], [0.0], [5.0]) is None  # not in time order: the caller loops instead
+
+
+def test_each_runtime_calls_step_by_the_windows_bounds_is_the_one_bisection_gives():
+    # attribution gives a GPU event the step its launch starts in: the last window starting at or before the
+    # call, if the call starts before that window ends; found per window where calls and windows are in order
+    rng = random.Random(11)
+    for _ in range(300):
+        starts = sorted(rng.choice([0.0, 10.0, 20.0, 35.0, 50.0]) for _ in range(rng.randint(0, 4)))
+        windows = [(k, a, a + rng.choice([0.0, 5.0, 10.0, 15.0, 30.0])) for k, a in enumerate(starts)]
+        ts = sorted(rng.choice([-5.0, 0.0, 5.0, 10.0, 14.0, 20.0, 30.0, 35.0, 49.0, 50.0, 60.0, 80.0])
+                    for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.2:
+            rng.shuffle(ts)  # calls out of order: each placed by bisection
+        if rng.random() < 0.1:
+            rng.shuffle(windows)  # windows out of order: the bisection's answer all the same
+            starts = [a for _, a, _ in windows]
+        want = []
+        for t in ts:
+            k = bisect_right(starts, t) - 1
+            want.append(k if k >= 0 and t < windows[k][2] else -1)
+        assert list(launch_steps(ts, windows)) == want
+
+
+def test_nesting_merged_as_it_goes_is_the_nesting_of_the_sorted_sweep(monkeypatch):
+    # where no two ops and no two runtime calls start together (a trace recorded to the nanosecond), the sweep
+    # merges the two lists as it goes instead of sorting them: the same parents, contexts and innermost ops,
+    # ties between an op and a call included, on several threads taking turns; where two ops do start together,
+    # it stops there and the sort takes over
+    from perfstack.profile import attribute
+
+    names = ["aten::linear", "aten::addmm", "Optimizer.step#AdamW.step", "aten::copy_", "aten::to", "aten::mul",
+             "autograd::engine::evaluate_function: AddmmBackward0"]
+    rng = random.Random(5)
+    for _ in range(300):
+        n_ops, n_rts = rng.randint(0, 30), rng.randint(0, 20)
+        grid = rng.sample(range(200), n_ops + n_rts)
+        op_ts = sorted(rng.sample(range(200), n_ops))
+        if rng.random() < 0.3:  # two ops starting together, or out of order: the sort after all, from scratch
+            op_ts = sorted(rng.choices(range(40), k=n_ops)) if rng.random() < 0.5 else rng.sample(range(200), n_ops)
+        rt_ts = sorted(rng.choice([rng.choice(op_ts or [0]), g]) for g in grid[n_ops:])  # some with an op's start
+        rt_ts = sorted(set(rt_ts))
+        durs = [0.0, 1.0, 2.0, 5.0, 20.0, 60.0]
+        ops = [CpuEvent("op", rng.choice(names), float(t), rng.choice(durs), rng.choice([1, 2])) for t in op_ts]
+        rts = [CpuEvent("runtime", "cudaLaunchKernel", float(t), rng.choice(durs), rng.choice([1, 2]))
+               for t in rt_ts]
+        trace = Trace(path="t", ops=ops, runtime=rts)
+        info, rparent = nest(trace)
+        with monkeypatch.context() as m:
+            m.setattr(attribute, "_increasing", lambda ts: False)  # the sort and the sweep of the sorted order
+            want, want_r = nest(trace)
+        assert list(info.parent) == list(want.parent) and list(rparent) == list(want_r)
+        assert (info.family, info.phase, info.flags) == (want.family, want.phase, want.flags)
+        _, _, op_starts, rt_starts = attribute._nest(trace)  # the start times it read, kept for the passes
+        assert list(op_starts) == [o.ts for o in ops] and list(rt_starts) == [r.ts for r in rts]

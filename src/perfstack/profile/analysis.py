@@ -6,6 +6,7 @@ read it; it lives apart from them so that each pass can name it without importin
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import Any
 
 from perfstack.profile import classify, cpu, flops
@@ -107,6 +108,9 @@ Window = tuple[int, float, float]  # (step number, CPU start, CPU end) in µs
 def _device(trace: Trace) -> tuple[int | None, list[int], list[GpuEvent], list[str]]:
     """The device with the most GPU time (the one analysed), the others, its events, and a note when
     the trace has several."""
+    devices = set(map(attrgetter("device"), trace.gpu))
+    if len(devices) == 1:  # (most traces: no time to add up, and every event is the device's)
+        return devices.pop(), [], list(trace.gpu), []
     totals: dict[int, float] = defaultdict(float)
     for g in trace.gpu:
         totals[g.device] += g.dur
@@ -135,7 +139,6 @@ def _windows(trace: Trace) -> tuple[list[Window], list[str]]:
 def _attribution_notes(A: Analysis) -> list[str]:
     notes = list(A.att.notes)
     if A.att.unattributed and A.gpu:
-        n_before = sum(1 for s in A.att.step if s < 0)
-        notes.append(f"{n_before} GPU events were launched outside the profiled steps (before the first or "
+        notes.append(f"{A.att.unattributed} GPU events were launched outside the profiled steps (before the first or "
                      "after the last); they are not counted in any step but occupy the GPU timeline")
     return notes

@@ -15,13 +15,12 @@ Definitions:
 
 from __future__ import annotations
 
-import statistics
 from array import array
-from bisect import bisect_left
-from collections import defaultdict
-from itertools import islice
-from operator import le
-from typing import Iterable, NamedTuple, Sequence
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from itertools import accumulate, compress, islice
+from operator import attrgetter, le
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from perfstack.profile import classify, cpu, efficiency
 from perfstack.profile.analysis import Analysis
@@ -44,11 +43,47 @@ def _ms(us: float) -> float:
     return round(us / 1e3, 4)
 
 
-def _quantile(xs: list[float], q: float) -> float | None:
+def _quantile(xs: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of ``xs``, in order (``_in_order``; None when empty)."""
     if not xs:
         return None
-    xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+
+
+def _median(xs: Sequence[float]) -> float:
+    """statistics.median of values already in order (``_in_order``), with its arithmetic."""
+    n = len(xs)
+    if n % 2 == 1:
+        return xs[n // 2]
+    i = n // 2
+    return (xs[i - 1] + xs[i]) / 2
+
+
+class _Counted(Sequence[float]):
+    """Values in order, read by position as ``sorted()`` would give them, kept as the distinct values and how many
+    of the values are at or below each."""
+
+    def __init__(self, counts: Counter[float]) -> None:
+        self.values = sorted(counts)
+        self.ends = list(accumulate(map(counts.__getitem__, self.values)))
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def __getitem__(self, i: Any) -> Any:
+        if not isinstance(i, int) or not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.values[bisect_right(self.ends, i)]
+
+
+def _in_order(xs: list[float]) -> Sequence[float]:
+    """``xs`` in order, for its quantiles. A trace's durations and delays repeat (the 300k kernels of a large trace
+    have 2k distinct durations): where the values are few, they are counted rather than sorted, which gives the same
+    floats, unless an int and an equal float, or 0.0 and -0.0, would be counted as one, or a NaN upsets the order."""
+    counts = Counter(xs)
+    if len(counts) * 8 > len(xs) or 0.0 in counts or any(v != v for v in counts) or set(map(type, xs)) != {float}:
+        return sorted(xs)
+    return _Counted(counts)
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -72,15 +107,16 @@ def analyze(trace: Trace) -> Analysed:
     for i, s in enumerate(A.att.step):
         if s >= 0:
             per_step[s].append(i)
-    tl = _GpuTimeline(A.gpu)
-    periods = _periods(A, per_step)
+    tl = _GpuTimeline(A.gpu, A.att.category)
+    periods = _periods(A, per_step, tl)
     # steps: each step's GPU view (and the idle gaps in it), then its CPU-side counts
     rows = [_step(A, k, per_step[k], g0, g1, tl) for k, (g0, g1) in enumerate(periods)]
     steps = [Step.join(row, counts) for (row, _), counts in zip(rows, _cpu_counts(A))]
     gaps = sorted((g for _, step_gaps in rows for g in step_gaps), key=lambda g: -g.duration_ms)
     m = _Means(steps)
     breakdown, idle_reason = _categories(steps)
-    delays = _launch_delays(A)
+    delays, early, kdurs = _launch_delays(A)
+    in_order = _in_order(delays)  # (once: the timeline's median and the launch's quantiles read it)
     kern = efficiency.kernels(A)
     section = Section(
         file=trace.path, rank=trace.rank, world_size=trace.world_size,
@@ -88,11 +124,11 @@ def analyze(trace: Trace) -> Analysed:
         n_steps=len(steps), steps=steps,
         step_ms=m("total_ms"), busy_ms=m("busy_ms"), idle_ms=m("idle_ms"),
         busy_pct=_pct(m("busy_ms"), m("total_ms")),
-        timeline=_timeline(A, m, idle_reason, delays),
+        timeline=_timeline(A, m, idle_reason, in_order),
         breakdown_ms={k: round(v, 4) for k, v in breakdown.items()},
         idle_by_reason_ms={k: round(v, 4) for k, v in idle_reason.items()},
         idle_gaps=gaps[:MAX_GAPS], n_idle_gaps=len(gaps),
-        launch=_launch(A, m, delays),
+        launch=_launch(m, in_order, kdurs),
         sync=Sync(m("syncs"), m("sync_wait_ms"), _per_step_names(A, cpu.SYNC_CALLS | cpu.BLOCKING_COPIES)),
         allocator=Allocator(m("alloc_calls"), m("alloc_ms"), round(idle_reason.get("allocator", 0.0), 4),
                             _per_step_names(A, cpu.ALLOC_CALLS)),
@@ -100,7 +136,7 @@ def analyze(trace: Trace) -> Analysed:
         comm=Comm(m("comm_ms"), m("comm_exposed_ms"), m("comm_overlapped_ms"),
                   _pct(m("comm_overlapped_ms"), m("comm_ms"))),
         compute_ms=round(sum(v for c, v in breakdown.items() if c not in ("idle", "comm", "cpu")), 4),
-        precision=trace.meta.get("float32_matmul_precision"), notes=[*A.notes, *_clock_skew(A, len(delays))],
+        precision=trace.meta.get("float32_matmul_precision"), notes=[*A.notes, *_clock_skew(early, len(delays))],
         warnings=list(trace.warnings), events_per_step=m("cpu_events"),
         top_kernels=kern.top_kernels, ops=kern.ops_all[:40], gemms=kern.gemms, memcpy=kern.memcpy,
         phases_ms=kern.phases_ms, compiled=kern.compiled,
@@ -134,17 +170,29 @@ def _categories(steps: list[Step]) -> tuple[dict[str, float], dict[str, float]]:
     return breakdown, idle_reason
 
 
-def _launch_delays(A: Analysis) -> list[float]:
-    """Launch-return to start (µs) of every kernel launched inside a step."""
-    gpu, rts = A.gpu, A.trace.runtime
-    return [g.ts - (rts[j].ts + rts[j].dur) for g, j, s in zip(gpu, A.att.launch, A.att.step)
-            if j >= 0 and s >= 0 and g.kind == "kernel"]
+def _launch_delays(A: Analysis) -> tuple[list[float], list[float], list[float]]:
+    """Launch-return to start (µs) of every kernel launched inside a step; by how much each GPU event that starts
+    before the call that launched it does; and the duration of every kernel inside a step: in one pass over the
+    events (each reads its launch's start once, from the start times attribution kept side by side)."""
+    rt_ts, rts = A.att.rt_ts, A.trace.runtime
+    delays: list[float] = []
+    early: list[float] = []
+    kdurs: list[float] = []
+    for g, j, s in zip(A.gpu, A.att.launch, A.att.step):
+        if j >= 0:
+            t = rt_ts[j]
+            if g.ts < t:
+                early.append(-(g.ts - t))
+            if s >= 0 and g.kind == "kernel":
+                delays.append(g.ts - (t + rts[j].dur))
+                kdurs.append(g.dur)
+        elif s >= 0 and g.kind == "kernel":
+            kdurs.append(g.dur)
+    return delays, early, kdurs
 
 
-def _clock_skew(A: Analysis, n_delays: int) -> list[str]:
+def _clock_skew(early: list[float], n_delays: int) -> list[str]:
     """A note when GPU events start before the calls that launched them (at least 1% of launches)."""
-    gpu, rts = A.gpu, A.trace.runtime
-    early = [-(g.ts - rts[j].ts) for g, j in zip(gpu, A.att.launch) if j >= 0 and g.ts < rts[j].ts]
     if not early or len(early) < 0.01 * max(1, n_delays):
         return []
     # A kernel cannot start before the call that launched it: the CPU and GPU clocks disagree.
@@ -161,7 +209,8 @@ def _device_name(A: Analysis) -> str | None:
     return name
 
 
-def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: list[float]) -> Timeline:
+def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: Sequence[float]) -> Timeline:
+    """``delays``: the launch delays, in order (``_in_order``)."""
     cpu_ms, gpu_ms = m("cpu_ms"), m("gpu_ms")
     median = _quantile(delays, 0.5)
     return Timeline(cpu_step_ms=cpu_ms, gpu_step_ms=gpu_ms,
@@ -170,42 +219,49 @@ def _timeline(A: Analysis, m: _Means, idle_reason: dict[str, float], delays: lis
                     unattributed_events=A.att.unattributed)
 
 
-def _launch(A: Analysis, m: _Means, delays: list[float]) -> Launch:
-    gpu = A.gpu
-    kdurs = [g.dur for g, s in zip(gpu, A.att.step) if s >= 0 and g.kind == "kernel"]
+def _launch(m: _Means, delays: Sequence[float], kdurs: list[float]) -> Launch:
+    """``delays``: the launch delays, in order (``_in_order``); ``kdurs``: the durations of the kernels inside the
+    steps."""
     return Launch(
         kernels_per_step=m("kernels"), launches_per_step=m("launches"), graph_launches_per_step=m("graph_launches"),
-        median_kernel_us=_r(statistics.median(kdurs)) if kdurs else None,
+        median_kernel_us=_r(_median(_in_order(kdurs))) if kdurs else None,
         short_kernel_pct=_pct(sum(1 for d in kdurs if d < 10.0), len(kdurs)),
         launch_to_start_us=LaunchToStart(_r(_quantile(delays, 0.5)), _r(_quantile(delays, 0.9)), len(delays)),
         launch_call_us=m("launch_call_us") or None, launch_cpu_ms_per_step=m("launch_cpu_ms"))
 
 
 class _GpuTimeline:
-    """The device's busy intervals and start times, for gap queries."""
+    """The device's busy intervals, and its events' start and end times, kinds and category indexes (CAT_INDEX),
+    read once here for the steps' rows and the gap queries."""
 
-    def __init__(self, gpu: list[GpuEvent]) -> None:
+    def __init__(self, gpu: list[GpuEvent], categories: list[str]) -> None:
         self.gpu = gpu
-        # (the start times as an array of doubles, side by side in memory: every idle gap looks its end up there)
+        # (the times as arrays of doubles, side by side in memory: every idle gap looks its end up there, and each
+        # step's rows read its events' there rather than in the events spread over the decoded trace)
         self.starts = starts = array("d", [g.ts for g in gpu])
-        ends = [g.ts + g.dur for g in gpu]
+        self.ends = ends = array("d", [g.ts + g.dur for g in gpu])
+        self.kinds = [g.kind for g in gpu]
+        self.cat = list(map(CAT_INDEX.__getitem__, categories))
         # a loaded trace's events are in start order: their union needs no sort
-        in_order = all(map(le, starts, islice(starts, 1, None)))
+        self.in_order = in_order = all(map(le, starts, islice(starts, 1, None)))
         self.busy = (union_in_order if in_order else union)(zip(starts, ends))
         self.busy_ends = [e for _, e in self.busy]
 
 
-def _periods(A: Analysis, per_step: list[list[int]]) -> list[tuple[float, float]]:
+def _periods(A: Analysis, per_step: list[list[int]], tl: _GpuTimeline) -> list[tuple[float, float]]:
     """Each step's GPU period. Periods tile the timeline: a step's runs from the end of the previous
     step's GPU work (for the first step: from its CPU start, or from the end of earlier queued work if
     that is later) to the end of its own, so the idle before a step's first kernel is that step's. A
     step without GPU work has an empty period at its CPU start."""
-    gpu, att = A.gpu, A.att
-    first = [min((gpu[i].ts for i in idx), default=None) for idx in per_step]
-    last = [max((gpu[i].ts + gpu[i].dur for i in idx), default=None) for idx in per_step]
+    starts, ends, step = tl.starts, tl.ends, A.att.step
+    first = [min(map(starts.__getitem__, idx), default=None) for idx in per_step]
+    last = [max(map(ends.__getitem__, idx), default=None) for idx in per_step]
     backlog = None
     if first and first[0] is not None:
-        backlog = max((g.ts + g.dur for g, s in zip(gpu, att.step) if s < 0 and g.ts < first[0]), default=None)
+        f0 = first[0]
+        # the events starting before f0: where they are in start order, those before the first that does not
+        n = bisect_left(starts, f0) if tl.in_order else len(starts)
+        backlog = max((e for t, e, s in zip(starts[:n], ends[:n], step) if s < 0 and t < f0), default=None)
     out: list[tuple[float, float]] = []
     prev_end: float | None = None
     for k, (_, a, _) in enumerate(A.windows):
@@ -231,8 +287,7 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     cpu_us, period = b - a, g1 - g0
     total = max(cpu_us, period)
     comm_idx = CAT_INDEX["comm"]
-    events = list(map(gpu.__getitem__, idx))
-    evs = [(g.ts, g.ts + g.dur, CAT_INDEX[c]) for g, c in zip(events, map(att.category.__getitem__, idx))]
+    evs = list(zip(map(tl.starts.__getitem__, idx), map(tl.ends.__getitem__, idx), map(tl.cat.__getitem__, idx)))
     excl, comm_ov, comm_ex = sweep(evs, min(g0, a) - 1e9, max(g1, b) + 1e9, len(classify.PRIORITY), comm_idx)
     busy = sum(excl)
     idle = max(0.0, total - busy)
@@ -241,8 +296,17 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     if gpu and period > 0:
         lo = max(0, bisect_left(tl.busy_ends, g0) - 1)
         starts, launch_of, rts, n_gpu = tl.starts, att.launch, trace.runtime, len(gpu)
+        nxt = 0
         for s, e in gaps(tl.busy, g0, g1, lo):  # (a large trace has hundreds of thousands: kept lean)
-            nxt = bisect_left(starts, e - 1e-6)  # the first event at or after the gap's end
+            # the first event at or after the gap's end; where the events are in start order, it is at or after the
+            # previous gap's (the gaps come in order), most often a few events on: looked for there first
+            x = e - 1e-6
+            if not tl.in_order:
+                nxt = bisect_left(starts, x)
+            elif nxt + 8 < n_gpu and starts[nxt + 8] >= x:
+                nxt = bisect_left(starts, x, nxt, nxt + 8)
+            else:
+                nxt = bisect_left(starts, x, nxt)
             j = launch_of[nxt] if nxt < n_gpu else -1
             why = cpu.gap_reason(s, e, rts[j] if j >= 0 else None, A.cs)
             reasons[why] += e - s
@@ -260,7 +324,7 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     row = GpuStep(step=number, total_ms=_ms(total), cpu_ms=_ms(cpu_us), gpu_ms=_ms(period), busy_ms=_ms(busy),
                   busy_pct=_pct(busy, total), idle_ms=_ms(idle),
                   categories=categories, idle_by_reason_ms={r: _ms(v) for r, v in reasons.items() if v > 0},
-                  kernels=sum(1 for g in events if g.kind == "kernel"), comm_ms=_ms(excl[comm_idx] + comm_ov),
+                  kernels=list(map(tl.kinds.__getitem__, idx)).count("kernel"), comm_ms=_ms(excl[comm_idx] + comm_ov),
                   comm_exposed_ms=_ms(comm_ex),
                   comm_overlapped_ms=_ms(comm_ov))
     return row, gaps_out
@@ -286,7 +350,8 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     # what a name counts as, looked up once per name: a trace has hundreds of thousands of runtime calls
     kinds = {name: _call_kind(name) for name in {r.name for r in t.runtime}}
     in_order = all(map(le, starts, islice(starts, 1, None)))
-    ranges = _ranges([r.ts for r in t.runtime], starts, ends) if in_order else None
+    # (the calls' and the ops' start times as attribution read them, side by side in memory)
+    ranges = _ranges(A.att.rt_ts, starts, ends) if in_order else None
     if ranges is not None:
         # the calls of each step at once, where they and the steps are in time order (a loaded trace's are)
         for k, (lo, hi) in enumerate(ranges):
@@ -303,14 +368,17 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
     # per name: 1 a DataLoader wait, 2 empty_cache, 0 neither
     waits = {name: 1 if name.startswith("enumerate(DataLoader)") else 2 if "empty_cache" in name else 0
              for name in A.op_names()}
-    op_ranges = _ranges([o.ts for o in t.ops], starts, ends)
+    op_ranges = _ranges(A.att.op_ts, starts, ends)
     for k, (lo, hi) in enumerate(op_ranges or ()):
         events[k] += hi - lo  # the ops (millions) counted by bisection, and looped over only for their waits
-    some_wait = any(waits.values())
-    for o in (t.ops if some_wait or op_ranges is None else ()):
+    if op_ranges is None:
+        todo: Iterable[CpuEvent] = t.ops
+    elif any(waits.values()):  # only the ops that wait, picked without a loop here over the millions of others
+        todo = compress(t.ops, map(waits.__getitem__, map(attrgetter("name"), t.ops)))
+    else:
+        todo = ()
+    for o in todo:
         w = waits[o.name]
-        if op_ranges is not None and not w:
-            continue
         ts = o.ts
         k = bisect_left(starts, ts + 1e-9) - 1
         if k < 0 or ts >= ends[k]:
@@ -329,7 +397,7 @@ def _cpu_counts(A: Analysis) -> list[CpuCounts]:
             for a, n in zip(acc, events)]
 
 
-def _ranges(ts: list[float], starts: list[float], ends: list[float]) -> list[tuple[int, int]] | None:
+def _ranges(ts: Sequence[float], starts: list[float], ends: list[float]) -> list[tuple[int, int]] | None:
     """Per step window, the range of indices of the events (start times ``ts``) that _cpu_counts gives it (an
     event belongs to the last window starting before it, if it starts before that window ends), found by
     bisection where the events are in time order (a large trace has millions); None where they are not."""
