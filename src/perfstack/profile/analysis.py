@@ -95,10 +95,12 @@ class Analysis:
     def op_time(self, o: int) -> float:
         """GPU time (µs) of op ``o``'s compute kernels: FLOPs belong to them, not to the op's helpers."""
         if self._op_time is None:
-            self._op_time = defaultdict(float)
-            for i, g in enumerate(self.gpu):
-                if self.att.op[i] >= 0 and self.att.category[i] in classify.COMPUTE:
-                    self._op_time[self.att.op[i]] += g.dur
+            times: dict[int, float] = defaultdict(float)
+            self._op_time = times
+            compute = classify.COMPUTE
+            for g, op, c in zip(self.gpu, self.att.op, self.att.category):
+                if op >= 0 and c in compute:
+                    times[op] += g.dur
         return self._op_time.get(o, 0.0)
 
 

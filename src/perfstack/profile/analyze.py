@@ -296,19 +296,20 @@ def _step(A: Analysis, k: int, idx: list[int], g0: float, g1: float,
     if gpu and period > 0:
         lo = max(0, bisect_left(tl.busy_ends, g0) - 1)
         starts, launch_of, rts, n_gpu = tl.starts, att.launch, trace.runtime, len(gpu)
+        in_order, reason_of, cs = tl.in_order, cpu.gap_reason, A.cs
         nxt = 0
         for s, e in gaps(tl.busy, g0, g1, lo):  # (a large trace has hundreds of thousands: kept lean)
             # the first event at or after the gap's end; where the events are in start order, it is at or after the
             # previous gap's (the gaps come in order), most often a few events on: looked for there first
             x = e - 1e-6
-            if not tl.in_order:
+            if not in_order:
                 nxt = bisect_left(starts, x)
             elif nxt + 8 < n_gpu and starts[nxt + 8] >= x:
                 nxt = bisect_left(starts, x, nxt, nxt + 8)
             else:
                 nxt = bisect_left(starts, x, nxt)
             j = launch_of[nxt] if nxt < n_gpu else -1
-            why = cpu.gap_reason(s, e, rts[j] if j >= 0 else None, A.cs)
+            why = reason_of(s, e, rts[j] if j >= 0 else None, cs)
             reasons[why] += e - s
             if e - s >= GAP_LIST_US:
                 gaps_out.append(IdleGap(start_ms=_ms(s - A.windows[0][1]), duration_ms=_ms(e - s), step=number,
