@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from perfstack.profile import classify
 from perfstack.records.profile.kernels import OpBound
@@ -80,7 +80,8 @@ class _Rows:
         adds to (its kernel name's row, its phase, its operator's row and GEMM class, its share of the op's
         FLOPs and bytes) is worked out once per kind of event: a large trace has hundreds of thousands of events
         and a few hundred kinds (a kernel name, category and phase launched by one operator name and arguments,
-        its cost: the cost of no op is None)."""
+        its cost: the cost of no op is None; a category is its event's kind for a memcpy or memset, so the kind
+        itself is read from the kind's first event)."""
         A = self.A
         att = A.att
         phases = self.phases
@@ -92,19 +93,18 @@ class _Rows:
         for s, g, c, ph, o, cost, cid in zip(att.step, A.gpu, att.category, att.phase, att.op, costs, map(id, costs)):
             if s < 0:
                 continue
-            dur, name, kind = g.dur, g.name, g.kind
-            kd = kinds.get((name, kind, c, ph, cid))
+            dur, name = g.dur, g.name
+            kd = kinds.get((name, c, ph, cid))
             if kd is None:
-                kd = kinds[(name, kind, c, ph, cid)] = self._kind(name, kind, c, ph, o, cost, classes)
-            k, phase, triton, copy, row, flops, nbytes, gemm = kd
+                kd = kinds[(name, c, ph, cid)] = self._kind(name, g.kind, c, ph, o, cost, classes)
+            k, phase, triton, copy, row, flops, nbytes, gemm, n = kd
+            n[0] += 1  # (the events of a kind counted once, each row's count added from its kinds' at the end)
             busy_us += dur
-            k["count"] += 1
             k["time_us"] += dur
             phases[phase] += dur
             if triton:
                 triton_us += dur
             if copy:  # (its row is its direction's)
-                row["count"] += 1
                 row["bytes"] += g.bytes or 0
                 row["time_us"] += dur
                 continue
@@ -118,7 +118,6 @@ class _Rows:
             if nbytes:
                 t_op = op_time[o]  # (every op of a step's event has its time: no key is added to op_time here)
                 b = nbytes * (dur / t_op if t_op else 0.0)
-            row["kernels"] += 1
             row["time_us"] += dur
             row["calls"].add(o)
             if f:
@@ -128,7 +127,6 @@ class _Rows:
                 row["bytes"] += b
                 row["bytes_us"] += dur
             if gemm is not None:
-                gemm["count"] += 1
                 gemm["time_us"] += dur
                 if f:
                     gemm["flops"] += f
@@ -137,6 +135,11 @@ class _Rows:
                 shapes = gemm["shapes"]
                 shapes[cost.shape] = shapes.get(cost.shape, 0) + 1
         self.busy_us, self.triton_us = busy_us, triton_us
+        for k, _, _, copy, row, _, _, gemm, (events,) in kinds.values():
+            k["count"] += events
+            row["count" if copy else "kernels"] += events
+            if gemm is not None:
+                gemm["count"] += events
 
     def _kind(self, name: str, kind: str, c: str, ph: str | None, o: int, cost: Cost | None,
               classes: dict[tuple[Any, ...], tuple[Any, ...]]) -> _Kind:
@@ -151,7 +154,7 @@ class _Rows:
             m = self.memcpy.get(key)
             if m is None:
                 m = self.memcpy[key] = {"direction": key[0], "memory": key[1], "count": 0, "bytes": 0, "time_us": 0.0}
-            return k, phase, triton, True, m, None, None, None
+            return k, phase, triton, True, m, None, None, None, [0]
         opname = self.A.trace.ops[o].name if o >= 0 else "(no operator)"
         dtype = cost.dtype if cost else None
         row = self.ops.get((opname, c, dtype))
@@ -160,17 +163,17 @@ class _Rows:
                 "op": opname, "category": c, "dtype": dtype, "kernels": 0, "time_us": 0.0,
                 "flops": 0.0, "bytes": 0.0, "counted_us": 0.0, "bytes_us": 0.0, "calls": set()}
         if not cost:
-            return k, phase, triton, False, row, None, None, None
+            return k, phase, triton, False, row, None, None, None, [0]
         gemm = _gemm_row(self.gemms, name, c, cost.dtype, cost.gemm, self.precision, classes) \
             if cost.gemm and c in ("gemm", "attention") else None
-        return k, phase, triton, False, row, cost.flops if c in classify.COMPUTE else None, cost.bytes, gemm
+        return k, phase, triton, False, row, cost.flops if c in classify.COMPUTE else None, cost.bytes, gemm, [0]
 
 
 # What the events of one kind add to: their kernel name's row, phase, whether a Triton kernel, whether a memcpy,
 # their row (a memcpy's direction's, else their operator's), their operator's FLOPs (a compute category) and
-# bytes, their GEMM class's row
+# bytes, their GEMM class's row, and how many they are (counted in the loop, added to the rows' counts after)
 _Kind = Tuple[Dict[str, Any], str, bool, bool, Dict[str, Any], Optional[float], Optional[float],
-              Optional[Dict[str, Any]]]
+              Optional[Dict[str, Any]], List[int]]
 
 
 def _finish_op(r: dict[str, Any], n: int) -> OpRow:
