@@ -257,24 +257,16 @@ def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> 
     merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
     pos, new_dur = tl.positions(), w.new_dur
     d = array("d", tl.g_dur)
-    bub = None
-    if w.id in _MERGING:
-        # an event changed whose predecessor on its stream (in start order) is changed too loses its bubble:
-        # only the changed events are looked at, in the loop that sets their durations
-        bub = array("d", tl.g_bubble)
-        prev, index = tl.prev_on_stream(), tl.g_index
-        for gi, new in new_dur.items():
-            k = pos.get(gi)
-            if k is not None:
-                d[k] = new
-                j = prev[k]
-                if j >= 0 and index[j] in new_dur:
-                    bub[k] = 0.0
-    else:
-        for gi, new in new_dur.items():
-            k = pos.get(gi)
-            if k is not None:
-                d[k] = new
+    # a merging fix: an event changed whose predecessor on its stream (in start order) is changed too loses its
+    # bubble; only the changed events are looked at, in the loop that sets their durations
+    bub = array("d", tl.g_bubble) if w.id in _MERGING else None
+    prev, index = (tl.prev_on_stream(), tl.g_index) if bub is not None else ([], [])
+    for gi, new in new_dur.items():
+        k = pos.get(gi)
+        if k is not None:
+            d[k] = new
+            if bub is not None and (j := prev[k]) >= 0 and index[j] in new_dur:
+                bub[k] = 0.0
     return Scenario(w.id, g_dur=d, g_bubble=bub, no_dispatch=_no_dispatch(w, tl, cpu_free))
 
 
