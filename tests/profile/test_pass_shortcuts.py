@@ -108,7 +108,7 @@ def test_compile_graphs_takes_the_fusion_fix_scenario_already_made():
     p, A, spec = analysed.section, analysed.analysis, lookup("h100-sxm")
     tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
     assert tl is not None
-    found = waste.detect(A, spec) + summary._patterns(A, spec)
+    found = summary.find_waste(A, spec)
     fused = next(w for w in found if w.id == "unfused-elementwise")
     launch = p.launch or Launch()
     graph = launch.kernels_per_step >= 50 and not launch.graph_launches_per_step

@@ -7,23 +7,24 @@ from array import array
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
 from perfstack.records.meta import run_meta
-from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, rules, scatter, waste
+from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, replays, rules, scatter, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
 from perfstack.records.profile.means import OverheadMethod
 from perfstack.records.profile import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
 from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
-from perfstack.profile.simulate import Scenario, Timeline, recorded, replay, solve_scale
+from perfstack.profile.replays import RECORDED, Job, Replays
+from perfstack.profile.simulate import Scenario, Timeline, solve_scale
 from perfstack.profile.straggler import straggler
 from perfstack.profile.registry import Context
 from perfstack.profile.telemetry import telemetry_summary
-from perfstack.profile.trace import collector_paused, load
+from perfstack.profile.trace import Trace, collector_paused, load
 
 if TYPE_CHECKING:
     from perfstack.specs.table import GpuSpec
@@ -42,25 +43,21 @@ def _spec(name: str | None) -> GpuSpec | None:
         return None
 
 
-def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note: str | None) -> Overhead:
+def overhead(p: Section, rp: Replays | None, unprofiled_ms: float | None, note: str | None) -> Overhead:
     """How much of the profiled step is the profiler, and the CPU scale that removes it."""
     n = max(1, p.n_steps)
     profiled = p.step_ms or 0.0
-    if tl is None:
+    if rp is None:
         return Overhead(profiled_step_ms=p.step_ms, events_per_step=p.events_per_step, method="none", cpu_scale=1.0,
                         step_ms=unprofiled_ms or p.step_ms,
                         note="no replay model for this trace (launches not attributable): figures are of the profiled step")
-    model = recorded(tl) / 1e3 / n
-    cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / n / 1e3
-
-    def at(us_per_event: float) -> float:
-        removed = us_per_event * p.events_per_step / 1e3
-        return max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
-    estimated = at(PROFILER_US_PER_EVENT)
+    estimated, high = _estimates(p, rp.tl)
+    rp.want(_overhead_jobs(estimated, unprofiled_ms))
+    model = rp.recorded() / 1e3 / n
     method: OverheadMethod
     if unprofiled_ms:
         method = "measured"
-        scale, how, calibrated = _measured_scale(tl, n, model, estimated, unprofiled_ms)
+        scale, how, calibrated = _measured_scale(rp, n, model, estimated, unprofiled_ms)
         how = (note or "step time measured without the profiler") + how
     else:
         method, scale, calibrated = "estimated", estimated, True
@@ -69,20 +66,49 @@ def overhead(p: Section, tl: Timeline | None, unprofiled_ms: float | None, note:
                "replace the estimate")
     # where the CPU's speed without the profiler is the estimate (not measured, or a GPU-bound step whose
     # measured time says nothing of it), the other end of what it may be
-    fast = round(at(PROFILER_US_PER_EVENT_HIGH), 4) if calibrated else None
+    fast = round(high, 4) if calibrated else None
     return Overhead(profiled_step_ms=p.step_ms, events_per_step=p.events_per_step, model_step_ms=round(model, 4),
                     model_fit=round(model / profiled, 3) if profiled else None,
                     method=method, note=how, cpu_scale=round(scale, 4), cpu_inflation=round(1 / scale, 3),
-                    step_ms=round(recorded(tl, scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
-                    model_unprofiled_ms=round(recorded(tl, scale) / 1e3 / n, 4), fast_cpu_scale=fast)
+                    step_ms=round(rp.recorded(scale) / 1e3 / n, 4) if method != "measured" else unprofiled_ms,
+                    model_unprofiled_ms=round(rp.recorded(scale) / 1e3 / n, 4), fast_cpu_scale=fast)
 
 
-def _measured_scale(tl: Timeline, n: int, model: float, estimated: float,
+def _estimates(p: Section, tl: Timeline) -> tuple[float, float]:
+    """The CPU scales that take the profiler's calibrated cost per recorded event out of the CPU work: at the
+    estimate, and at the high end of what it may be."""
+    cpu_work = (sum(tl.gap) + sum(d for d, k in zip(tl.dur, tl.kind) if k != 1) + tl.tail_us) / max(1, p.n_steps) / 1e3
+
+    def at(us_per_event: float) -> float:
+        removed = us_per_event * p.events_per_step / 1e3
+        return max(MIN_SCALE, 1 - removed / cpu_work) if cpu_work > 0 else 1.0
+    return at(PROFILER_US_PER_EVENT), at(PROFILER_US_PER_EVENT_HIGH)
+
+
+def _overhead_jobs(estimated: float, unprofiled_ms: float | None) -> list[Job]:
+    return [(RECORDED, 1.0), (RECORDED, estimated)] + ([(RECORDED, MIN_SCALE)] if unprofiled_ms else [])
+
+
+def _early_jobs(p: Section, tl: Timeline, unprofiled_ms: float | None) -> list[Job]:
+    """The replays ``overhead`` and ``whatifs`` will ask for that are known before the waste is found: the
+    second process works on them while this one looks for it. Where the step time is measured, the scale it
+    gives is not known yet: only the replays as recorded."""
+    estimated, high = _estimates(p, tl)
+    cpu_side = _cpu_scenarios(p)
+    if unprofiled_ms:
+        return [*_overhead_jobs(estimated, unprofiled_ms), (RECORDED, MIN_SCALE),
+                *((sc, 1.0) for sc in cpu_side.values())]
+    scale = round(estimated, 4)  # as the overhead section keeps it
+    return [(RECORDED, scale), (RECORDED, MIN_SCALE), *_overhead_jobs(estimated, unprofiled_ms),
+            *_jobs(cpu_side, cpu_side, scale, round(high, 4), True)]
+
+
+def _measured_scale(rp: Replays, n: int, model: float, estimated: float,
                     unprofiled_ms: float) -> tuple[float, str, bool]:
     """The CPU scale that replays the trace at the step time measured without the profiler, what the note
     adds about it, and whether it is the calibrated estimate after all (the measured time cannot tell it)."""
     target = unprofiled_ms * 1e3 * n
-    floor, at_estimate = recorded(tl, MIN_SCALE), recorded(tl, estimated)
+    floor, at_estimate = rp.recorded(MIN_SCALE), rp.recorded(estimated)
     # Nearly flat between the calibrated estimate and the CPU as recorded (``model``): every CPU speed in
     # that range replays within a few % of the measured time, inside a measured step's own noise; the
     # measured time cannot choose among them (solving would take the slowest, as recorded)
@@ -93,41 +119,81 @@ def _measured_scale(tl: Timeline, n: int, model: float, estimated: float,
         # what differs is on the GPU side (run-to-run noise, clocks).
         return estimated, (f"; the step is bound by its GPU work ({floor / 1e3 / n:.2f} ms per step in the trace), "
                            "so the CPU-side correction is the calibrated estimate"), True
-    scale = solve_scale(tl, target, MIN_SCALE)
+    scale = solve_scale(rp.tl, target, MIN_SCALE)
     if scale == 1.0 and unprofiled_ms > model * 1.05:
         return scale, (f"; the profiled trace replays at {model:.2f} ms, faster than the measured "
                        f"{unprofiled_ms:.2f} ms: CPU-side figures are left as recorded"), False
     return scale, "", False
 
 
-def whatifs(p: Section, A: Analysis, tl: Timeline | None,
-            spec: GpuSpec | None) -> tuple[WasteFound, dict[str, WhatIf]]:
+def find_waste(A: Analysis, spec: GpuSpec | None,
+               each: Callable[[waste.Waste], None] | None = None) -> list[waste.Waste]:
+    """The busy-GPU waste: what the kernels do slowly, and what the step repeats that it need not. ``each`` is
+    told of each waste as soon as it is final."""
+    found = waste.detect(A, spec, each)
+    for w in _patterns(A, spec):
+        found.append(w)
+        if each is not None:
+            each(w)
+    return found
+
+
+class _EarlyFixes:
+    """The fixes' scenarios, made as the waste is found and wanted from the replays at once: the second
+    process, if any, replays one fix while this one looks for the next. Only where the CPU scale is the
+    estimate (``overhead``), known before the waste is; ``whatifs`` takes them where its scale and its
+    ``cpu_free`` are the ones they were made with."""
+
+    def __init__(self, p: Section, A: Analysis, rp: Replays) -> None:
+        estimated, high = _estimates(p, rp.tl)
+        self.p, self.A, self.rp = p, A, rp
+        self.scale, self.fast = round(estimated, 4), round(high, 4)  # as the overhead section keeps them
+        self.cpu_free = rp.recorded(self.scale) < rp.recorded(MIN_SCALE) * 1.05
+        self.made: dict[str, Scenario] = {}
+
+    def __call__(self, w: waste.Waste) -> None:
+        if not w.new_dur:
+            return
+        tl = self.rp.tl
+        new = {w.id: _fix_scenario(w, self.A, tl, self.cpu_free)}
+        if w.id == "unfused-elementwise":
+            graphed = _compile_graphs(self.p, self.A, tl, [w], new, self.cpu_free)
+            if graphed is not None:
+                new[COMPILE_GRAPHS] = graphed
+        self.made.update(new)
+        self.rp.want(_jobs(new, {}, self.scale, self.fast, True))
+
+
+def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste],
+            early: _EarlyFixes | None = None) -> tuple[WasteFound, dict[str, WhatIf]]:
     """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
     fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
-    found = waste.detect(A, spec) + _patterns(A, spec)
     evidence = WasteFound.of({w.id: w.evidence for w in found})
-    if tl is None:
+    if rp is None:
         return evidence, _whatifs_unreplayed(p, A, found)
+    tl = rp.tl
     n = max(1, p.n_steps)
     scale = p.overhead.cpu_scale if p.overhead else 1.0
+    o = p.overhead or Overhead()
+    fast = o.fast_cpu_scale
+    cpu_side = _cpu_scenarios(p)
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
-    floor = recorded(tl, MIN_SCALE)
-    cpu_free = recorded(tl, scale) < floor * 1.05
-    cpu_side = _cpu_scenarios(p)
-    scenarios = {**cpu_side, **{w.id: _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
-    graphed = _compile_graphs(p, A, tl, found, scenarios, cpu_free)
+    floor = rp.recorded(MIN_SCALE)
+    cpu_free = rp.recorded(scale) < floor * 1.05
+    made = early.made if early is not None and (early.scale, early.cpu_free) == (scale, cpu_free) else {}
+    scenarios = {**cpu_side, **{w.id: made.get(w.id) or _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
+    graphed = made.get(COMPILE_GRAPHS) or _compile_graphs(p, A, tl, found, scenarios, cpu_free)
     if graphed is not None:
         scenarios[graphed.name] = graphed
     saved_ms = {w.id: w.saved_us(A.gpu) / 1e3 / n for w in found if w.new_dur}
-    base_c, base_p = recorded(tl, scale), recorded(tl, 1.0)
-    o = p.overhead or Overhead()
-    fast = o.fast_cpu_scale
+    base_c, base_p = rp.recorded(scale), rp.recorded(1.0)
     # A GPU-side fix's figure is a range over the CPU's unknown speed, except where the trace's GPU work alone
     # is longer than the step measured without the profiler: the profiled GPU side is inflated itself (ranks
     # drifting apart under the profiler), and GPU-side figures keep their cautious end
     gpu_range = fast is not None and not (o.method == "measured" and o.step_ms and floor > o.step_ms * 1e3 * n * 1.02)
+    rp.want(_jobs(scenarios, cpu_side, scale, fast, gpu_range))
     base_f: float | None = None
     out: dict[str, WhatIf] = {}
 
@@ -152,15 +218,15 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
         return r
 
     for name, sc in scenarios.items():
-        rc, rp = capped(name, base_c - replay(tl, scale, sc)), base_p - replay(tl, 1.0, sc)
+        rc, rr = capped(name, base_c - rp.replay(scale, sc)), base_p - rp.replay(1.0, sc)
         w = WhatIf(ms=round(max(0.0, rc) / 1e3 / n, 4), pct=round(100 * max(0.0, rc) / base_c, 1) if base_c else 0.0,
-                   ms_profiled=round(max(0.0, rp) / 1e3 / n, 4),
-                   pct_profiled=round(100 * max(0.0, rp) / base_p, 1) if base_p else 0.0)
+                   ms_profiled=round(max(0.0, rr) / 1e3 / n, 4),
+                   pct_profiled=round(100 * max(0.0, rr) / base_p, 1) if base_p else 0.0)
         gpu_side = name not in cpu_side and name != COMPILE_GRAPHS
         # (below 1% no CPU-side rule fires: the replays are spared on large traces)
         if fast is not None and (gpu_range if gpu_side else w.pct >= 1):
-            base_f = recorded(tl, fast) if base_f is None else base_f
-            r = base_f - replay(tl, fast, sc)
+            base_f = rp.recorded(fast) if base_f is None else base_f
+            r = base_f - rp.replay(fast, sc)
             rf = max(0.0, capped(name, r) if gpu_side else r)
             ms_f, pct_f = round(rf / 1e3 / n, 4), round(100 * rf / base_f, 1) if base_f else 0.0
             w = replace(w, ms_fast_cpu=ms_f, pct_fast_cpu=pct_f)
@@ -174,6 +240,20 @@ def whatifs(p: Section, A: Analysis, tl: Timeline | None,
                             ms_slow_cpu=w.ms, pct_slow_cpu=w.pct)
         out[name] = w
     return evidence, out
+
+
+def _jobs(scenarios: dict[str, Scenario], cpu_side: dict[str, Scenario], scale: float, fast: float | None,
+          gpu_range: bool) -> Iterable[Job]:
+    """The replays ``whatifs`` asks for, in its order: each scenario's at the corrected CPU scale and as
+    recorded, then at the fast CPU end where there is one (a CPU-side fix's only where it recovers ≥ 1%,
+    which its first figure tells: wanted all the same, the second process being idle otherwise)."""
+    for name, sc in scenarios.items():
+        yield sc, scale
+        yield sc, 1.0
+        gpu_side = name not in cpu_side and name != COMPILE_GRAPHS
+        if fast is not None and (gpu_range or not gpu_side):
+            yield RECORDED, fast
+            yield sc, fast
 
 
 COMM_SIDE = frozenset({"ddp-sync-per-microbatch"})  # fixes that remove collectives and nothing else
@@ -208,11 +288,15 @@ def compute_busy_ms(p: Section) -> float:
     return sum(v for k, v in (p.breakdown() or {}).items() if k not in ("comm", "idle"))
 
 
-def _patterns(A: Analysis, spec: GpuSpec | None) -> list[waste.Waste]:
+def _patterns(A: Analysis, spec: GpuSpec | None) -> Iterator[waste.Waste]:
     """What the step repeats that it need not: copies of growing tensors, recomputed activations, a tensor's
-    whole gradient filled and added once per slice, extra all-reduce rounds. Each may carry evidence without new durations (nothing to replay: then no what-if)."""
-    found = (copies.detect(A, spec), recompute.detect(A), scatter.detect(A, spec), accumulation.detect(A))
-    return [w for w in found if w is not None]
+    whole gradient filled and added once per slice, extra all-reduce rounds. Each may carry evidence without new
+    durations (nothing to replay: then no what-if). One at a time, each as its detector finds it."""
+    for detect in (lambda: copies.detect(A, spec), lambda: recompute.detect(A), lambda: scatter.detect(A, spec),
+                   lambda: accumulation.detect(A)):
+        w = detect()
+        if w is not None:
+            yield w
 
 
 def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> dict[str, WhatIf]:
@@ -317,14 +401,31 @@ def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms
 
 def _summarize(path: str | Path, spec_name: str | None, unprofiled_step_ms: float | None,
                unprofiled_note: str | None, model_flops: float | None) -> tuple[Section, GpuSpec | None]:
-    analysed = analyze(load(path))
+    trace = load(path)
+    helper = replays.start(len(trace.runtime))  # started now, it is ready when the timeline is
+    try:
+        return _analysed(trace, helper, spec_name, unprofiled_step_ms, unprofiled_note, model_flops)
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None, unprofiled_step_ms: float | None,
+              unprofiled_note: str | None, model_flops: float | None) -> tuple[Section, GpuSpec | None]:
+    analysed = analyze(trace)
     p, A = analysed.section, analysed.analysis
     spec = _spec(spec_name or p.device_name)
     gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)
     p = replace(p, gemms=gemms, ops=ops, gpu_spec=spec.name if spec else None, kernel_classes=classes)
     tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
-    p = replace(p, overhead=overhead(p, tl, unprofiled_step_ms, unprofiled_note))
-    found, whatif = whatifs(p, A, tl, spec)
+    rp = Replays(tl, helper) if tl is not None else None
+    early = None
+    if rp is not None:
+        rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms))  # the second process, if any, replays ...
+        early = _EarlyFixes(p, A, rp) if not unprofiled_step_ms else None
+    wasted = find_waste(A, spec, early)  # ... while this one looks for the waste
+    p = replace(p, overhead=overhead(p, rp, unprofiled_step_ms, unprofiled_note))
+    found, whatif = whatifs(p, A, rp, wasted, early)
     p = replace(p, waste=found, whatif=whatif)
     if p.comm is not None and p.comm.ms_per_step:
         # the overlap model, and whether DistributedDataParallel is already in use (the fix then differs)

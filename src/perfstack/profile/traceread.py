@@ -36,7 +36,7 @@ try:
 except ImportError:  # not on Windows
     fcntl = None  # type: ignore[assignment]
 
-import perfstack
+from perfstack.profile.cores import child_command, spare_core
 from perfstack.profile.tracefile import _CUT, _NONWS, Events
 from perfstack.profile.tracetext import PIECE, _open_regular, max_trace_bytes
 
@@ -103,17 +103,6 @@ def _plan(p: Path) -> Optional[Tuple[int, int, int, bool]]:
     return size, mid + window.index(b",", cut.start()), mid + cut.end() - 1, first[m.start()] == 0x7B
 
 
-def spare_core() -> bool:
-    """Is there a core for the second process: two or more this process may use, and the machine's
-    1-minute load average below its number of cores? On a busy machine the second process only
-    competes for the same cores: measured, the split then took more CPU time and no less wall time."""
-    try:
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return usable >= 2 and os.getloadavg()[0] < (os.cpu_count() or 1)
-    except (OSError, AttributeError):
-        return False
-
-
 def part(p: Path, start: int, stop: int, before: bytes, after: bytes, end: bool = False
          ) -> Generator[bytes, None, None]:
     """The file's bytes from start to stop, a piece at a time, with ``before`` and ``after`` around
@@ -153,11 +142,7 @@ class _Half(Events):
 
 
 def _child_command(p: Path, start: int, size: int, obj: bool) -> List[str]:
-    # by path, not by what the child's sys.path finds: the same perfstack as this process
-    root = str(Path(perfstack.__file__).resolve().parents[1])
-    code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from perfstack.profile.tracehalf import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    return [sys.executable, "-c", code, root, str(p), str(start), str(size), "1" if obj else "0"]
+    return child_command("perfstack.profile.tracehalf", [str(p), str(start), str(size), "1" if obj else "0"])
 
 
 def _split(p: Path, plan: Tuple[int, int, int, bool], new_builder: NewBuilder,

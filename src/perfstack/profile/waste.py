@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from itertools import compress, count, repeat
 from operator import add, and_, mul, or_
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple
 
 from perfstack.profile import classify
 from perfstack.profile.attribute import ATTN_MATH, COMPILED, LOSS
@@ -55,13 +55,24 @@ class Waste:
         return sum(gpu[i].dur - d for i, d in self.new_dur.items())
 
 
-def detect(A: Analysis, spec: GpuSpec | None) -> list[Waste]:
+def detect(A: Analysis, spec: GpuSpec | None, each: Callable[[Waste], None] | None = None) -> list[Waste]:
+    """What the kernels do slowly, the fusion finding first. ``each`` is told of each waste as soon as it is
+    final. The fusion detector runs last: it takes the longest, and its finding is final only once
+    compile_pads has added what the others found (their fixes are replayed meanwhile)."""
     out = []
-    for fn in (fusion, vocab_loss, attention, fp32_conv, fp32_matmul, gemm_misaligned, pageable_memcpy, optimizer):
+    for fn in (vocab_loss, attention, fp32_conv, fp32_matmul, gemm_misaligned, pageable_memcpy, optimizer):
         w = fn(A, spec)
         if w is not None and w.new_dur:
             out.append(w)
-    return compile_pads(out, A)
+            if each is not None:
+                each(w)
+    fused = fusion(A, spec)
+    if fused is None or not fused.new_dur:
+        return out
+    out = compile_pads([fused, *out], A)
+    if each is not None:
+        each(fused)
+    return out
 
 
 def compile_pads(found: list[Waste], A: Analysis) -> list[Waste]:

@@ -1,0 +1,406 @@
+"""The replays of one frozen timeline (``simulate``), worked out here or, for a large timeline, shared
+with a second process on a spare core.
+
+A summary replays its timeline a score of times (the overhead's CPU scales, then each candidate fix at two
+or three of them), each a pass over every action and GPU event: two seconds of a 1 GB trace's analysis,
+on one core, while the core that read half of its text sits idle. Where a core is spare and the trace is
+large, a second process is started as soon as the trace is read (``start``: it costs a tenth of a second
+to start, hidden behind the analysis) and is sent the frozen timeline when there is one. The summary
+then says which replays it will ask for, in the order it will ask (``want``), as soon as it knows them;
+the other process takes the newest first (the ones asked for last), while this one, asked for a replay
+(``replay``), uses the other's figure where it has come, waits where the other has started it, and
+otherwise works it out itself. So the second process works while this one runs the waste detectors,
+and both meet in the middle of the fixes' replays.
+
+A replay is the same arithmetic on the same doubles in either process, so every figure is the same to
+the last bit whoever worked it out. Anything going wrong with the second process -- it cannot start,
+dies, stalls, or sends anything but its frames -- and this one replays the rest itself, the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+from array import array
+from itertools import chain, islice
+from typing import IO, Any, Iterable, List, Optional, Tuple, Union
+
+import msgspec
+
+from perfstack.profile.cores import child_command, spare_core
+from perfstack.profile.simulate import Scenario, Timeline, replay
+
+MIN_CALLS = 100_000  # runtime calls of a trace worth a second process (a replay of 300k actions: ~0.08 s)
+STALL_S = 60.0  # a replay the second process started and has not finished in this long: it is given up
+PIPE_BYTES = 1 << 20
+_MAX_FRAME = 1 << 31
+RECORDED = Scenario()  # the timeline as recorded (simulate.replay's default)
+
+Job = Tuple[Scenario, float]  # a scenario, at a CPU scale
+
+
+# --- the frames ----------------------------------------------------------------------------------
+# 8 bytes of length (little-endian), then msgpack. To the second process: the timeline once, each
+# scenario once, jobs by the scenario's number, and jobs no longer wanted; from it: a job started, a
+# job done. Arrays travel as their bytes (doubles to the last bit).
+
+class _Line(msgspec.Struct, array_like=True, tag=0):
+    t0: float
+    tail_us: float
+    latency_us: float
+    kind: bytes  # array("b")
+    step: bytes  # array("q")
+    dur: bytes  # array("d"), as the four gaps, and g_dur and g_bubble
+    gap: bytes
+    gap_dl: bytes
+    gap_alloc: bytes
+    gap_op: bytes
+    alloc_sync: bytes  # array("b")
+    n_events: bytes  # array("q"): how many GPU events each action launches ...
+    events: bytes  # ... and which, one action after another
+    g_dur: bytes
+    g_stream: bytes  # array("q")
+    g_bubble: bytes
+    g_dep: bytes  # array("b")
+
+
+class _Sc(msgspec.Struct, array_like=True, tag=1):
+    number: int
+    keep_sync: str
+    no_dataloader: bool
+    no_allocator: bool
+    graph: bool
+    g_dur: Optional[bytes]
+    g_bubble: Optional[bytes]
+    no_dispatch: bytes  # array("q")
+
+
+class _Job(msgspec.Struct, array_like=True, tag=2):
+    number: int
+    scale: float
+
+
+class _Drop(msgspec.Struct, array_like=True, tag=3):
+    number: int
+    scale: float
+
+
+class _Started(msgspec.Struct, array_like=True, tag=4):
+    number: int
+    scale: float
+
+
+class _Done(msgspec.Struct, array_like=True, tag=5):
+    number: int
+    scale: float
+    us: float
+
+
+_TO = Union[_Line, _Sc, _Job, _Drop]
+_FROM = Union[_Started, _Done]
+
+
+class _Bad(Exception):
+    """The other process sent something that is not its frames."""
+
+
+def _frame(enc: msgspec.msgpack.Encoder, msg: Any) -> bytes:
+    data = enc.encode(msg)
+    return len(data).to_bytes(8, "little") + data
+
+
+def _frames(buf: bytearray, dec: msgspec.msgpack.Decoder[Any]) -> List[Any]:
+    """The messages the frames at the start of ``buf`` hold, taken out of it (a frame cut short stays)."""
+    out, at = [], 0
+    while len(buf) - at >= 8:
+        n = int.from_bytes(buf[at:at + 8], "little")
+        if n > _MAX_FRAME:
+            raise _Bad("a frame too large")
+        if len(buf) - at - 8 < n:
+            break
+        with memoryview(buf) as mv:
+            out.append(dec.decode(mv[at + 8:at + 8 + n]))
+        at += 8 + n
+    del buf[:at]
+    return out
+
+
+def _line(t: Timeline) -> _Line:
+    """The timeline as it travels: what a replay reads of it, and nothing the summary keeps for itself."""
+    def d(xs: Iterable[float]) -> bytes:
+        return array("d", xs).tobytes()
+    return _Line(t.t0, t.tail_us, t.latency_us, array("b", t.kind).tobytes(), array("q", t.step).tobytes(),
+                 d(t.dur), d(t.gap), d(t.gap_dl), d(t.gap_alloc), d(t.gap_op), array("b", t.alloc_sync).tobytes(),
+                 array("q", map(len, t.events)).tobytes(), array("q", chain.from_iterable(t.events)).tobytes(),
+                 d(t.g_dur), array("q", t.g_stream).tobytes(), d(t.g_bubble), array("b", t.g_dep).tobytes())
+
+
+def _timeline(m: _Line) -> Timeline:
+    def a(code: str, data: bytes) -> array[Any]:
+        out = array(code)
+        out.frombytes(data)
+        return out
+    flat = iter(a("q", m.events))
+    t = Timeline(m.t0, 0, m.tail_us, kind=a("b", m.kind).tolist(), dur=a("d", m.dur), step=a("q", m.step).tolist(),
+                 gap=a("d", m.gap), gap_dl=a("d", m.gap_dl), gap_alloc=a("d", m.gap_alloc), gap_op=a("d", m.gap_op),
+                 alloc_sync=[bool(x) for x in a("b", m.alloc_sync)],
+                 events=[list(islice(flat, n)) for n in a("q", m.n_events)], g_dur=a("d", m.g_dur),
+                 g_stream=a("q", m.g_stream).tolist(), g_bubble=a("d", m.g_bubble),
+                 g_dep=[bool(x) for x in a("b", m.g_dep)], latency_us=m.latency_us)
+    sizes = {len(t.kind), len(t.dur), len(t.step), len(t.gap), len(t.gap_dl), len(t.gap_alloc), len(t.gap_op),
+             len(t.alloc_sync), len(t.events)}
+    if len(sizes) != 1 or len({len(t.g_dur), len(t.g_stream), len(t.g_bubble), len(t.g_dep)}) != 1:
+        raise _Bad("columns of unequal length")
+    return t.freeze()
+
+
+def _sc(number: int, sc: Scenario) -> _Sc:
+    def d(xs: Any) -> Optional[bytes]:
+        return None if xs is None else array("d", xs).tobytes()
+    return _Sc(number, sc.keep_sync, sc.no_dataloader, sc.no_allocator, sc.graph, d(sc.g_dur), d(sc.g_bubble),
+               array("q", sorted(sc.no_dispatch)).tobytes())
+
+
+def _scenario(m: _Sc) -> Scenario:
+    def d(data: Optional[bytes]) -> Optional[array[float]]:
+        if data is None:
+            return None
+        out = array("d")
+        out.frombytes(data)
+        return out
+    gone = array("q")
+    gone.frombytes(m.no_dispatch)
+    return Scenario(keep_sync=m.keep_sync, no_dataloader=m.no_dataloader, no_allocator=m.no_allocator,
+                    graph=m.graph, g_dur=d(m.g_dur), g_bubble=d(m.g_bubble), no_dispatch=frozenset(gone))
+
+
+# --- this side -----------------------------------------------------------------------------------
+
+class Helper:
+    """The second process, started before there is a timeline to send it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.fd = proc.stdout.fileno()  # type: ignore[union-attr]
+        os.set_blocking(self.fd, False)
+        _widen(proc.stdin.fileno())  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Ends it at once: what it may still be replaying nobody asked for (it writes nothing but its pipe)."""
+        p = self.proc
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for pipe in (p.stdin, p.stdout):
+            try:
+                pipe.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+
+def start(runtime_calls: int) -> Optional[Helper]:
+    """A second process for the replays of a trace with this many runtime calls, where one is worth it
+    and a core is spare; None otherwise (everything is then replayed here)."""
+    if runtime_calls < MIN_CALLS or os.name != "posix" or not sys.executable or not spare_core():
+        return None
+    try:
+        proc = subprocess.Popen(child_command("perfstack.profile.replays", []), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    try:
+        return Helper(proc)
+    except OSError:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def _widen(fd: int) -> None:
+    try:  # room for a scenario's arrays, should the other side be slow to read (Linux)
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (ImportError, OSError):
+        pass
+
+
+class Replays:
+    """The replays of a frozen timeline, each worked out once, by this process or by ``helper``'s."""
+
+    def __init__(self, tl: Timeline, helper: Optional[Helper] = None) -> None:
+        self.tl = tl
+        self.done: dict[Tuple[int, float], float] = {}
+        self.numbers: dict[int, int] = {}  # a scenario's number, by its id ...
+        self.kept: List[Scenario] = []  # ... for as long as these scenarios are held
+        self.helper = helper
+        self.enc = msgspec.msgpack.Encoder()
+        self.dec = msgspec.msgpack.Decoder(_FROM)
+        self.buf = bytearray()
+        self.sent: set[Tuple[int, float]] = set()
+        self.started: set[Tuple[int, float]] = set()
+        self.order: List[Tuple[int, float]] = []  # the replays wanted, in the order they were
+        self.scenarios_sent: set[int] = set()
+        if helper is not None:
+            self._send([_line(tl)])
+
+    def recorded(self, cpu_scale: float = 1.0) -> float:
+        return self.replay(cpu_scale, RECORDED)
+
+    def want(self, jobs: Iterable[Job]) -> None:
+        """Replays that will be asked for, in the order they will be: the second process (if any) starts
+        on the last of them."""
+        if self.helper is None:
+            return
+        msgs: List[Any] = []
+        for sc, scale in jobs:
+            number = self._number(sc, msgs)
+            key = (number, scale)
+            if key not in self.done and key not in self.sent:
+                self.sent.add(key)
+                self.order.append(key)
+                msgs.append(_Job(number, scale))
+        self._send(msgs)
+
+    def replay(self, cpu_scale: float = 1.0, sc: Scenario = RECORDED) -> float:
+        """simulate.replay(tl, cpu_scale, sc), worked out once."""
+        key = (self._number(sc, None), cpu_scale)
+        if key not in self.done and self.helper is not None:
+            self._theirs(key)
+        if key not in self.done:
+            self._mine(key)
+        return self.done[key]
+
+    def close(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
+
+    def _number(self, sc: Scenario, msgs: Optional[List[Any]]) -> int:
+        number = self.numbers.get(id(sc))
+        if number is None:
+            number = self.numbers[id(sc)] = len(self.kept)
+            self.kept.append(sc)
+        if msgs is not None and number not in self.scenarios_sent:
+            self.scenarios_sent.add(number)
+            msgs.append(_sc(number, sc))
+        return number
+
+    def _theirs(self, key: Tuple[int, float]) -> None:
+        """The other process's figure where it has come; where it has started on it, the replays wanted
+        soonest that it has not started are worked out here until it comes (then, none left, it is waited
+        for). Not done after this: it is this process's to work out."""
+        try:
+            self._read()
+            while key in self.started and key not in self.done:
+                other = next((k for k in self.order if k not in self.done and k not in self.started), None)
+                if other is not None:
+                    self._mine(other)
+                elif not select.select([self.helper.fd], [], [], STALL_S)[0]:  # type: ignore[union-attr]
+                    raise _Bad("stalled")
+                self._read()
+        except (OSError, ValueError, _Bad, msgspec.MsgspecError):
+            self.close()  # whatever it was doing is done here
+
+    def _mine(self, key: Tuple[int, float]) -> None:
+        """Works the replay out here (the other process, if it has it, is told to drop it)."""
+        if key in self.sent and self.helper is not None:
+            self._send([_Drop(*key)])
+        self.done[key] = replay(self.tl, key[1], self.kept[key[0]])
+
+    def _read(self) -> None:
+        fd = self.helper.fd  # type: ignore[union-attr]
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not data:
+                raise _Bad("it ended")
+            self.buf += data
+            for m in _frames(self.buf, self.dec):
+                key = (m.number, m.scale)
+                if key not in self.sent:
+                    raise _Bad("a job never sent")
+                if isinstance(m, _Started):
+                    self.started.add(key)
+                else:
+                    self.done.setdefault(key, m.us)
+
+    def _send(self, msgs: List[Any]) -> None:
+        if self.helper is None or not msgs:
+            return
+        try:
+            out = self.helper.proc.stdin
+            for m in msgs:
+                out.write(_frame(self.enc, m))  # type: ignore[union-attr]
+            out.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            self.close()
+
+
+# --- the second process --------------------------------------------------------------------------
+
+def main(argv: List[str]) -> int:
+    """The second process: reads the timeline, the scenarios and the jobs from its input and replays the
+    newest job wanted first, saying when it starts one and what it found; exits at the end of its input."""
+    inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    # a thread reads the input as it comes, so that the other side never waits on a full pipe while a
+    # replay runs here (it takes the interpreter lock only for each read)
+    threading.Thread(target=_pump, args=(sys.stdin.buffer.fileno(), inbox), daemon=True).start()
+    out: IO[bytes] = sys.stdout.buffer
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_TO)
+    buf = bytearray()
+    tl: Optional[Timeline] = None
+    scenarios: dict[int, Scenario] = {}
+    stack: List[Tuple[int, float]] = []
+    dropped: set[Tuple[int, float]] = set()
+    while True:
+        idle = tl is None or not stack
+        try:
+            data: Optional[bytes] = inbox.get(block=idle)
+        except queue.Empty:
+            data = None
+        while data is not None:
+            if not data:
+                return 0
+            buf += data
+            try:
+                data = inbox.get_nowait()
+            except queue.Empty:
+                data = None
+        for m in _frames(buf, dec):
+            if isinstance(m, _Line):
+                tl = _timeline(m)
+            elif isinstance(m, _Sc):
+                scenarios[m.number] = _scenario(m)
+            elif isinstance(m, _Job):
+                stack.append((m.number, m.scale))
+                dropped.discard((m.number, m.scale))
+            else:
+                dropped.add((m.number, m.scale))
+        while tl is not None and stack:
+            key = stack.pop()
+            if key not in dropped:
+                break
+        else:
+            continue
+        out.write(_frame(enc, _Started(*key)))
+        out.flush()
+        us = replay(tl, key[1], scenarios[key[0]])
+        out.write(_frame(enc, _Done(*key, us)))
+        out.flush()
+
+
+def _pump(fd: int, inbox: queue.SimpleQueue[bytes]) -> None:
+    try:
+        while True:
+            data = os.read(fd, PIPE_BYTES)
+            inbox.put(data)
+            if not data:
+                return
+    except OSError:
+        inbox.put(b"")
