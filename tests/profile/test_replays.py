@@ -1,0 +1,217 @@
+"""The replays shared with a second process (profile/replays.py) give the figures a serial replay gives, to the
+last bit, whichever process works each out; and whatever goes wrong with the second process (it dies, stalls,
+sends what is not its frames), the figures are still right, worked out here."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from test_replay_exact import random_timeline, scenarios
+
+from perfstack.profile import replays, waste
+from perfstack.profile.replays import Helper, Replays, _frame, _Line, _line, _Sc, _sc, _scenario, _Started, _timeline
+from perfstack.profile.simulate import Scenario, Timeline, replay
+
+T = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+SCALES = (1.0, 0.7234, 0.2, 0.3547)
+
+
+def timeline(seed: int, n: int = 400) -> tuple[Timeline, list[Scenario]]:
+    rng = random.Random(seed)
+    t = random_timeline(rng, n)
+    return t.freeze(), scenarios(rng, t)
+
+
+def bits(xs: list[float]) -> list[str]:
+    return [x.hex() for x in xs]
+
+
+def serial(t: Timeline, scs: list[Scenario]) -> list[str]:
+    return bits([replay(t, s, sc) for sc in scs for s in SCALES])
+
+
+@pytest.fixture
+def forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second process for any timeline, whatever else the machine is doing."""
+    monkeypatch.setattr(replays, "MIN_CALLS", 0)
+    monkeypatch.setattr(replays, "spare_core", lambda: True)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many replays this process works out itself."""
+    n = [0]
+    plain = replays.replay
+
+    def mine(*a: object) -> float:
+        n[0] += 1
+        return plain(*a)  # type: ignore[arg-type]
+    monkeypatch.setattr(replays, "replay", mine)
+    return n
+
+
+def test_the_timeline_and_scenarios_travel_to_the_last_bit() -> None:
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Line | _Sc)
+    for seed in range(8):
+        t, scs = timeline(seed, 60)
+        there = _timeline(dec.decode(enc.encode(_line(t))))
+        for sc in scs:
+            theirs = _scenario(dec.decode(enc.encode(_sc(3, sc))))
+            assert bits([replay(there, s, theirs) for s in SCALES]) == bits([replay(t, s, sc) for s in SCALES])
+
+
+def test_a_timeline_whose_columns_disagree_is_refused() -> None:
+    t, _ = timeline(1, 30)
+    m = _line(t)
+    m.gap = m.gap[:-8]  # one action's work short
+    with pytest.raises(replays._Bad):
+        _timeline(m)
+
+
+def wait_for_theirs(rp: Replays, n: int) -> None:
+    """Until the second process has sent n figures (it works while this process does something else)."""
+    end = time.monotonic() + 20
+    while len(rp.done) < n and time.monotonic() < end:
+        rp._read()
+        time.sleep(0.01)
+
+
+def test_the_second_process_gives_the_same_figures(forced: None, counted: list[int]) -> None:
+    t, scs = timeline(7)
+    want = serial(t, scs)
+    counted[0] = 0
+    helper = replays.start(1)
+    assert helper is not None
+    rp = Replays(t, helper)
+    try:
+        rp.want((sc, s) for sc in scs for s in SCALES)
+        wait_for_theirs(rp, 5)
+        got = bits([rp.replay(s, sc) for sc in scs for s in SCALES])
+    finally:
+        helper.close()
+    assert got == want
+    assert counted[0] < len(want)  # the other process worked some of them out
+    assert bits([rp.replay(s, sc) for sc in scs for s in SCALES]) == want  # each once: asked again, the same
+
+
+def test_replays_asked_for_before_they_are_wanted_are_worked_out_here(forced: None, counted: list[int]) -> None:
+    t, scs = timeline(8)
+    want = serial(t, scs)
+    counted[0] = 0
+    helper = replays.start(1)
+    assert helper is not None
+    rp = Replays(t, helper)
+    try:
+        got = bits([rp.replay(s, sc) for sc in scs for s in SCALES])  # nothing wanted: none sent
+    finally:
+        helper.close()
+    assert got == want and counted[0] == len(want)
+
+
+def test_without_a_spare_core_or_a_large_trace_there_is_no_second_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert replays.start(replays.MIN_CALLS - 1) is None
+    monkeypatch.setattr(replays, "spare_core", lambda: False)
+    assert replays.start(10**9) is None
+    t, scs = timeline(2, 50)
+    rp = Replays(t)  # no helper: every replay here, once
+    rp.want([(scs[0], 1.0)])
+    assert rp.replay(1.0, scs[0]).hex() == replay(t, 1.0, scs[0]).hex()
+
+
+def helper_running(code: str) -> Helper:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    return Helper(proc)
+
+
+READ_AWAY = "import sys\nwhile sys.stdin.buffer.read(1 << 16): pass\n"  # takes what it is sent, answers nothing
+
+
+@pytest.mark.parametrize("answer", [
+    "sys.stdout.buffer.write(b'not a frame at all, but long enough to be read as one'); sys.stdout.flush()",
+    "sys.exit(3)",  # dies
+    # a figure for a job never sent
+    "sys.stdout.buffer.write(FRAME_DONE_UNKNOWN); sys.stdout.flush()",
+])
+def test_a_second_process_that_misbehaves_is_given_up(answer: str) -> None:
+    t, scs = timeline(3, 200)
+    want = serial(t, scs)
+    done = _frame(msgspec.msgpack.Encoder(), replays._Done(999, 1.0, 1.0))
+    code = f"import sys, time\nFRAME_DONE_UNKNOWN = {done!r}\n{answer}\n{READ_AWAY}"
+    helper = helper_running(code)
+    rp = Replays(t, helper)
+    try:
+        rp.want((sc, s) for sc in scs for s in SCALES)
+        time.sleep(0.3)
+        got = bits([rp.replay(s, sc) for sc in scs for s in SCALES])
+    finally:
+        helper.close()
+    assert got == want
+    assert rp.helper is None  # given up
+
+
+def test_a_stalled_second_process_is_waited_for_no_longer_than_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    t, scs = timeline(4, 200)
+    monkeypatch.setattr(replays, "STALL_S", 0.5)
+    started = _frame(msgspec.msgpack.Encoder(), _Started(0, 1.0))  # says it started the first job, then nothing
+    helper = helper_running(f"import sys, time\nsys.stdout.buffer.write({started!r}); sys.stdout.flush()\n"
+                            "time.sleep(60)")
+    rp = Replays(t, helper)
+    try:
+        rp.want([(scs[0], 1.0)])
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        got = rp.replay(1.0, scs[0])
+        waited = time.monotonic() - t0
+    finally:
+        helper.close()
+    assert got.hex() == replay(t, 1.0, scs[0]).hex()
+    assert rp.helper is None and waited < 5
+
+
+def test_closing_ends_a_busy_second_process_at_once(forced: None) -> None:
+    t, scs = timeline(5, 3000)
+    helper = replays.start(1)
+    assert helper is not None
+    rp = Replays(t, helper)
+    rp.want((sc, s) for sc in scs for s in SCALES)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    helper.close()
+    assert time.monotonic() - t0 < 2 and helper.proc.returncode is not None
+
+
+def test_each_waste_is_told_once_final_and_the_list_keeps_the_fusion_finding_first() -> None:
+    from perfstack.profile.analyze import analyze
+    from perfstack.profile.trace import load
+    from perfstack.specs import lookup
+    A = analyze(load(T / "validation/h100/gpt2-slow.pt.trace.json.gz")).analysis
+    told: list[tuple[str, dict[int, float]]] = []
+    found = waste.detect(A, lookup("h100-sxm"), lambda w: told.append((w.id, dict(w.new_dur))))
+    assert [w.id for w in found] == [w.id for w in waste.detect(A, lookup("h100-sxm"))]
+    assert found[0].id == "unfused-elementwise" and len(found) > 1
+    assert sorted(i for i, _ in told) == sorted(w.id for w in found)
+    assert told[-1][0] == "unfused-elementwise"  # last: compile_pads adds the others' to it
+    assert all(new == found_w.new_dur for (_, new), found_w in zip(told, found[1:] + found[:1]))
+
+
+def test_a_summary_with_the_second_process_is_the_serial_one(forced: None, counted: list[int]) -> None:
+    from perfstack.profile.summary import profile_run
+    path = T / "validation/h100/gpt2-slow.pt.trace.json.gz"
+    counted[0] = 0
+    shared = profile_run([path]).to_dict()
+    mine = counted[0]
+    replays.MIN_CALLS = 10**12  # (restored by monkeypatch)
+    counted[0] = 0
+    alone = profile_run([path]).to_dict()
+    for run in (shared, alone):
+        for k in ("created", "elapsed_s"):
+            run["meta"].pop(k, None)
+    assert shared == alone
+    assert mine < counted[0]  # the second process took some
