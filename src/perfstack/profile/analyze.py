@@ -99,10 +99,12 @@ class Analysed(NamedTuple):
     ops_all: list[OpRow]
 
 
-def analyze(trace: Trace) -> Analysed:
+def analyze(trace: Trace, A: Analysis | None = None) -> Analysed:
     """The profile summary of one trace (one rank), as ``Run.profile`` holds it before the summary's
-    passes (efficiency against the peaks, overhead, what-ifs, MFU) add theirs."""
-    A = Analysis(trace)
+    passes (efficiency against the peaks, overhead, what-ifs, MFU) add theirs. ``A``: the trace's
+    Analysis, where it is already made."""
+    if A is None:
+        A = Analysis(trace)
     per_step: list[list[int]] = [[] for _ in A.windows]
     for i, s in enumerate(A.att.step):
         if s >= 0:

@@ -412,13 +412,18 @@ def _summarize(path: str | Path, spec_name: str | None, unprofiled_step_ms: floa
 
 def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None, unprofiled_step_ms: float | None,
               unprofiled_note: str | None, model_flops: float | None) -> tuple[Section, GpuSpec | None]:
-    analysed = analyze(trace)
-    p, A = analysed.section, analysed.analysis
+    A = Analysis(trace)
+    # the replay timeline first, so that the second process (if any) takes it in and replays what needs no
+    # more than it while this one sums up the steps and the kernels
+    tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
+    rp = Replays(tl, helper) if tl is not None else None
+    if rp is not None:
+        rp.want([(RECORDED, 1.0), (RECORDED, MIN_SCALE)])
+    analysed = analyze(trace, A)
+    p = analysed.section
     spec = _spec(spec_name or p.device_name)
     gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)
     p = replace(p, gemms=gemms, ops=ops, gpu_spec=spec.name if spec else None, kernel_classes=classes)
-    tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
-    rp = Replays(tl, helper) if tl is not None else None
     early = None
     if rp is not None:
         rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms))  # the second process, if any, replays ...
