@@ -12,9 +12,9 @@ Then, in a child process pinned to two cores (``taskset -c 0,1`` where available
   (b) the whole ``perfstack.profile.summary.profile_run([path])``,
 
 each in a fresh child, and prints wall seconds, the CPU seconds (user + system) of the child and
-the process it starts to read a large trace, the sum of those two processes' peak RSS (``getrusage``:
-the child's RUSAGE_SELF and RUSAGE_CHILDREN; an upper bound on what they held together), events per
-second, and the machine's load average around the run: on a shared machine the wall time says as much about the neighbours as about perfstack. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
+the processes it starts (to read a large trace, to replay its timeline), the sum of those processes' own
+peak RSS (sampled from /proc: an upper bound on what they held together) and what they held at once at
+the fullest sample, events per second, and the machine's load average around the run: on a shared machine the wall time says as much about the neighbours as about perfstack. Then (c) ``perfstack profile --trace`` on a decompression bomb: a gzip file
 of a few MB that expands to ``--bomb-gib`` GiB of whitespace (default 4), which must be refused
 (exit 2) in bounded time and memory, whatever its expanded size.
 
@@ -128,28 +128,23 @@ def synthesize(source: Path, target_mb: float, out: Path, gz: bool = False) -> d
     return {"copies": copies, "events": copies * len(events), "json_bytes": written, "file_bytes": out.stat().st_size}
 
 
-# The last field each child prints: its own peak RSS plus the largest peak among the processes it
-# started and waited for (the second process of a split trace reading), in KiB: the two peaks need not
-# fall at the same moment, so the sum is an upper bound on what the two held together.
-TREE_RSS = "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss"
-
 CHILD_LOAD = """
-import resource, sys, time
+import sys, time
 t0 = time.perf_counter()
 from perfstack.profile.trace import load
 t = load(sys.argv[1])
 dt = time.perf_counter() - t0
-print(f"{dt:.3f} {t.n_events} {len(t.gpu)} {len(t.runtime)} {len(t.ops)} {len(t.steps)} {t.skipped_events} {TREE_RSS}")
-""".replace("{TREE_RSS}", "{" + TREE_RSS + "}")
+print(f"{dt:.3f} {t.n_events} {len(t.gpu)} {len(t.runtime)} {len(t.ops)} {len(t.steps)} {t.skipped_events}")
+"""
 
 CHILD_RUN = """
-import resource, sys, time
+import sys, time
 t0 = time.perf_counter()
 from perfstack.profile.summary import profile_run
 run = profile_run([sys.argv[1]])
 dt = time.perf_counter() - t0
-print(f"{dt:.3f} {run.profile.n_steps} {len(run.findings)} {TREE_RSS}")
-""".replace("{TREE_RSS}", "{" + TREE_RSS + "}")
+print(f"{dt:.3f} {run.profile.n_steps} {len(run.findings)}")
+"""
 
 
 CHILD_CLI = """
@@ -171,25 +166,67 @@ def write_bomb(out: Path, gib: float) -> int:
     return out.stat().st_size
 
 
+# The wrapper around each child samples the memory of the child and of every process it starts (the second
+# processes of a split reading and of the replays), every 20 ms from /proc: each process's own peak (VmHWM:
+# its resident high-water mark since it started its program) and the sum of their resident sizes at each
+# sample. The first figure, summed over the processes, is the one reported: their peaks need not fall at the
+# same moment, so it is an upper bound on what they held together (the sampled sum is a lower one).
+# getrusage's ru_maxrss is not used: Linux carries into a child the resident size of the process it was
+# started from, up to its exec, so a process started by a large one reports that one's size.
 WRAPPER = """
-import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stdout.write(r.stdout)
-sys.stderr.write(r.stderr)
+import os, resource, subprocess, sys, tempfile, time
+
+def tree(root):
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += map(int, f.read().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+def kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            d = dict(ln.split(":", 1) for ln in f if ln.startswith(("VmRSS:", "VmHWM:")))
+        return int(d["VmRSS"].split()[0]), int(d["VmHWM"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return None
+
+with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    p = subprocess.Popen(sys.argv[1:], stdout=out, stderr=err)
+    hwm, at_once = {}, 0
+    while p.poll() is None:
+        now = 0
+        for pid in tree(p.pid):
+            m = kib(pid)
+            if m:
+                now += m[0]
+                hwm[pid] = max(hwm.get(pid, 0), m[1])
+        at_once = max(at_once, now)
+        time.sleep(0.02)
+    out.seek(0)
+    err.seek(0)
+    sys.stdout.write(out.read().decode())
+    sys.stderr.write(err.read().decode())
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-print("maxrss_kib", ru.ru_maxrss, ru.ru_utime + ru.ru_stime)
-sys.exit(r.returncode)
+print("rss_kib", sum(hwm.values()), at_once, len(hwm), ru.ru_utime + ru.ru_stime)
+sys.exit(p.returncode)
 """
 
 
 def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, float, float, str]:
     """Run ``code`` on ``path`` in a fresh child; (its printed fields, wall s, peak RSS MiB, CPU s,
-    the load average before and after).
+    the memory in words, the load average before and after).
 
     The child is started by a small wrapper process of its own, so that the wrapper's
-    getrusage(RUSAGE_CHILDREN) is the peak and the CPU time of this one measurement alone (the CPU
-    time includes the processes the child started). The peak RSS is the child's own and that of the
-    process it starts to read a large trace, summed (TREE_RSS) where the child prints it."""
+    getrusage(RUSAGE_CHILDREN) is the CPU time of this one measurement alone (it includes the processes the
+    child started), and the wrapper samples their memory (WRAPPER). The peak RSS is the processes' own
+    peaks, summed."""
     cmd = [sys.executable, "-c", code, str(path)]
     if cores and shutil.which("taskset"):
         cmd = ["taskset", "-c", cores] + cmd
@@ -202,11 +239,10 @@ def child(code: str, path: Path, cores: str | None) -> tuple[list[str], float, f
     if r.returncode:
         raise RuntimeError(r.stderr.strip()[-3000:] or f"exit {r.returncode}")
     lines = r.stdout.strip().splitlines()
-    _, kib, cpu = lines[-1].split()
+    _, kib, at_once, n, cpu = lines[-1].split()
     fields = lines[-2].split()
-    if code.endswith((CHILD_LOAD, CHILD_RUN)):
-        kib = fields.pop()
-    return fields, wall, float(kib) / 1024, float(cpu), load
+    mem = f"{n} processes' own peaks summed; {float(at_once) / 1024:.0f} MiB at once, sampled"
+    return fields, wall, float(kib) / 1024, float(cpu), f"{mem}; {load}"
 
 
 def _load_avg() -> str:
@@ -311,13 +347,13 @@ def main() -> None:
             dt, wall, rss, cpu, load, f = best_of(CHILD_LOAD, out, args)
             n = int(f[1])
             print(f"load:        {dt:6.2f} s in load(), {wall:6.2f} s wall incl. start-up, {cpu:6.2f} s CPU, "
-                  f"peak RSS {rss:5.0f} MiB (both processes), {n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, "
+                  f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  (gpu {f[2]}, runtime {f[3]}, "
                   f"ops {f[4]}, steps {f[5]}, skipped {f[6]}; {load})")
         if args.only in (None, "run"):
             try:
                 dt, wall, rss, cpu, load, f = best_of(CHILD_RUN, out, args)
                 print(f"profile_run: {dt:6.2f} s in profile_run(), {wall:6.2f} s wall, {cpu:6.2f} s CPU, "
-                      f"peak RSS {rss:5.0f} MiB (both processes), {n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings; "
+                      f"peak RSS {rss:5.0f} MiB, {n / dt / 1e6:.2f} M events/s  ({f[1]} steps, {f[2]} findings; "
                       f"{load})")
                 # the goal for a 1 GB trace on two cores; the CPU seconds are the figure a busy machine
                 # does not inflate as much as the wall time

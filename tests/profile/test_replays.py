@@ -5,6 +5,7 @@ sends what is not its frames), the figures are still right, worked out here."""
 from __future__ import annotations
 
 import random
+from array import array
 import subprocess
 import sys
 import time
@@ -15,8 +16,9 @@ import pytest
 from test_replay_exact import random_timeline, scenarios
 
 from perfstack.profile import replays, waste
-from perfstack.profile.replays import Helper, Replays, _frame, _Line, _line, _Sc, _sc, _scenario, _Started, _timeline
-from perfstack.profile.simulate import Scenario, Timeline, replay
+from perfstack.profile.replays import (Helper, Replays, _Col, _column, _frame, _Line, _line, _Sc, _sc, _scenario, _Started,
+                                       _timeline)
+from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
 T = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 SCALES = (1.0, 0.7234, 0.2, 0.3547)
@@ -56,22 +58,48 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return n
 
 
+def travelled(t: Timeline) -> Timeline:
+    """The timeline as the second process builds it from the frames it is sent."""
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Line | _Col)
+    head, *cols = [dec.decode(enc.encode(m)) for m in _line(t)]
+    return _timeline(head, {m.name: _column(m) for m in cols})
+
+
 def test_the_timeline_and_scenarios_travel_to_the_last_bit() -> None:
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Line | _Sc)
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Sc)
     for seed in range(8):
         t, scs = timeline(seed, 60)
-        there = _timeline(dec.decode(enc.encode(_line(t))))
+        there = travelled(t)
+        assert list(map(list, there.events)) == list(map(list, t.events))
         for sc in scs:
             theirs = _scenario(dec.decode(enc.encode(_sc(3, sc))))
             assert bits([replay(there, s, theirs) for s in SCALES]) == bits([replay(t, s, sc) for s in SCALES])
 
 
-def test_a_timeline_whose_columns_disagree_is_refused() -> None:
+def test_columns_that_do_not_make_a_timeline_are_refused() -> None:
     t, _ = timeline(1, 30)
-    m = _line(t)
-    m.gap = m.gap[:-8]  # one action's work short
+    head, *cols = list(_line(t))
+    arrays = {m.name: _column(m) for m in cols}
+    for name, broken in (("gap", arrays["gap"][:-1]),  # one action's work short
+                         ("flat", array("q", [len(t.g_dur)] + list(arrays["flat"][1:]))),  # an event past the last
+                         ("ends", array("q", reversed(arrays["ends"])))):  # lists that end before they start
+        with pytest.raises(replays._Bad):
+            _timeline(head, {**arrays, name: broken})
     with pytest.raises(replays._Bad):
-        _timeline(m)
+        _column(replays._Col("nothing", b""))
+    with pytest.raises(replays._Bad):
+        _column(replays._Col("gap", b"123"))  # not a whole double
+
+
+def test_a_frozen_timeline_holds_its_events_flat_and_replays_as_before() -> None:
+    rng = random.Random(11)
+    t = random_timeline(rng, 300)
+    lists = [list(evs) for evs in t.events]
+    before = [replay(t, s, sc) for sc in scenarios(random.Random(11), t) for s in SCALES]
+    t.freeze()
+    assert isinstance(t.events, Ragged) and [list(evs) for evs in t.events] == lists
+    assert [list(t.events[i]) for i in range(len(lists))] == lists and list(t.events[-1]) == lists[-1]
+    assert bits([replay(t, s, sc) for sc in scenarios(random.Random(11), t) for s in SCALES]) == bits(before)
 
 
 def wait_for_theirs(rp: Replays, n: int) -> None:

@@ -336,6 +336,7 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     tl.gap_alloc.extend(cs.alloc.overlaps(gap_a, gap_b))
     # (without DataLoader spans there is nothing to take off: x - 0.0 is x)
     tl.gap_op.extend([x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op)])
+    assert isinstance(tl.events, list)  # (not frozen yet)
     tl.events.extend(events)
     tl.alloc_sync.extend([kind == SYNC and name in ALLOC_SYNCS for name, kind in zip(names, kinds)])
     return cursor

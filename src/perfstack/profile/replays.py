@@ -26,13 +26,12 @@ import subprocess
 import sys
 import threading
 from array import array
-from itertools import chain, islice
-from typing import IO, Any, Iterable, List, Optional, Tuple, Union
+from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import msgspec
 
 from perfstack.profile.cores import child_command, spare_core
-from perfstack.profile.simulate import Scenario, Timeline, replay
+from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
 MIN_CALLS = 100_000  # runtime calls of a trace worth a second process (a replay of 300k actions: ~0.08 s)
 STALL_S = 60.0  # a replay the second process started and has not finished in this long: it is given up
@@ -49,23 +48,22 @@ Job = Tuple[Scenario, float]  # a scenario, at a CPU scale
 # job done. Arrays travel as their bytes (doubles to the last bit).
 
 class _Line(msgspec.Struct, array_like=True, tag=0):
+    """The timeline's scalars; its columns follow, one _Col each (COLUMNS)."""
     t0: float
     tail_us: float
     latency_us: float
-    kind: bytes  # array("b")
-    step: bytes  # array("q")
-    dur: bytes  # array("d"), as the four gaps, and g_dur and g_bubble
-    gap: bytes
-    gap_dl: bytes
-    gap_alloc: bytes
-    gap_op: bytes
-    alloc_sync: bytes  # array("b")
-    n_events: bytes  # array("q"): how many GPU events each action launches ...
-    events: bytes  # ... and which, one action after another
-    g_dur: bytes
-    g_stream: bytes  # array("q")
-    g_bubble: bytes
-    g_dep: bytes  # array("b")
+
+
+class _Col(msgspec.Struct, array_like=True, tag=6):
+    name: str
+    data: bytes
+
+
+# what a replay reads of a frozen timeline, with the type of each array; "ends" and "flat" are its events
+COLUMNS = {"kind": "b", "step": "q", "dur": "d", "gap": "d", "gap_dl": "d", "gap_alloc": "d", "gap_op": "d",
+           "alloc_sync": "b", "ends": "q", "flat": "q", "g_dur": "d", "g_stream": "q", "g_bubble": "d", "g_dep": "b"}
+_PER_ACTION = ("kind", "step", "dur", "gap", "gap_dl", "gap_alloc", "gap_op", "alloc_sync", "ends")
+_PER_EVENT = ("g_dur", "g_stream", "g_bubble", "g_dep")
 
 
 class _Sc(msgspec.Struct, array_like=True, tag=1):
@@ -100,7 +98,7 @@ class _Done(msgspec.Struct, array_like=True, tag=5):
     us: float
 
 
-_TO = Union[_Line, _Sc, _Job, _Drop]
+_TO = Union[_Line, _Col, _Sc, _Job, _Drop]
 _FROM = Union[_Started, _Done]
 
 
@@ -113,49 +111,64 @@ def _frame(enc: msgspec.msgpack.Encoder, msg: Any) -> bytes:
     return len(data).to_bytes(8, "little") + data
 
 
-def _frames(buf: bytearray, dec: msgspec.msgpack.Decoder[Any]) -> List[Any]:
-    """The messages the frames at the start of ``buf`` hold, taken out of it (a frame cut short stays)."""
-    out, at = [], 0
-    while len(buf) - at >= 8:
-        n = int.from_bytes(buf[at:at + 8], "little")
-        if n > _MAX_FRAME:
-            raise _Bad("a frame too large")
-        if len(buf) - at - 8 < n:
-            break
-        with memoryview(buf) as mv:
-            out.append(dec.decode(mv[at + 8:at + 8 + n]))
-        at += 8 + n
-    del buf[:at]
+def _frames(buf: bytearray, dec: msgspec.msgpack.Decoder[Any]) -> Iterator[Any]:
+    """The messages the frames at the start of ``buf`` hold, one at a time, taken out of it once all are
+    read (a frame cut short stays)."""
+    at = 0
+    try:
+        while len(buf) - at >= 8:
+            n = int.from_bytes(buf[at:at + 8], "little")
+            if n > _MAX_FRAME:
+                raise _Bad("a frame too large")
+            if len(buf) - at - 8 < n:
+                break
+            with memoryview(buf) as mv:
+                m = dec.decode(mv[at + 8:at + 8 + n])
+            at += 8 + n
+            yield m
+    finally:
+        del buf[:at]
+
+
+def _line(t: Timeline) -> Iterator[Union[_Line, _Col]]:
+    """The frozen timeline as it travels, a column at a time (each as the bytes of the array it is: a copy of
+    one column, not of the whole, is made to send it)."""
+    yield _Line(t.t0, t.tail_us, t.latency_us)
+    events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
+    for name, code in COLUMNS.items():
+        xs = getattr(events, name) if name in ("ends", "flat") else getattr(t, name)
+        if not (isinstance(xs, array) and xs.typecode == code):
+            xs = array(code, xs)
+        yield _Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
+
+
+def _column(m: _Col) -> array[Any]:
+    code = COLUMNS.get(m.name)
+    if code is None:
+        raise _Bad(f"no column {m.name[:40]!r}")
+    out = array(code)
+    try:
+        out.frombytes(m.data)
+    except ValueError as e:
+        raise _Bad(f"column {m.name}: {e}") from None
     return out
 
 
-def _line(t: Timeline) -> _Line:
-    """The timeline as it travels: what a replay reads of it, and nothing the summary keeps for itself."""
-    def d(xs: Iterable[float]) -> bytes:
-        return array("d", xs).tobytes()
-    return _Line(t.t0, t.tail_us, t.latency_us, array("b", t.kind).tobytes(), array("q", t.step).tobytes(),
-                 d(t.dur), d(t.gap), d(t.gap_dl), d(t.gap_alloc), d(t.gap_op), array("b", t.alloc_sync).tobytes(),
-                 array("q", map(len, t.events)).tobytes(), array("q", chain.from_iterable(t.events)).tobytes(),
-                 d(t.g_dur), array("q", t.g_stream).tobytes(), d(t.g_bubble), array("b", t.g_dep).tobytes())
-
-
-def _timeline(m: _Line) -> Timeline:
-    def a(code: str, data: bytes) -> array[Any]:
-        out = array(code)
-        out.frombytes(data)
-        return out
-    flat = iter(a("q", m.events))
-    t = Timeline(m.t0, 0, m.tail_us, kind=a("b", m.kind).tolist(), dur=a("d", m.dur), step=a("q", m.step).tolist(),
-                 gap=a("d", m.gap), gap_dl=a("d", m.gap_dl), gap_alloc=a("d", m.gap_alloc), gap_op=a("d", m.gap_op),
-                 alloc_sync=[bool(x) for x in a("b", m.alloc_sync)],
-                 events=[list(islice(flat, n)) for n in a("q", m.n_events)], g_dur=a("d", m.g_dur),
-                 g_stream=a("q", m.g_stream).tolist(), g_bubble=a("d", m.g_bubble),
-                 g_dep=[bool(x) for x in a("b", m.g_dep)], latency_us=m.latency_us)
-    sizes = {len(t.kind), len(t.dur), len(t.step), len(t.gap), len(t.gap_dl), len(t.gap_alloc), len(t.gap_op),
-             len(t.alloc_sync), len(t.events)}
-    if len(sizes) != 1 or len({len(t.g_dur), len(t.g_stream), len(t.g_bubble), len(t.g_dep)}) != 1:
+def _timeline(head: _Line, a: Dict[str, array[Any]]) -> Timeline:
+    """The timeline its columns make (_Bad where they do not make one)."""
+    if len({len(a[k]) for k in _PER_ACTION}) != 1 or len({len(a[k]) for k in _PER_EVENT}) != 1:
         raise _Bad("columns of unequal length")
-    return t.freeze()
+    n = len(a["g_dur"])
+    if any(not 0 <= e < n for e in a["flat"]):
+        raise _Bad("an event out of range")
+    try:
+        events = Ragged(a.pop("flat"), a.pop("ends"))
+    except ValueError as e:
+        raise _Bad(str(e)) from None
+    return Timeline(head.t0, 0, head.tail_us, kind=a["kind"], dur=a["dur"], step=a["step"], gap=a["gap"],
+                    gap_dl=a["gap_dl"], gap_alloc=a["gap_alloc"], gap_op=a["gap_op"], alloc_sync=a["alloc_sync"],
+                    events=events, g_dur=a["g_dur"], g_stream=a["g_stream"], g_bubble=a["g_bubble"], g_dep=a["g_dep"],
+                    latency_us=head.latency_us).freeze()
 
 
 def _sc(number: int, sc: Scenario) -> _Sc:
@@ -245,7 +258,8 @@ class Replays:
         self.order: List[Tuple[int, float]] = []  # the replays wanted, in the order they were
         self.scenarios_sent: set[int] = set()
         if helper is not None:
-            self._send([_line(tl)])
+            for m in _line(tl):  # a column at a time: the pipe takes it while the other process reads
+                self._send([m])
 
     def recorded(self, cpu_scale: float = 1.0) -> float:
         return self.replay(cpu_scale, RECORDED)
@@ -355,6 +369,8 @@ def main(argv: List[str]) -> int:
     enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_TO)
     buf = bytearray()
     tl: Optional[Timeline] = None
+    head: Optional[_Line] = None
+    cols: Dict[str, array[Any]] = {}
     scenarios: dict[int, Scenario] = {}
     stack: List[Tuple[int, float]] = []
     dropped: set[Tuple[int, float]] = set()
@@ -364,24 +380,23 @@ def main(argv: List[str]) -> int:
             data: Optional[bytes] = inbox.get(block=idle)
         except queue.Empty:
             data = None
-        while data is not None:
+        while data is not None:  # each piece's frames taken in turn: no more than a column's bytes held at once
             if not data:
                 return 0
             buf += data
+            for m in _frames(buf, dec):
+                if isinstance(m, _Line):
+                    head, cols = m, {}
+                elif isinstance(m, _Col):
+                    cols[m.name] = _column(m)
+                    if len(cols) == len(COLUMNS) and head is not None:
+                        tl, cols = _timeline(head, cols), {}
+                else:
+                    _job(m, scenarios, stack, dropped)
             try:
                 data = inbox.get_nowait()
             except queue.Empty:
                 data = None
-        for m in _frames(buf, dec):
-            if isinstance(m, _Line):
-                tl = _timeline(m)
-            elif isinstance(m, _Sc):
-                scenarios[m.number] = _scenario(m)
-            elif isinstance(m, _Job):
-                stack.append((m.number, m.scale))
-                dropped.discard((m.number, m.scale))
-            else:
-                dropped.add((m.number, m.scale))
         while tl is not None and stack:
             key = stack.pop()
             if key not in dropped:
@@ -393,6 +408,18 @@ def main(argv: List[str]) -> int:
         us = replay(tl, key[1], scenarios[key[0]])
         out.write(_frame(enc, _Done(*key, us)))
         out.flush()
+
+
+def _job(m: Any, scenarios: dict[int, Scenario], stack: List[Tuple[int, float]],
+         dropped: set[Tuple[int, float]]) -> None:
+    """A scenario, a job or a job dropped, as the second process keeps them."""
+    if isinstance(m, _Sc):
+        scenarios[m.number] = _scenario(m)
+    elif isinstance(m, _Job):
+        stack.append((m.number, m.scale))
+        dropped.discard((m.number, m.scale))
+    else:
+        dropped.add((m.number, m.scale))
 
 
 def _pump(fd: int, inbox: queue.SimpleQueue[bytes]) -> None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import MutableSequence, Sequence
+from itertools import accumulate
+from operator import sub
+from typing import Any, Iterable, Iterator, MutableSequence, Sequence
 
 LAUNCH, SYNC, COPY_SYNC = 0, 1, 2
 SYNC_OVERHEAD_US = 8.0  # a synchronize call on an idle GPU (H100, torch 2.11): the part of a wait that stays
@@ -35,26 +37,26 @@ class Timeline:
     t0: float  # window start (first step's CPU start), µs
     n_steps: int
     tail_us: float  # CPU work after the last action until the last window ends
-    kind: list[int] = field(default_factory=list)
+    kind: MutableSequence[int] = field(default_factory=list)
     dur: MutableSequence[float] = field(default_factory=list)  # the action's own CPU time (a sync: its fixed overhead)
-    step: list[int] = field(default_factory=list)
+    step: MutableSequence[int] = field(default_factory=list)
     gap: MutableSequence[float] = field(default_factory=list)  # CPU work before the action
     gap_dl: MutableSequence[float] = field(default_factory=list)  # ... of which inside the DataLoader's __next__
     gap_alloc: MutableSequence[float] = field(default_factory=list)  # ... inside allocator calls / empty_cache
     gap_op: MutableSequence[float] = field(default_factory=list)  # ... inside operators (dispatch: what a graph removes)
-    alloc_sync: list[bool] = field(default_factory=list)  # a sync made by the allocator (cudaFree)
-    events: list[list[int]] = field(default_factory=list)  # GPU events each launch enqueues
+    alloc_sync: MutableSequence[int] = field(default_factory=list)  # a sync made by the allocator (cudaFree): 1
+    events: list[list[int]] | Ragged = field(default_factory=list)  # GPU events each launch enqueues
     g_dur: MutableSequence[float] = field(default_factory=list)
-    g_stream: list[int] = field(default_factory=list)
+    g_stream: MutableSequence[int] = field(default_factory=list)
     g_bubble: MutableSequence[float] = field(default_factory=list)
-    g_dep: list[bool] = field(default_factory=list)  # waited for another stream: starts after the device's last end
-    g_index: list[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
-    g_action: list[int] = field(default_factory=list)  # the action that launches each GPU event
+    g_dep: MutableSequence[int] = field(default_factory=list)  # waited for another stream (1): starts after the device's last end
+    g_index: MutableSequence[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
+    g_action: MutableSequence[int] = field(default_factory=list)  # the action that launches each GPU event
     latency_us: float = 3.0
     recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
-    _positions: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    _positions: Positions | None = field(default=None, repr=False, compare=False)
     _plan: _Plan | None = field(default=None, repr=False, compare=False)  # see freeze()
-    _prev: list[int] | None = field(default=None, repr=False, compare=False)  # see prev_on_stream()
+    _prev: array[int] | None = field(default=None, repr=False, compare=False)  # see prev_on_stream()
 
     def freeze(self) -> Timeline:
         """Mark the timeline complete: the replays then derive what they need from its structure (which
@@ -64,31 +66,40 @@ class Timeline:
         # by side in memory, where the events' own floats are spread over the gigabyte a large trace was decoded
         # into (a replay reading them there took twice as long), and a third of the memory of a list of floats
         self.gap, self.gap_dl, self.gap_alloc, self.gap_op, self.dur, self.g_dur, self.g_bubble = (
-            array("d", xs) for xs in (self.gap, self.gap_dl, self.gap_alloc, self.gap_op, self.dur, self.g_dur,
-                                      self.g_bubble))
+            _array("d", xs) for xs in (self.gap, self.gap_dl, self.gap_alloc, self.gap_op, self.dur, self.g_dur,
+                                       self.g_bubble))
+        # and the integer columns as arrays of their width, the events of each action as one flat array: the
+        # same values, in a fifth of the memory of lists of a 1 GB trace's 340k actions (lists of lists of
+        # int objects: 60 MB), where the replay reads them no slower
+        self.kind, self.alloc_sync, self.g_dep = (_array("b", xs) for xs in (self.kind, self.alloc_sync, self.g_dep))
+        self.step, self.g_stream, self.g_index, self.g_action = (
+            _array("q", xs) for xs in (self.step, self.g_stream, self.g_index, self.g_action))
+        if not isinstance(self.events, Ragged):
+            self.events = Ragged.of(self.events)
         self._plan = _Plan(self)
         return self
 
-    def prev_on_stream(self) -> list[int]:
+    def prev_on_stream(self) -> array[int]:
         """Per GPU event, the position of the event before it on its stream, in start order (-1: the first);
         built once (each fix that merges kernels asks)."""
         if self._prev is None:
             last: dict[int, int] = {}
-            prev = self._prev = [-1] * len(self.g_stream)
+            prev = self._prev = array("q", [-1]) * len(self.g_stream)
             for k, st in enumerate(self.g_stream):
                 prev[k] = last.get(st, -1)
                 last[st] = k
         return self._prev
 
-    def positions(self) -> dict[int, int]:
+    def positions(self) -> Positions:
         """Each GPU event's position here, by its index among the analysed device's events (built once:
         every fix's scenario asks, and the timeline no longer changes by then)."""
-        if not self._positions and self.g_index:
-            self._positions = {gi: k for k, gi in enumerate(self.g_index)}
+        if self._positions is None:
+            self._positions = Positions(self.g_index)
         return self._positions
 
     def add(self, kind: int, dur: float, step: int, gap: float, dl: float, alloc: float, op: float,
             events: list[int], alloc_sync: bool = False) -> None:
+        assert isinstance(self.events, list), "a frozen timeline does not change"
         self.kind.append(kind)
         self.dur.append(dur)
         self.step.append(step)
@@ -98,6 +109,71 @@ class Timeline:
         self.gap_op.append(op)
         self.events.append(events)
         self.alloc_sync.append(alloc_sync)
+
+
+class Positions:
+    """Each GPU event's position in a timeline by its index among the analysed device's events, as a dict
+    would map them (a later position of the same index wins), held as an array indexed by the event (-1: not
+    in the timeline): 3 MB where a dict of a 1 GB trace's 340k events took 40."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, g_index: Iterable[int]) -> None:
+        g_index = list(g_index)
+        if any(gi < 0 for gi in g_index):
+            raise ValueError("a negative event index")
+        at = self.at = array("q", [-1]) * (max(g_index, default=-1) + 1)
+        for k, gi in enumerate(g_index):
+            at[gi] = k
+
+    def get(self, gi: int) -> int | None:
+        k = self.at[gi] if 0 <= gi < len(self.at) else -1
+        return k if k >= 0 else None
+
+    def __contains__(self, gi: int) -> bool:
+        return self.get(gi) is not None
+
+    def __getitem__(self, gi: int) -> int:
+        k = self.get(gi)
+        if k is None:
+            raise KeyError(gi)
+        return k
+
+
+def _array(code: str, xs: Iterable[Any]) -> array[Any]:
+    """``xs`` as an array of ``code``: itself where it is one already (a timeline received whole)."""
+    return xs if isinstance(xs, array) and xs.typecode == code else array(code, xs)
+
+
+class Ragged(Sequence[Sequence[int]]):
+    """A list of lists of ints as one flat array and where each list ends: ``r[i]`` is the i-th list, as an
+    array."""
+
+    __slots__ = ("flat", "ends")
+
+    def __init__(self, flat: array[int], ends: array[int]) -> None:
+        if len(ends) and (ends[0] < 0 or ends[-1] != len(flat) or any(a > b for a, b in zip(ends, ends[1:]))):
+            raise ValueError("ends out of order")
+        self.flat, self.ends = flat, ends
+
+    @classmethod
+    def of(cls, lists: Iterable[Sequence[int]]) -> Ragged:
+        lists = list(lists)
+        return cls(array("q", [x for xs in lists for x in xs]), array("q", accumulate(map(len, lists))))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i: int) -> array[int]:  # type: ignore[override]
+        if i < 0:
+            i += len(self.ends)
+        return self.flat[self.ends[i - 1] if i else 0:self.ends[i]]
+
+    def __iter__(self) -> Iterator[array[int]]:
+        flat, start = self.flat, 0
+        for end in self.ends:
+            yield flat[start:end]
+            start = end
 
 
 @dataclass(frozen=True)
@@ -179,8 +255,8 @@ def _replay(t: Timeline, cpu_scale: float, sc: Scenario) -> float:
     return max(cpu, gpu_end) - t0
 
 
-def _enqueue(evs: list[int], ready: float, gpu_end: float, free: list[float], stream: list[int],
-             g_bub: Sequence[float], dep: list[bool], g_dur: Sequence[float]) -> float:
+def _enqueue(evs: Sequence[int], ready: float, gpu_end: float, free: list[float], stream: Sequence[int],
+             g_bub: Sequence[float], dep: Sequence[int], g_dur: Sequence[float]) -> float:
     """Run the GPU events ``evs``, launched together and ready at ``ready``, each when its stream is free
     (after its bubble) and, where it waited for another stream, after the device's last end; updates
     ``free`` and returns the device's last end."""
@@ -225,13 +301,13 @@ class _Plan:
     def __init__(self, t: Timeline) -> None:
         # per action: the GPU event it launches when it is a launch of exactly one that waits for no other
         # stream (the replay's common case, taken inline), else -1 - its index; and that event's stream slot
-        self.one = [evs[0] if k == LAUNCH and len(evs) == 1 and not t.g_dep[evs[0]] else -1 - i
-                    for i, (k, evs) in enumerate(zip(t.kind, t.events))]
+        self.one = array("q", [evs[0] if k == LAUNCH and len(evs) == 1 and not t.g_dep[evs[0]] else -1 - i
+                               for i, (k, evs) in enumerate(zip(t.kind, t.events))])
         slots: dict[int, int] = {}
-        self.stream = [slots.setdefault(s, len(slots)) for s in t.g_stream]  # each event's stream, as a slot
-        self.one_stream = [self.stream[e] if e >= 0 else -1 for e in self.one]
+        self.stream = array("q", [slots.setdefault(s, len(slots)) for s in t.g_stream])  # each event's stream slot
+        self.one_stream = array("q", [self.stream[e] if e >= 0 else -1 for e in self.one])
         self.n_streams = len(slots)
-        self.graph_own = [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events]
+        self.graph_own = array("d", [GRAPH_US_PER_KERNEL * len(evs) for evs in t.events])
         # what a scenario changes on the CPU side, by what it removes (not by the CPU scale: a summary replays the
         # same scenario at two or three scales)
         self._work: dict[tuple[bool, bool, bool, frozenset[int]], Sequence[float]] = {}
@@ -266,11 +342,11 @@ def _cpu_work(t: Timeline, sc: Scenario) -> Sequence[float]:
     # each removal a pass over every action, in the model's order (data loading, allocator, dispatch), so
     # that every action's figure is the same subtraction to the last bit
     if sc.no_dataloader:
-        out = [w - x for w, x in zip(out, t.gap_dl)]
+        out = array("d", map(sub, out, t.gap_dl))
     if sc.no_allocator:
-        out = [w - x for w, x in zip(out, t.gap_alloc)]
+        out = array("d", map(sub, out, t.gap_alloc))
     if sc.graph:
-        out = [w - x for w, x in zip(out, t.gap_op)]
+        out = array("d", map(sub, out, t.gap_op))
     else:  # only some launches go: only theirs change
         for i in gone:
             if 0 <= i < len(out):
