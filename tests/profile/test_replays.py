@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Union
 
 import msgspec
 import pytest
@@ -60,7 +61,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def travelled(t: Timeline) -> Timeline:
     """The timeline as the second process builds it from the frames it is sent."""
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Line | _Col)
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(Union[_Line, _Col])
     head, *cols = [dec.decode(enc.encode(m)) for m in _line(t)]
     return _timeline(head, {m.name: _column(m) for m in cols})
 
@@ -229,9 +230,17 @@ def test_each_waste_is_told_once_final_and_the_list_keeps_the_fusion_finding_fir
     assert all(new == found_w.new_dur for (_, new), found_w in zip(told, found[1:] + found[:1]))
 
 
-def test_a_summary_with_the_second_process_is_the_serial_one(forced: None, counted: list[int]) -> None:
+def test_a_summary_with_the_second_process_is_the_serial_one(forced: None, counted: list[int],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfstack.profile import summary
     from perfstack.profile.summary import profile_run
     path = T / "validation/h100/gpt2-slow.pt.trace.json.gz"
+    find = summary.find_waste
+
+    def slow(*a: object) -> object:  # time for the second process to start and take the replays wanted before
+        time.sleep(1.0)
+        return find(*a)  # type: ignore[arg-type]
+    monkeypatch.setattr(summary, "find_waste", slow)
     counted[0] = 0
     shared = profile_run([path]).to_dict()
     mine = counted[0]

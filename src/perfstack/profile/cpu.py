@@ -156,6 +156,7 @@ def timeline(trace: Trace, att: Attribution, windows: list[tuple[int, float, flo
     tl.latency_us = _latency(att.gpu, att, trace.runtime)
     _bubbles(tl, att, trace.runtime, at)
     actions = _actions(tl, trace.runtime, att.gpu, by_launch, at, t0, t_end)
+    del by_launch, at  # (a list per launch: tens of MB of a large trace, not held while the gaps are worked out)
     cursor = _add_actions(tl, actions, [a for _, a, _ in windows], cs)
     tl.tail_us = max(0.0, t_end - cursor)
     return tl.freeze()
@@ -314,9 +315,7 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     # the CPU gap before each action: from the end of the latest action before it (the first: from the window's
     # start) to its start; one loop for the three (the running maximum inline: max() called per action, and a
     # comprehension per figure, took twice as long)
-    gap_a: list[float] = []
-    gap_b: list[float] = []
-    gap: list[float] = []
+    gap_a, gap_b, gap = array("d"), array("d"), array("d")  # (doubles side by side, not a float object each)
     cursor = tl.t0
     for t, d in zip(ts, took):
         gap_a.append(cursor)

@@ -30,28 +30,41 @@ SYNC_OVERHEAD_US = 8.0  # a synchronize call on an idle GPU (H100, torch 2.11): 
 GRAPH_US_PER_KERNEL = 1.0  # measured: ≈1 µs per kernel replayed from a CUDA graph (H100, torch 2.11)
 
 
+def _doubles() -> array[float]:
+    return array("d")
+
+
+def _longs() -> array[int]:
+    return array("q")
+
+
+def _bytes() -> array[int]:
+    return array("b")
+
+
 @dataclass
 class Timeline:
-    """The replayable window. CPU actions in time order (parallel lists) and GPU events. Once frozen, its
-    durations and gaps are arrays of doubles."""
+    """The replayable window. CPU actions in time order (parallel columns) and GPU events. Its columns are
+    arrays (a column given as a list becomes one when the timeline is frozen), its events a list of lists until
+    then."""
     t0: float  # window start (first step's CPU start), µs
     n_steps: int
     tail_us: float  # CPU work after the last action until the last window ends
-    kind: MutableSequence[int] = field(default_factory=list)
-    dur: MutableSequence[float] = field(default_factory=list)  # the action's own CPU time (a sync: its fixed overhead)
-    step: MutableSequence[int] = field(default_factory=list)
-    gap: MutableSequence[float] = field(default_factory=list)  # CPU work before the action
-    gap_dl: MutableSequence[float] = field(default_factory=list)  # ... of which inside the DataLoader's __next__
-    gap_alloc: MutableSequence[float] = field(default_factory=list)  # ... inside allocator calls / empty_cache
-    gap_op: MutableSequence[float] = field(default_factory=list)  # ... inside operators (dispatch: what a graph removes)
-    alloc_sync: MutableSequence[int] = field(default_factory=list)  # a sync made by the allocator (cudaFree): 1
+    kind: MutableSequence[int] = field(default_factory=_bytes)
+    dur: MutableSequence[float] = field(default_factory=_doubles)  # the action's own CPU time (a sync: its fixed overhead)
+    step: MutableSequence[int] = field(default_factory=_longs)
+    gap: MutableSequence[float] = field(default_factory=_doubles)  # CPU work before the action
+    gap_dl: MutableSequence[float] = field(default_factory=_doubles)  # ... of which inside the DataLoader's __next__
+    gap_alloc: MutableSequence[float] = field(default_factory=_doubles)  # ... inside allocator calls / empty_cache
+    gap_op: MutableSequence[float] = field(default_factory=_doubles)  # ... inside operators (dispatch: what a graph removes)
+    alloc_sync: MutableSequence[int] = field(default_factory=_bytes)  # a sync made by the allocator (cudaFree): 1
     events: list[list[int]] | Ragged = field(default_factory=list)  # GPU events each launch enqueues
-    g_dur: MutableSequence[float] = field(default_factory=list)
-    g_stream: MutableSequence[int] = field(default_factory=list)
-    g_bubble: MutableSequence[float] = field(default_factory=list)
-    g_dep: MutableSequence[int] = field(default_factory=list)  # waited for another stream (1): starts after the device's last end
-    g_index: MutableSequence[int] = field(default_factory=list)  # the analysed device's event index of each GPU event
-    g_action: MutableSequence[int] = field(default_factory=list)  # the action that launches each GPU event
+    g_dur: MutableSequence[float] = field(default_factory=_doubles)
+    g_stream: MutableSequence[int] = field(default_factory=_longs)
+    g_bubble: MutableSequence[float] = field(default_factory=_doubles)
+    g_dep: MutableSequence[int] = field(default_factory=_bytes)  # waited for another stream (1): starts after the device's last end
+    g_index: MutableSequence[int] = field(default_factory=_longs)  # the analysed device's event index of each GPU event
+    g_action: MutableSequence[int] = field(default_factory=_longs)  # the action that launches each GPU event
     latency_us: float = 3.0
     recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
     _positions: Positions | None = field(default=None, repr=False, compare=False)
