@@ -315,7 +315,9 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     # the CPU gap before each action: from the end of the latest action before it (the first: from the window's
     # start) to its start; one loop for the three (the running maximum inline: max() called per action, and a
     # comprehension per figure, took twice as long)
-    gap_a, gap_b, gap = array("d"), array("d"), array("d")  # (doubles side by side, not a float object each)
+    gap_a: list[float] = []
+    gap_b: list[float] = []
+    gap: list[float] = []
     cursor = tl.t0
     for t, d in zip(ts, took):
         gap_a.append(cursor)

@@ -339,15 +339,16 @@ _REMOVING = ("activation-recompute", "sliced-backward", "ddp-sync-per-microbatch
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
     """The timeline with one busy-GPU fix applied: its kernels' new durations, the bubbles between
     merged kernels gone, and (where the CPU side is free) the actions left with nothing to dispatch."""
-    pos, new_dur = tl.positions(), w.new_dur
+    at, new_dur = tl.positions(), w.new_dur
+    n = len(at)
     d = array("d", tl.g_dur)
     # a merging fix: an event changed whose predecessor on its stream (in start order) is changed too loses its
     # bubble; only the changed events are looked at, in the loop that sets their durations
     bub = array("d", tl.g_bubble) if w.id in _MERGING else None
-    prev, index = (tl.prev_on_stream(), tl.g_index) if bub is not None else ([], [])
+    prev, index = (tl.prev_on_stream(), tl.g_index) if bub is not None else (array("q"), array("q"))
     for gi, new in new_dur.items():
-        k = pos.get(gi)
-        if k is not None:
+        k = at[gi] if 0 <= gi < n else -1
+        if k >= 0:
             d[k] = new
             if bub is not None and (j := prev[k]) >= 0 and index[j] in new_dur:
                 bub[k] = 0.0
@@ -360,8 +361,9 @@ def _no_dispatch(w: waste.Waste, tl: Timeline, cpu_free: bool) -> frozenset[int]
     if w.merged and (cpu_free or w.id in _REMOVING):
         # an action whose every event is fused into another no longer dispatches anything: as many of its
         # events merged as it launches (counted in one pass over the merged events, not a test per action)
-        pos = tl.positions()
-        merged = Counter(map(tl.g_action.__getitem__, map(pos.__getitem__, filter(pos.__contains__, w.merged))))
+        at, action = tl.positions(), tl.g_action
+        n = len(at)
+        merged = Counter([action[k] for k in [at[i] for i in w.merged if 0 <= i < n] if k >= 0])
         gone = {a for a, n in merged.items() if a >= 0 and n == len(tl.events[a])}
     return frozenset(gone)
 
