@@ -176,15 +176,27 @@ def write_bomb(out: Path, gib: float) -> int:
 WRAPPER = """
 import os, resource, subprocess, sys, tempfile, time
 
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
 def tree(root):
-    out, todo = [], [root]
+    # the process and its descendants, less any started but not yet running its own program: until its exec
+    # it is a copy of its parent (same command line), whose memory /proc counts again in it
+    out, todo = [], [(root, None)]
     while todo:
-        pid = todo.pop()
+        pid, parent = todo.pop()
+        line = cmdline(pid)
+        if parent is not None and line == parent:
+            continue
         out.append(pid)
         try:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    todo += map(int, f.read().split())
+                    todo += [(int(c), line) for c in f.read().split()]
         except (OSError, ValueError):
             pass
     return out
