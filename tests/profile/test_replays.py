@@ -17,7 +17,8 @@ import pytest
 from test_replay_exact import random_timeline, scenarios
 
 from perfstack.profile import replays, waste
-from perfstack.profile.replays import (Helper, Replays, _Col, _column, _frame, _Line, _line, _Sc, _sc, _scenario, _Started,
+from perfstack.profile.cores import frame
+from perfstack.profile.replays import (Helper, Replays, _Col, _column, _Line, _line, _Sc, _sc, _scenario, _Started,
                                        _timeline)
 from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
@@ -111,13 +112,17 @@ def wait_for_theirs(rp: Replays, n: int) -> None:
         time.sleep(0.01)
 
 
+def shared(t: Timeline) -> tuple[Replays, Helper]:
+    helper = replays.start(1)
+    assert helper is not None
+    return Replays(t, helper), helper
+
+
 def test_the_second_process_gives_the_same_figures(forced: None, counted: list[int]) -> None:
     t, scs = timeline(7)
     want = serial(t, scs)
     counted[0] = 0
-    helper = replays.start(1)
-    assert helper is not None
-    rp = Replays(t, helper)
+    rp, helper = shared(t)
     try:
         rp.want((sc, s) for sc in scs for s in SCALES)
         wait_for_theirs(rp, 5)
@@ -133,9 +138,7 @@ def test_replays_asked_for_before_they_are_wanted_are_worked_out_here(forced: No
     t, scs = timeline(8)
     want = serial(t, scs)
     counted[0] = 0
-    helper = replays.start(1)
-    assert helper is not None
-    rp = Replays(t, helper)
+    rp, helper = shared(t)
     try:
         got = bits([rp.replay(s, sc) for sc in scs for s in SCALES])  # nothing wanted: none sent
     finally:
@@ -171,7 +174,7 @@ READ_AWAY = "import sys\nwhile sys.stdin.buffer.read(1 << 16): pass\n"  # takes 
 def test_a_second_process_that_misbehaves_is_given_up(answer: str) -> None:
     t, scs = timeline(3, 200)
     want = serial(t, scs)
-    done = _frame(msgspec.msgpack.Encoder(), replays._Done(999, 1.0, 1.0))
+    done = frame(msgspec.msgpack.Encoder(), replays._Done(999, 1.0, 1.0))
     code = f"import sys, time\nFRAME_DONE_UNKNOWN = {done!r}\n{answer}\n{READ_AWAY}"
     helper = helper_running(code)
     rp = Replays(t, helper)
@@ -188,7 +191,7 @@ def test_a_second_process_that_misbehaves_is_given_up(answer: str) -> None:
 def test_a_stalled_second_process_is_waited_for_no_longer_than_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     t, scs = timeline(4, 200)
     monkeypatch.setattr(replays, "STALL_S", 0.5)
-    started = _frame(msgspec.msgpack.Encoder(), _Started(0, 1.0))  # says it started the first job, then nothing
+    started = frame(msgspec.msgpack.Encoder(), _Started(0, 1.0))  # says it started the first job, then nothing
     helper = helper_running(f"import sys, time\nsys.stdout.buffer.write({started!r}); sys.stdout.flush()\n"
                             "time.sleep(60)")
     rp = Replays(t, helper)
@@ -206,9 +209,7 @@ def test_a_stalled_second_process_is_waited_for_no_longer_than_the_limit(monkeyp
 
 def test_closing_ends_a_busy_second_process_at_once(forced: None) -> None:
     t, scs = timeline(5, 3000)
-    helper = replays.start(1)
-    assert helper is not None
-    rp = Replays(t, helper)
+    rp, helper = shared(t)
     rp.want((sc, s) for sc in scs for s in SCALES)
     time.sleep(0.2)
     t0 = time.monotonic()

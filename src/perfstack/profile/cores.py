@@ -1,4 +1,5 @@
-"""A second process on a spare core: whether the machine has one to give, and the command that starts one.
+"""A second process on a spare core: whether the machine has one to give, the command that starts one, and the
+frames the two exchange through its pipes (8 bytes of length, little-endian, then msgpack).
 
 Two of a large trace's costs are one core's work while the machine has another: reading its text
 (``traceread``) and replaying its timeline (``replays``). Each hands part of it to a second process,
@@ -11,7 +12,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List
+from typing import Any, Iterator, List
+
+import msgspec
 
 import perfstack
 
@@ -34,3 +37,27 @@ def child_command(module: str, args: List[str]) -> List[str]:
     code = (f"import sys; sys.path.insert(0, sys.argv.pop(1)); from {module} import main; "
             "sys.exit(main(sys.argv[1:]))")
     return [sys.executable, "-c", code, root, *args]
+
+
+def frame(enc: msgspec.msgpack.Encoder, msg: Any) -> bytes:
+    data = enc.encode(msg)
+    return len(data).to_bytes(8, "little") + data
+
+
+def frames(buf: bytearray, dec: msgspec.msgpack.Decoder[Any], limit: int) -> Iterator[Any]:
+    """The messages of the whole frames at the start of ``buf``, one at a time, taken out of it once all are
+    read (a frame cut short stays for the next read). ValueError for a frame longer than ``limit``."""
+    at = 0
+    try:
+        while len(buf) - at >= 8:
+            n = int.from_bytes(buf[at:at + 8], "little")
+            if n > limit:
+                raise ValueError("a frame too large")
+            if len(buf) - at - 8 < n:
+                break
+            with memoryview(buf) as mv:
+                msg = dec.decode(mv[at + 8:at + 8 + n])
+            at += 8 + n
+            yield msg
+    finally:
+        del buf[:at]

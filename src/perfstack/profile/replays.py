@@ -30,7 +30,7 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Uni
 
 import msgspec
 
-from perfstack.profile.cores import child_command, spare_core
+from perfstack.profile.cores import child_command, frame, frames, spare_core
 from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
 MIN_CALLS = 100_000  # runtime calls of a trace worth a second process (a replay of 300k actions: ~0.08 s)
@@ -77,24 +77,24 @@ class _Sc(msgspec.Struct, array_like=True, tag=1):
     no_dispatch: bytes  # array("q")
 
 
-class _Job(msgspec.Struct, array_like=True, tag=2):
-    number: int
+class _Key(msgspec.Struct, array_like=True):
+    number: int  # the scenario's
     scale: float
 
 
-class _Drop(msgspec.Struct, array_like=True, tag=3):
-    number: int
-    scale: float
+class _Job(_Key, tag=2):
+    pass
 
 
-class _Started(msgspec.Struct, array_like=True, tag=4):
-    number: int
-    scale: float
+class _Drop(_Key, tag=3):
+    pass
 
 
-class _Done(msgspec.Struct, array_like=True, tag=5):
-    number: int
-    scale: float
+class _Started(_Key, tag=4):
+    pass
+
+
+class _Done(_Key, tag=5):
     us: float
 
 
@@ -104,30 +104,6 @@ _FROM = Union[_Started, _Done]
 
 class _Bad(Exception):
     """The other process sent something that is not its frames."""
-
-
-def _frame(enc: msgspec.msgpack.Encoder, msg: Any) -> bytes:
-    data = enc.encode(msg)
-    return len(data).to_bytes(8, "little") + data
-
-
-def _frames(buf: bytearray, dec: msgspec.msgpack.Decoder[Any]) -> Iterator[Any]:
-    """The messages the frames at the start of ``buf`` hold, one at a time, taken out of it once all are
-    read (a frame cut short stays)."""
-    at = 0
-    try:
-        while len(buf) - at >= 8:
-            n = int.from_bytes(buf[at:at + 8], "little")
-            if n > _MAX_FRAME:
-                raise _Bad("a frame too large")
-            if len(buf) - at - 8 < n:
-                break
-            with memoryview(buf) as mv:
-                m = dec.decode(mv[at + 8:at + 8 + n])
-            at += 8 + n
-            yield m
-    finally:
-        del buf[:at]
 
 
 def _line(t: Timeline) -> Iterator[Union[_Line, _Col]]:
@@ -335,7 +311,7 @@ class Replays:
             if not data:
                 raise _Bad("it ended")
             self.buf += data
-            for m in _frames(self.buf, self.dec):
+            for m in frames(self.buf, self.dec, _MAX_FRAME):
                 key = (m.number, m.scale)
                 if key not in self.sent:
                     raise _Bad("a job never sent")
@@ -350,7 +326,7 @@ class Replays:
         try:
             out = self.helper.proc.stdin
             for m in msgs:
-                out.write(_frame(self.enc, m))  # type: ignore[union-attr]
+                out.write(frame(self.enc, m))  # type: ignore[union-attr]
             out.flush()  # type: ignore[union-attr]
         except (OSError, ValueError):
             self.close()
@@ -384,7 +360,7 @@ def main(argv: List[str]) -> int:
             if not data:
                 return 0
             buf += data
-            for m in _frames(buf, dec):
+            for m in frames(buf, dec, _MAX_FRAME):
                 if isinstance(m, _Line):
                     head, cols = m, {}
                 elif isinstance(m, _Col):
@@ -403,10 +379,10 @@ def main(argv: List[str]) -> int:
                 break
         else:
             continue
-        out.write(_frame(enc, _Started(*key)))
+        out.write(frame(enc, _Started(*key)))
         out.flush()
         us = replay(tl, key[1], scenarios[key[0]])
-        out.write(_frame(enc, _Done(*key, us)))
+        out.write(frame(enc, _Done(*key, us)))
         out.flush()
 
 

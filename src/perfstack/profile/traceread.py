@@ -36,7 +36,7 @@ try:
 except ImportError:  # not on Windows
     fcntl = None  # type: ignore[assignment]
 
-from perfstack.profile.cores import child_command, spare_core
+from perfstack.profile.cores import child_command, frame, frames, spare_core
 from perfstack.profile.tracefile import _CUT, _NONWS, Events
 from perfstack.profile.tracetext import PIECE, _open_regular, max_trace_bytes
 
@@ -204,7 +204,7 @@ def _merge(build: Any, rx: "_Receiver", events: Events, step: type) -> Tuple[Any
 
 
 # --- what the second process sends --------------------------------------------------------------
-# Frames: 8 bytes of length (little-endian), then a msgpack _Chunk or, last, the _End. The column
+# Frames (cores.frame): a msgpack _Chunk each or, last, the _End. The column
 # structs name the fields of GpuEvent and CpuEvent, in their order.
 
 _Ix = List[Annotated[int, Meta(ge=0)]]  # indexes into a table
@@ -337,9 +337,7 @@ class Sender:
         self.out.flush()
 
     def _send(self, msg: Any) -> None:
-        data = self.enc.encode(msg)
-        self.out.write(len(data).to_bytes(8, "little"))
-        self.out.write(data)
+        self.out.write(frame(self.enc, msg))
 
 
 class _Receiver:
@@ -377,26 +375,13 @@ class _Receiver:
                     raise _Odd("the second part ends in a frame")
                 return False
             self.buf += data
-            self._frames()
-
-    def _frames(self) -> None:
-        buf, at = self.buf, 0
-        while len(buf) - at >= 8:
-            n = int.from_bytes(buf[at:at + 8], "little")
-            if n > _MAX_FRAME:
-                raise _Odd("a frame too large")
-            if len(buf) - at - 8 < n:
-                break
-            with memoryview(buf) as mv:
-                msg = self.dec.decode(mv[at + 8:at + 8 + n])
-            at += 8 + n
-            if self.end is not None:
-                raise _Odd("something after the end")
-            if isinstance(msg, _End):
-                self.end = msg
-            else:
-                self._add(msg)
-        del buf[:at]
+            for msg in frames(self.buf, self.dec, _MAX_FRAME):
+                if self.end is not None:
+                    raise _Odd("something after the end")
+                if isinstance(msg, _End):
+                    self.end = msg
+                else:
+                    self._add(msg)
 
     def _add(self, m: _Chunk) -> None:
         b = self.build
