@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from perfstack.profile import classify
 from perfstack.records.profile.kernels import OpBound
-from perfstack.records.profile import Compiled, GemmRow, KernelClass, MemcpyRow, OpRow, TopKernel
+from perfstack.records.profile import Compiled, GemmRow, KernelClass, MemcpyRow, Mfu, OpRow, Overhead, Section, TopKernel
 
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
@@ -322,3 +322,28 @@ def _op_peaks(r: OpRow, spec: GpuSpec | None, hbm: float | None) -> OpRow:
         bound = "memory"
     return dataclasses.replace(r, pct_of_peak=round(100 * r.tflops / peak, 1) if peak and r.tflops else None,
                                pct_of_hbm=round(100 * r.gbps / hbm, 1) if hbm and r.gbps else None, bound=bound)
+
+
+def mfu(p: Section, ops_all: list[OpRow], spec: GpuSpec | None,
+        model_flops: float | None) -> tuple[float, float | None, Mfu | None]:
+    """GEMM-class FLOPs per step, the TFLOP/s they make over the unprofiled step (the section's overhead
+    says which), and MFU."""
+    comp = [r for r in ops_all if r.category in classify.COMPUTE and r.flops_per_step]
+    flops = sum(r.flops_per_step for r in comp)
+    main = max(comp, key=lambda r: r.time_ms_per_step, default=None)
+    peak = peak_for(spec, main.dtype, True) if main else None
+    if main and main.dtype == "fp32" and spec:
+        peak = spec.peak_tflops("tf32")  # what fp32 math can reach on Tensor Cores
+    o = p.overhead or Overhead()
+    step_s = (o.step_ms or 0.0) / 1e3
+    m = None
+    cats = sorted({r.category for r in comp})
+    if model_flops and peak and step_s:
+        m = Mfu(round(model_flops / step_s / (peak * 1e12), 4), "--model-flops-per-step", peak,
+                main.dtype if main else None)
+    elif main and flops and peak and step_s:
+        m = Mfu(round(flops / step_s / (peak * 1e12), 4),
+                f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
+                f"{'measured' if o.method == 'measured' else 'estimated'} step without "
+                "the profiler", peak, main.dtype)
+    return flops, round(flops / step_s / 1e12, 2) if step_s and flops else None, m

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
 from perfstack.records.meta import run_meta
-from perfstack.profile import accumulation, classify, comm, copies, cpu, efficiency, recompute, replays, rules, scatter, waste
+from perfstack.profile import accumulation, comm, copies, cpu, efficiency, recompute, replays, rules, scatter, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
 from perfstack.records.profile.means import OverheadMethod
-from perfstack.records.profile import (Allocator, Launch, Mfu, OpRow, Overhead, RankRow, Section, Sync, WasteFound,
+from perfstack.records.profile import (Allocator, Launch, Overhead, RankRow, Section, Sync, WasteFound,
                                        WhatIf)
 from perfstack.profile.recovery import PROFILER_US_PER_EVENT, PROFILER_US_PER_EVENT_HIGH
 from perfstack.profile.replays import RECORDED, Job, Replays
@@ -368,30 +368,6 @@ def _no_dispatch(w: waste.Waste, tl: Timeline, cpu_free: bool) -> frozenset[int]
     return frozenset(gone)
 
 
-def _mfu(p: Section, ops_all: list[OpRow], spec: GpuSpec | None,
-         model_flops: float | None) -> tuple[float, float | None, Mfu | None]:
-    """GEMM-class FLOPs per step, the TFLOP/s they make over the unprofiled step, and MFU."""
-    comp = [r for r in ops_all if r.category in classify.COMPUTE and r.flops_per_step]
-    flops = sum(r.flops_per_step for r in comp)
-    main = max(comp, key=lambda r: r.time_ms_per_step, default=None)
-    peak = efficiency.peak_for(spec, main.dtype, True) if main else None
-    if main and main.dtype == "fp32" and spec:
-        peak = spec.peak_tflops("tf32")  # what fp32 math can reach on Tensor Cores
-    o = p.overhead or Overhead()
-    step_s = (o.step_ms or 0.0) / 1e3
-    mfu = None
-    cats = sorted({r.category for r in comp})
-    if model_flops and peak and step_s:
-        mfu = Mfu(round(model_flops / step_s / (peak * 1e12), 4), "--model-flops-per-step", peak,
-                  main.dtype if main else None)
-    elif main and flops and peak and step_s:
-        mfu = Mfu(round(flops / step_s / (peak * 1e12), 4),
-                  f"FLOPs of {', '.join(cats)} operators from the trace's shapes, over the "
-                  f"{'measured' if o.method == 'measured' else 'estimated'} step without "
-                  "the profiler", peak, main.dtype)
-    return flops, round(flops / step_s / 1e12, 2) if step_s and flops else None, mfu
-
-
 def summarize(path: str | Path, spec_name: str | None = None, unprofiled_step_ms: float | None = None,
               unprofiled_note: str | None = None,
               model_flops: float | None = None) -> tuple[Section, GpuSpec | None]:
@@ -437,7 +413,7 @@ def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None
     if p.comm is not None and p.comm.ms_per_step:
         # the overlap model, and whether DistributedDataParallel is already in use (the fix then differs)
         p = replace(p, comm=p.comm.with_overlap_model({**comm.overlap_model(A, p), "ddp": accumulation.uses_ddp(A)}))
-    gemm_flops, model_tflops, mfu = _mfu(p, analysed.ops_all, spec, model_flops)
+    gemm_flops, model_tflops, mfu = efficiency.mfu(p, analysed.ops_all, spec, model_flops)
     return replace(p, gemm_flops_per_step=gemm_flops, model_tflops=model_tflops, mfu=mfu), spec
 
 
