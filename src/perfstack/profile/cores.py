@@ -39,6 +39,16 @@ def child_command(module: str, args: List[str]) -> List[str]:
     return [sys.executable, "-c", code, root, *args]
 
 
+def widen_pipe(fd: int, size: int = 1 << 20) -> None:
+    """Room for ``size`` bytes in a pipe (Linux; elsewhere its own size): should the reading side be slow to
+    come back, the writing side does not wait."""
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (ImportError, OSError):
+        pass
+
+
 def frame(enc: msgspec.msgpack.Encoder, msg: Any) -> bytes:
     data = enc.encode(msg)
     return len(data).to_bytes(8, "little") + data

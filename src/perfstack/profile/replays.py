@@ -30,7 +30,7 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Uni
 
 import msgspec
 
-from perfstack.profile.cores import child_command, frame, frames, spare_core
+from perfstack.profile.cores import child_command, frame, frames, spare_core, widen_pipe
 from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
 MIN_CALLS = 100_000  # runtime calls of a trace worth a second process (a replay of 300k actions: ~0.08 s)
@@ -176,7 +176,7 @@ class Helper:
         self.proc = proc
         self.fd = proc.stdout.fileno()  # type: ignore[union-attr]
         os.set_blocking(self.fd, False)
-        _widen(proc.stdin.fileno())  # type: ignore[union-attr]
+        widen_pipe(proc.stdin.fileno(), PIPE_BYTES)  # type: ignore[union-attr]  # room for a scenario's arrays
 
     def close(self) -> None:
         """Ends it at once: what it may still be replaying nobody asked for (it writes nothing but its pipe)."""
@@ -207,14 +207,6 @@ def start(runtime_calls: int) -> Optional[Helper]:
         proc.kill()
         proc.wait()
         return None
-
-
-def _widen(fd: int) -> None:
-    try:  # room for a scenario's arrays, should the other side be slow to read (Linux)
-        import fcntl
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-    except (ImportError, OSError):
-        pass
 
 
 class Replays:

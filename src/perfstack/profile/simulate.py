@@ -66,7 +66,6 @@ class Timeline:
     g_index: MutableSequence[int] = field(default_factory=_longs)  # the analysed device's event index of each GPU event
     g_action: MutableSequence[int] = field(default_factory=_longs)  # the action that launches each GPU event
     latency_us: float = 3.0
-    recorded: dict[float, float] = field(default_factory=dict, repr=False, compare=False)  # see recorded()
     _positions: array[int] | None = field(default=None, repr=False, compare=False)
     _plan: _Plan | None = field(default=None, repr=False, compare=False)  # see freeze()
     _prev: array[int] | None = field(default=None, repr=False, compare=False)  # see prev_on_stream()
@@ -176,16 +175,6 @@ class Scenario:
     g_dur: Sequence[float] | None = None  # new GPU durations (same indexing as Timeline.g_dur)
     g_bubble: Sequence[float] | None = None
     no_dispatch: frozenset[int] = frozenset()  # launches that disappear (their op is fused into another)
-
-
-def recorded(t: Timeline, cpu_scale: float = 1.0) -> float:
-    """replay(t, cpu_scale) as recorded, computed once per scale: for a timeline that no longer
-    changes (the summary asks for the same ones several times, and each is a pass over every
-    action and GPU event: seconds on a 1 GB trace)."""
-    us = t.recorded.get(cpu_scale)
-    if us is None:
-        us = t.recorded[cpu_scale] = replay(t, cpu_scale)
-    return us
 
 
 def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> float:

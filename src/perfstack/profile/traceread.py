@@ -31,12 +31,8 @@ from typing import Annotated, Any, Callable, Dict, Generator, List, Optional, Tu
 import msgspec
 from msgspec import Meta
 
-try:
-    import fcntl
-except ImportError:  # not on Windows
-    fcntl = None  # type: ignore[assignment]
 
-from perfstack.profile.cores import child_command, frame, frames, spare_core
+from perfstack.profile.cores import child_command, frame, frames, spare_core, widen_pipe
 from perfstack.profile.tracefile import _CUT, _NONWS, Events
 from perfstack.profile.tracetext import PIECE, _open_regular, max_trace_bytes
 
@@ -351,11 +347,7 @@ class _Receiver:
             raise _Odd("the event types have other fields")
         self.fd, self.build, self.make = fd, build, make
         os.set_blocking(fd, False)
-        if fcntl is not None:
-            try:  # room for a few chunks, should this side be slow to come back (Linux)
-                fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-            except OSError:
-                pass
+        widen_pipe(fd)  # room for a few chunks
         self.buf = bytearray()
         self.dec = msgspec.msgpack.Decoder(Union[_Chunk, _End])
         self.lists: Tuple[List[Any], ...] = ([], [], [], [])  # gpu, gpu_annotations, runtime, ops
