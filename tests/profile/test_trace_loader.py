@@ -217,6 +217,31 @@ def test_all_malformed_events_at_once_and_on_the_lenient_path(tmp_path):
     assert trace_mod._load(p, lenient=True) == t
 
 
+def test_events_of_phases_the_builder_does_not_read_are_passed_over_whatever_they_hold(tmp_path):
+    """Flow arrows, counters, metadata and the rest are told by their phase and not decoded further: odd values in
+    them change nothing, and the typed reading still equals the lenient one. An event with no phase or an unknown
+    one sends its batch event by event, with the same result; an allocator instant is still read."""
+    d = doc()
+    k = kernel(d)
+    base = seen(load(write(tmp_path, d, "base.json")))
+    odd = {"cat": 3, "name": ["x"], "ts": "never", "dur": 10**400, "pid": {}, "tid": [], "args": "none", "id": -1}
+    d["traceEvents"] += [dict(odd, ph=ph) for ph in "BEICbneSTpFstfPNODMVvRc()"]
+    p = write(tmp_path, d)
+    t = load(p)
+    assert trace_mod._load(p, lenient=True) == t
+    assert t.skipped_events == 0
+    assert {f: v for f, v in seen(t).items() if f != "n_events"} == {f: v for f, v in base.items() if f != "n_events"}
+    memory = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": k["ts"], "pid": 1, "tid": 1,
+              "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 7 << 40, "Total Reserved": 9 << 40}}
+    for extra in ([], [dict(k, ph=None)], [{f: v for f, v in k.items() if f != "ph"}], [dict(k, ph="Q")]):
+        d2 = dict(d, traceEvents=d["traceEvents"] + [memory] + extra)
+        p = write(tmp_path, d2, "extra.json")
+        t = load(p)
+        assert trace_mod._load(p, lenient=True) == t
+        assert (t.peak_allocated[0], t.peak_reserved[0]) == (7 << 40, 9 << 40)
+        assert seen(t)["gpu"] == base["gpu"]  # an event of no known phase is not a kernel
+
+
 def test_odd_but_usable_values_are_read_leniently(tmp_path):
     d = doc()
     k, o = kernel(d), op(d)
