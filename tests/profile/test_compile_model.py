@@ -78,7 +78,7 @@ def test_compiling_a_conv_net_with_cuda_graphs_is_fusion_layout_and_graphs_repla
 
 
 def test_the_fused_traffic_counts_each_input_and_a_batch_norms_statistics_pass():
-    from perfstack.profile import waste
+    from perfstack.profile import fusion
 
     class Op:
         def __init__(self, name, dims):
@@ -94,9 +94,9 @@ def test_the_fused_traffic_counts_each_input_and_a_batch_norms_statistics_pass()
 
     class A:
         att, trace = Att(), Trace()
-    assert waste.passes(A, [0], 8192, True) == 2  # x -> y: one read, one write
-    assert waste.passes(A, [0, 1], 8192, True) == 3  # add reads two tensors of that size
-    assert waste.passes(A, [2, 0], 8192, True) == 3  # training batch norm: its statistics read x once more
-    assert waste.passes(A, [2, 0], 8192, False) == 2  # in inference it uses its running statistics
-    assert waste.passes(A, [3], 8192, True) == 2  # a bias of another size is not a full read
-    assert waste.passes(A, [4], 8192, True) == 2  # copy_ writes its first tensor: a cast reads one
+    assert fusion.passes(A, [0], 8192, True) == 2  # x -> y: one read, one write
+    assert fusion.passes(A, [0, 1], 8192, True) == 3  # add reads two tensors of that size
+    assert fusion.passes(A, [2, 0], 8192, True) == 3  # training batch norm: its statistics read x once more
+    assert fusion.passes(A, [2, 0], 8192, False) == 2  # in inference it uses its running statistics
+    assert fusion.passes(A, [3], 8192, True) == 2  # a bias of another size is not a full read
+    assert fusion.passes(A, [4], 8192, True) == 2  # copy_ writes its first tensor: a cast reads one

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from perfstack.profile import classify, copies, efficiency, recompute, waste
+from perfstack.profile import busy, classify, copies, efficiency, fusion, precision, recompute, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.attribute import ATTN_MATH, CASTING, COMPILED, COPYING
 from perfstack.profile.trace import load
@@ -27,7 +27,7 @@ TRACES = ["validation/h100/gpt2-slow.pt.trace.json.gz", "validation/h100/resnet5
 
 
 def fusion_plain(A: Analysis, bw: float) -> waste.Waste:
-    """``waste.fusion`` stated plainly: each chain's members grouped, and each group's traffic found, one chain
+    """``fusion.fusion`` stated plainly: each chain's members grouped, and each group's traffic found, one chain
     at a time."""
     gpu, att, flags, costs = A.gpu, A.att, A.att.ops.flags, A.event_costs()
     member = [c in ("elementwise", "copy") and g.kind == "kernel" and not g.name.startswith("triton_")
@@ -38,7 +38,7 @@ def fusion_plain(A: Analysis, bw: float) -> waste.Waste:
     chains = eager = fused_total = 0.0
     ops: dict[str, float] = defaultdict(float)
     n_kernels = 0
-    for run in waste._stream_runs(A, member):
+    for run in fusion._stream_runs(A, member):
         if len(run) < 2:
             continue
         groups: dict[int, list[int]] = defaultdict(list)
@@ -56,7 +56,7 @@ def fusion_plain(A: Analysis, bw: float) -> waste.Waste:
         scale: dict[int, float] = {}
         for numel, members in groups.items():
             eager_g = sum(gpu[i].dur for i in members)
-            fused_g = min(eager_g, max(waste.passes(A, members, numel, training) * max(bigs[numel]) / (bw * 1e3),
+            fused_g = min(eager_g, max(fusion.passes(A, members, numel, training) * max(bigs[numel]) / (bw * 1e3),
                                        waste.MIN_KERNEL_US))
             fused += fused_g
             for i in members:
@@ -89,7 +89,7 @@ def test_fusion_worked_out_once_per_chain_of_the_same_calls_gives_the_plain_verd
     spec = lookup("h100-sxm")
     bw = waste.hbm_gbps(spec)
     assert bw
-    fast, plain = waste.fusion(analysis, spec), fusion_plain(analysis, bw)
+    fast, plain = fusion.fusion(analysis, spec), fusion_plain(analysis, bw)
     assert fast is not None
     if not plain.new_dur:
         return
@@ -125,7 +125,7 @@ def test_compile_graphs_takes_the_fusion_fix_scenario_already_made():
 
 
 def attention_region_plain(A: Analysis) -> tuple[list[int], float, bool, bool]:
-    """``waste._attention_region`` stated plainly: every event of the steps looked at."""
+    """``busy._attention_region`` stated plainly: every event of the steps looked at."""
     att, flags = A.att, A.att.ops.flags
     region, gemm_flops = [], 0.0
     math_path = masked = False
@@ -137,25 +137,25 @@ def attention_region_plain(A: Analysis) -> tuple[list[int], float, bool, bool]:
         hit = bool(flags[o] & ATTN_MATH)
         math_path = math_path or hit
         if c and c.gemm:
-            if waste._scores_gemm(c.gemm):
+            if busy._scores_gemm(c.gemm):
                 hit = True
                 gemm_flops += (c.flops or 0) * (g.dur / max(1e-9, A.op_time(o)))
         elif not hit and (op := A.trace.ops[o]).dims:
-            hit = any(waste._scores_like(classify.dims(d)) for d in op.dims or ())
-            masked = masked or (hit and op.name in waste.MASKS)
+            hit = any(busy._scores_like(classify.dims(d)) for d in op.dims or ())
+            masked = masked or (hit and op.name in busy.MASKS)
         if hit:
             region.append(i)
     return region, gemm_flops, math_path, masked
 
 
 def test_attention_region_looked_for_once_per_cost_gives_the_plain_region(analysis: Analysis):
-    region, flops, math_path, masked = waste._attention_region(analysis)
+    region, flops, math_path, masked = busy._attention_region(analysis)
     want = attention_region_plain(analysis)
     assert (region, flops.hex(), math_path, masked) == (want[0], want[1].hex(), want[2], want[3])
 
 
 def misaligned_plain(A: Analysis, spec: GpuSpec) -> waste.Waste | None:
-    """``waste.gemm_misaligned`` stated plainly: each kernel's shape classified on its own, its FLOPs found
+    """``precision.gemm_misaligned`` stated plainly: each kernel's shape classified on its own, its FLOPs found
     again for the new duration."""
     gpu, att, costs = A.gpu, A.att, A.event_costs()
     bad: dict[str, list[int]] = defaultdict(list)
@@ -202,7 +202,7 @@ def misaligned_plain(A: Analysis, spec: GpuSpec) -> waste.Waste | None:
 def test_misaligned_gemms_classified_once_per_cost_give_the_plain_finding(analysis: Analysis):
     spec = lookup("h100-sxm")
     assert spec is not None
-    fast, plain = waste.gemm_misaligned(analysis, spec), misaligned_plain(analysis, spec)
+    fast, plain = precision.gemm_misaligned(analysis, spec), misaligned_plain(analysis, spec)
     assert (fast is None) == (plain is None)
     if fast is not None and plain is not None:
         assert [(i, d.hex()) for i, d in fast.new_dur.items()] == [(i, d.hex()) for i, d in plain.new_dur.items()]

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from test_replay_exact import random_timeline, scenarios
 
-from perfstack.profile import replays, waste
+from perfstack.profile import busy, replays
 from perfstack.profile.cores import frame
 from perfstack.profile.replays import (Helper, Replays, _Col, _column, _Line, _line, _Sc, _sc, _scenario, _Started,
                                        _timeline)
@@ -223,8 +223,8 @@ def test_each_waste_is_told_once_final_and_the_list_keeps_the_fusion_finding_fir
     from perfstack.specs import lookup
     A = analyze(load(T / "validation/h100/gpt2-slow.pt.trace.json.gz")).analysis
     told: list[tuple[str, dict[int, float]]] = []
-    found = waste.detect(A, lookup("h100-sxm"), lambda w: told.append((w.id, dict(w.new_dur))))
-    assert [w.id for w in found] == [w.id for w in waste.detect(A, lookup("h100-sxm"))]
+    found = busy.detect(A, lookup("h100-sxm"), lambda w: told.append((w.id, dict(w.new_dur))))
+    assert [w.id for w in found] == [w.id for w in busy.detect(A, lookup("h100-sxm"))]
     assert found[0].id == "unfused-elementwise" and len(found) > 1
     assert sorted(i for i, _ in told) == sorted(w.id for w in found)
     assert told[-1][0] == "unfused-elementwise"  # last: compile_pads adds the others' to it

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
 from perfstack.records.meta import run_meta
-from perfstack.profile import accumulation, comm, copies, cpu, efficiency, recompute, replays, rules, scatter, waste
+from perfstack.profile import (accumulation, busy, comm, copies, cpu, efficiency, recompute, replays, rules, scatter,
+                               waste)
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
 from perfstack.records.profile.means import OverheadMethod
@@ -130,7 +131,7 @@ def find_waste(A: Analysis, spec: GpuSpec | None,
                each: Callable[[waste.Waste], None] | None = None) -> list[waste.Waste]:
     """The busy-GPU waste: what the kernels do slowly, and what the step repeats that it need not. ``each`` is
     told of each waste as soon as it is final."""
-    found = waste.detect(A, spec, each)
+    found = busy.detect(A, spec, each)
     for w in _patterns(A, spec):
         found.append(w)
         if each is not None:

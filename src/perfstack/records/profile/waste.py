@@ -23,11 +23,11 @@ class UnfusedElementwise(Record):
     fused_ms: float = 0.0
     top_ops: list[str] = field(default_factory=list)  # the operators with the most time in the chains
     # eager GEMMs with a misaligned dimension, which Inductor pads (shape_padding) when it compiles them: their
-    # time, and the time the aligned GEMMs' rate gives them (waste.compile_pads)
+    # time, and the time the aligned GEMMs' rate gives them (fusion.compile_pads)
     padded_gemm_ms: Optional[float] = None
     padded_gemm_fixed_ms: Optional[float] = None
     # the layout transposes around eager convolutions, which Inductor's layout optimization removes
-    # (waste.compile_layout)
+    # (fusion.compile_layout)
     layout_ms: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
