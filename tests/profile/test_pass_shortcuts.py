@@ -101,12 +101,12 @@ def test_fusion_worked_out_once_per_chain_of_the_same_calls_gives_the_plain_verd
 def test_compile_graphs_takes_the_fusion_fix_scenario_already_made():
     from dataclasses import replace
 
-    from perfstack.profile import cpu, summary
+    from perfstack.profile import actions, summary
     from perfstack.profile.analyze import analyze
     from perfstack.records.profile import Launch
     analysed = analyze(load(T / "validation/h100/gpt2-slow.pt.trace.json.gz"))
     p, A, spec = analysed.section, analysed.analysis, lookup("h100-sxm")
-    tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
+    tl = actions.timeline(A.trace, A.att, A.windows, A.cs)
     assert tl is not None
     found = summary.find_waste(A, spec)
     fused = next(w for w in found if w.id == "unfused-elementwise")

@@ -15,8 +15,9 @@ from bisect import bisect_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfstack.profile.actions import Calls, Work, _actions, _caps, _median, _steps
 from perfstack.profile.cpu import (ALLOC_CALLS, ALLOC_SYNCS, BLOCKING_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES, SYNC_CALLS,
-                                   SYNC_OPS, _actions, _caps, _first_at, _median, _steps, spans)
+                                   SYNC_OPS, spans)
 from perfstack.profile.simulate import (COPY_SYNC, GRAPH_US_PER_KERNEL, LAUNCH, SYNC, SYNC_OVERHEAD_US, Scenario,
                                         Timeline, replay)
 from perfstack.profile.summary import _fix_scenario
@@ -222,7 +223,7 @@ def test_the_typical_cost_of_each_launch_name_is_the_median_of_its_launches(seed
 def plain_actions(t: Timeline, rts, gpu, by_launch, at, t0, t_end):
     """The actions as the model states them: each modelled call as a (start, index, kind) tuple, sorted."""
     cand = []
-    for j in range(_first_at(rts, t0), len(rts)):
+    for j in range(bisect_left([r.ts for r in rts], t0), len(rts)):
         r = rts[j]
         if r.ts >= t_end:
             break
@@ -271,7 +272,9 @@ def test_the_actions_columns_are_the_sorted_calls(seed, in_order):
     rng.shuffle(at)  # the events' positions in the timeline (start order)
     t0, t_end = rng.choice([0.0, 20.0]), rng.choice([90.0, 200.0])
     want = plain_actions(t, rts, gpu, by_launch, at, t0, t_end)
-    got = _actions(t, rts, gpu, by_launch, at, t0, t_end)
+    calls = Calls([r.ts for r in rts], [r.dur for r in rts], [r.name for r in rts])
+    work = Work([g.ts for g in gpu], [g.dur for g in gpu], [g.stream for g in gpu], [1] * len(gpu), [], [])
+    got = _actions(t, calls, work, by_launch, at, t0, t_end)
     assert (*got, list(t.g_action)) == want
 
 

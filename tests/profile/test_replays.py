@@ -253,3 +253,88 @@ def test_a_summary_with_the_second_process_is_the_serial_one(forced: None, count
             run["meta"].pop(k, None)
     assert shared == alone
     assert mine < counted[0]  # the second process took some
+
+
+def analysed(name: str = "validation/h100/gpt2-slow.pt.trace.json.gz"):
+    from perfstack.profile.analysis import Analysis
+    from perfstack.profile.trace import load
+    return Analysis(load(T / name))
+
+
+def same_timeline(a: Timeline, b: Timeline) -> bool:
+    """Column by column, to the bit."""
+    def raw(t: Timeline) -> list[bytes]:
+        events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
+        return [array(code, events.flat if k == "flat" else events.ends if k == "ends" else getattr(t, k)).tobytes()
+                for k, code in replays.COLUMNS.items()]
+    scalars = [(x.t0, type(x.t0), x.n_steps, x.tail_us.hex(), x.latency_us.hex()) for x in (a, b)]
+    return scalars[0] == scalars[1] and raw(a) == raw(b)
+
+
+def test_the_second_process_builds_the_timeline_this_one_would(forced: None, counted: list[int]) -> None:
+    from perfstack.profile import actions
+    A = analysed()
+    here = actions.timeline(A.trace, A.att, A.windows, A.cs)
+    assert here is not None and len(here.kind) > 1000
+    helper = replays.start(1)
+    assert helper is not None
+    try:
+        building = replays.build(A.trace, A.att, A.windows, A.cs, helper)
+        assert building
+        rp = replays.timeline(A.trace, A.att, A.windows, A.cs, helper, building)
+        assert rp is not None and rp.helper is helper  # its own timeline, not sent back to it
+        assert same_timeline(rp.tl, here)
+        assert list(rp.tl.positions()) == list(here.positions())
+        counted[0] = 0
+        scs = [replays.RECORDED]
+        rp.want((sc, s) for sc in scs for s in SCALES)
+        wait_for_theirs(rp, len(SCALES))
+        assert bits([rp.replay(s, sc) for sc in scs for s in SCALES]) == serial(here, scs)
+        assert counted[0] < len(SCALES)  # it replays the timeline it built
+    finally:
+        helper.close()
+
+
+@pytest.mark.parametrize("answer", [
+    "sys.stdout.buffer.write(b'not a frame at all, but long enough to be read as one'); sys.stdout.flush()",
+    "sys.exit(3)",  # dies
+    "sys.stdout.buffer.write(FRAME_DONE_UNKNOWN); sys.stdout.flush()",  # a figure, not a timeline
+    "sys.stdout.buffer.write(FRAME_WRONG_COLUMN); sys.stdout.flush()",  # a column of what it was sent, not built
+])
+def test_a_second_process_that_does_not_build_the_timeline_is_given_up(answer: str) -> None:
+    from perfstack.profile import actions
+    A = analysed()
+    here = actions.timeline(A.trace, A.att, A.windows, A.cs)
+    assert here is not None
+    enc = msgspec.msgpack.Encoder()
+    head = frame(enc, next(iter(_line(here))))
+    code = (f"import sys, time\nFRAME_DONE_UNKNOWN = {frame(enc, replays._Done(0, 1.0, 1.0))!r}\n"
+            f"FRAME_WRONG_COLUMN = {head + frame(enc, _Col('c_ts', b''))!r}\n{answer}\n{READ_AWAY}")
+    helper = helper_running(code)
+    try:
+        building = replays.build(A.trace, A.att, A.windows, A.cs, helper)
+        rp = replays.timeline(A.trace, A.att, A.windows, A.cs, helper, building)
+    finally:
+        helper.close()
+    assert rp is not None and rp.helper is None and same_timeline(rp.tl, here)
+    assert rp.recorded(1.0).hex() == replay(here, 1.0, replays.RECORDED).hex()
+
+
+def test_inputs_that_do_not_make_a_timeline_are_refused() -> None:
+    from perfstack.profile import actions
+    A = analysed()
+    inputs = actions.inputs(A.trace, A.att, A.windows)
+    assert inputs is not None
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(replays._TO)
+    head, *cols = [dec.decode(enc.encode(m)) for m in replays._inputs(*inputs, A.windows, A.cs)]
+    arrays = {m.name: _column(m) for m in cols}
+    assert same_timeline(replays._built(head, arrays), actions.build(*inputs, A.windows, A.cs))
+    n_calls = len(arrays["c_ts"])
+    for name, broken in (("c_dur", arrays["c_dur"][:-1]),  # a call's duration short
+                         ("w_step", arrays["w_step"][1:]),  # an event's step short
+                         ("c_name", array("q", [len(head.names)]) + arrays["c_name"][1:]),  # a name past the table
+                         ("w_launch", array("q", [n_calls]) + arrays["w_launch"][1:])):  # a launch past the calls
+        with pytest.raises(replays._Bad):
+            replays._built(head, {**arrays, name: broken})
+    with pytest.raises(replays._Bad):
+        replays._built(replays._Build(head.names, []), arrays)  # no step

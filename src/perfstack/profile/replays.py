@@ -26,12 +26,20 @@ import subprocess
 import sys
 import threading
 from array import array
-from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import msgspec
 
+from perfstack.profile import actions
+from perfstack.profile.actions import Calls, Windows, Work
 from perfstack.profile.cores import child_command, frame, frames, spare_core, widen_pipe
+from perfstack.profile.cpu import CpuSpans
 from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
+from perfstack.profile.timeline import Spans
+
+if TYPE_CHECKING:
+    from perfstack.profile.attribute import Attribution
+    from perfstack.profile.trace import Trace
 
 MIN_CALLS = 100_000  # runtime calls of a trace worth a second process (a replay of 300k actions: ~0.08 s)
 STALL_S = 60.0  # a replay the second process started and has not finished in this long: it is given up
@@ -47,11 +55,22 @@ Job = Tuple[Scenario, float]  # a scenario, at a CPU scale
 # scenario once, jobs by the scenario's number, and jobs no longer wanted; from it: a job started, a
 # job done. Arrays travel as their bytes (doubles to the last bit).
 
+_Num = Union[int, float]  # a time as it was worked out: an int stays one
+
+
 class _Line(msgspec.Struct, array_like=True, tag=0):
     """The timeline's scalars; its columns follow, one _Col each (COLUMNS)."""
-    t0: float
-    tail_us: float
-    latency_us: float
+    t0: _Num
+    n_steps: int
+    tail_us: _Num
+    latency_us: _Num
+
+
+class _Build(msgspec.Struct, array_like=True, tag=7):
+    """What the timeline is built from, to the second process: the runtime calls' distinct names and the steps'
+    windows; the columns follow, one _Col each (INPUTS)."""
+    names: List[str]
+    windows: List[Tuple[int, _Num, _Num]]
 
 
 class _Col(msgspec.Struct, array_like=True, tag=6):
@@ -59,11 +78,17 @@ class _Col(msgspec.Struct, array_like=True, tag=6):
     data: bytes
 
 
-# what a replay reads of a frozen timeline, with the type of each array; "ends" and "flat" are its events
+# a frozen timeline's columns, with the type of each array; "ends" and "flat" are its events
 COLUMNS = {"kind": "b", "step": "q", "dur": "d", "gap": "d", "gap_dl": "d", "gap_alloc": "d", "gap_op": "d",
-           "alloc_sync": "b", "ends": "q", "flat": "q", "g_dur": "d", "g_stream": "q", "g_bubble": "d", "g_dep": "b"}
+           "alloc_sync": "b", "ends": "q", "flat": "q", "g_dur": "d", "g_stream": "q", "g_bubble": "d", "g_dep": "b",
+           "g_index": "q", "g_action": "q"}
 _PER_ACTION = ("kind", "step", "dur", "gap", "gap_dl", "gap_alloc", "gap_op", "alloc_sync", "ends")
-_PER_EVENT = ("g_dur", "g_stream", "g_bubble", "g_dep")
+_PER_EVENT = ("g_dur", "g_stream", "g_bubble", "g_dep", "g_index", "g_action")
+# what it is built from (actions.Calls as c_, actions.Work as w_, the names as indexes into _Build.names; the
+# cpu.CpuSpans' starts and ends)
+_SPANS = ("dataloader", "alloc", "sync", "ops")
+INPUTS = {"c_ts": "d", "c_dur": "d", "c_name": "q", "w_ts": "d", "w_dur": "d", "w_stream": "q", "w_kernel": "b",
+          "w_launch": "q", "w_step": "q", **{f"{k}_{end}": "d" for k in _SPANS for end in ("starts", "ends")}}
 
 
 class _Sc(msgspec.Struct, array_like=True, tag=1):
@@ -98,8 +123,9 @@ class _Done(_Key, tag=5):
     us: float
 
 
-_TO = Union[_Line, _Col, _Sc, _Job, _Drop]
+_TO = Union[_Line, _Build, _Col, _Sc, _Job, _Drop]
 _FROM = Union[_Started, _Done]
+_BUILT = Union[_Line, _Col]
 
 
 class _Bad(Exception):
@@ -109,7 +135,7 @@ class _Bad(Exception):
 def _line(t: Timeline) -> Iterator[Union[_Line, _Col]]:
     """The frozen timeline as it travels, a column at a time (each as the bytes of the array it is: a copy of
     one column, not of the whole, is made to send it)."""
-    yield _Line(t.t0, t.tail_us, t.latency_us)
+    yield _Line(t.t0, t.n_steps, t.tail_us, t.latency_us)
     events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
     for name, code in COLUMNS.items():
         xs = getattr(events, name) if name in ("ends", "flat") else getattr(t, name)
@@ -119,7 +145,7 @@ def _line(t: Timeline) -> Iterator[Union[_Line, _Col]]:
 
 
 def _column(m: _Col) -> array[Any]:
-    code = COLUMNS.get(m.name)
+    code = COLUMNS.get(m.name) or INPUTS.get(m.name)
     if code is None:
         raise _Bad(f"no column {m.name[:40]!r}")
     out = array(code)
@@ -134,17 +160,54 @@ def _timeline(head: _Line, a: Dict[str, array[Any]]) -> Timeline:
     """The timeline its columns make (_Bad where they do not make one)."""
     if len({len(a[k]) for k in _PER_ACTION}) != 1 or len({len(a[k]) for k in _PER_EVENT}) != 1:
         raise _Bad("columns of unequal length")
-    n = len(a["g_dur"])
-    if any(not 0 <= e < n for e in a["flat"]):
-        raise _Bad("an event out of range")
+    n, n_actions = len(a["g_dur"]), len(a["kind"])
+    if any(not 0 <= e < n for e in a["flat"]) or any(not -1 <= x < n_actions for x in a["g_action"]):
+        raise _Bad("an event or an action out of range")
+    if any(e < 0 for e in a["g_index"]):
+        raise _Bad("a negative event index")
     try:
         events = Ragged(a.pop("flat"), a.pop("ends"))
     except ValueError as e:
         raise _Bad(str(e)) from None
-    return Timeline(head.t0, 0, head.tail_us, kind=a["kind"], dur=a["dur"], step=a["step"], gap=a["gap"],
+    return Timeline(head.t0, head.n_steps, head.tail_us, kind=a["kind"], dur=a["dur"], step=a["step"], gap=a["gap"],
                     gap_dl=a["gap_dl"], gap_alloc=a["gap_alloc"], gap_op=a["gap_op"], alloc_sync=a["alloc_sync"],
                     events=events, g_dur=a["g_dur"], g_stream=a["g_stream"], g_bubble=a["g_bubble"], g_dep=a["g_dep"],
-                    latency_us=head.latency_us).freeze()
+                    g_index=a["g_index"], g_action=a["g_action"], latency_us=head.latency_us).freeze()
+
+
+def _inputs(calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> Iterator[Union[_Build, _Col]]:
+    """What the timeline is built from, as it travels (OverflowError, TypeError: a value no array holds)."""
+    table: Dict[str, int] = {}
+    names = array("q", [table.setdefault(n, len(table)) for n in calls.name])
+    yield _Build(list(table), [tuple(w) for w in windows])
+    cols: Dict[str, Any] = {"c_ts": calls.ts, "c_dur": calls.dur, "c_name": names, "w_ts": work.ts, "w_dur": work.dur,
+                            "w_stream": work.stream, "w_kernel": work.kernel, "w_launch": work.launch,
+                            "w_step": work.step}
+    for k in _SPANS:
+        spans = getattr(cs, k)
+        cols[f"{k}_starts"], cols[f"{k}_ends"] = spans.starts, spans.ends
+    for name, code in INPUTS.items():
+        xs = cols[name]
+        if not (isinstance(xs, array) and xs.typecode == code):
+            xs = array(code, xs)
+        yield _Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
+
+
+def _built(head: _Build, a: Dict[str, array[Any]]) -> Timeline:
+    """The timeline built from its inputs (_Bad where they do not make one)."""
+    if len({len(a[k]) for k in INPUTS if k.startswith("c_")}) != 1 or \
+            len({len(a[k]) for k in INPUTS if k.startswith("w_")}) != 1 or not head.windows:
+        raise _Bad("inputs of unequal length")
+    n_names, n_calls = len(head.names), len(a["c_ts"])
+    if any(not 0 <= i < n_names for i in a["c_name"]) or any(not -1 <= j < n_calls for j in a["w_launch"]):
+        raise _Bad("a name or a launch out of range")
+    calls = Calls(a["c_ts"], a["c_dur"], list(map(head.names.__getitem__, a["c_name"])))
+    work = Work(a["w_ts"], a["w_dur"], a["w_stream"], a["w_kernel"], a["w_launch"], a["w_step"])
+    try:
+        cs = CpuSpans(*(Spans.of_merged(a[f"{k}_starts"], a[f"{k}_ends"]) for k in _SPANS))
+    except ValueError as e:
+        raise _Bad(str(e)) from None
+    return actions.build(calls, work, head.windows, cs)
 
 
 def _sc(number: int, sc: Scenario) -> _Sc:
@@ -177,6 +240,53 @@ class Helper:
         self.fd = proc.stdout.fileno()  # type: ignore[union-attr]
         os.set_blocking(self.fd, False)
         widen_pipe(proc.stdin.fileno(), PIPE_BYTES)  # type: ignore[union-attr]  # room for a scenario's arrays
+        widen_pipe(self.fd, PIPE_BYTES)  # and for the timeline it sends back
+        self.rest = bytearray()  # what came after the timeline it built
+
+    def build(self, calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> bool:
+        """Sends what the timeline is built from: the second process builds it while this one goes on. False
+        where nothing could be sent (then it is built here)."""
+        try:
+            msgs = list(_inputs(calls, work, windows, cs))
+            out = self.proc.stdin
+            enc = msgspec.msgpack.Encoder()
+            for m in msgs:
+                out.write(frame(enc, m))  # type: ignore[union-attr]
+            out.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError, TypeError, OverflowError):
+            return False
+        return True
+
+    def built(self) -> Optional[Timeline]:
+        """The timeline the second process built; None where it failed to (it is then ended)."""
+        dec = msgspec.msgpack.Decoder(_BUILT)
+        buf = self.rest
+        head: Optional[_Line] = None
+        cols: Dict[str, array[Any]] = {}
+        try:
+            while True:
+                if not select.select([self.fd], [], [], STALL_S)[0]:
+                    raise _Bad("stalled")
+                try:
+                    data = os.read(self.fd, PIPE_BYTES)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    raise _Bad("it ended")
+                buf += data
+                for m in frames(buf, dec, _MAX_FRAME):
+                    if isinstance(m, _Line):
+                        head = m
+                    elif head is None or m.name not in COLUMNS:
+                        raise _Bad("not its timeline")
+                    else:
+                        cols[m.name] = _column(m)
+                    if len(cols) == len(COLUMNS):
+                        return _timeline(head, cols)  # (it sends nothing more before it is asked for a replay)
+        except (OSError, ValueError, _Bad, msgspec.MsgspecError):
+            pass
+        self.close()
+        return None
 
     def close(self) -> None:
         """Ends it at once: what it may still be replaying nobody asked for (it writes nothing but its pipe)."""
@@ -209,10 +319,31 @@ def start(runtime_calls: int) -> Optional[Helper]:
         return None
 
 
+def build(trace: Trace, att: Attribution, windows: Windows, cs: CpuSpans, helper: Optional[Helper]) -> bool:
+    """Has ``helper`` build the replay timeline, where there is one to build; False: it is built here."""
+    if helper is None:
+        return False
+    inputs = actions.inputs(trace, att, windows)
+    return inputs is not None and helper.build(*inputs, windows, cs)
+
+
+def timeline(trace: Trace, att: Attribution, windows: Windows, cs: CpuSpans, helper: Optional[Helper],
+             building: bool) -> Optional[Replays]:
+    """The replays of the trace's timeline (None without one): of the timeline ``helper`` built where
+    ``building``, else of one built here (shared with ``helper`` where it is alive)."""
+    if building:
+        tl = helper.built()  # type: ignore[union-attr]
+        if tl is not None:
+            return Replays(tl, helper, held=True)
+        helper = None
+    tl = actions.timeline(trace, att, windows, cs)
+    return Replays(tl, helper) if tl is not None else None
+
+
 class Replays:
     """The replays of a frozen timeline, each worked out once, by this process or by ``helper``'s."""
 
-    def __init__(self, tl: Timeline, helper: Optional[Helper] = None) -> None:
+    def __init__(self, tl: Timeline, helper: Optional[Helper] = None, held: bool = False) -> None:
         self.tl = tl
         self.done: dict[Tuple[int, float], float] = {}
         self.numbers: dict[int, int] = {}  # a scenario's number, by its id ...
@@ -226,8 +357,10 @@ class Replays:
         self.order: List[Tuple[int, float]] = []  # the replays wanted, in the order they were
         self.scenarios_sent: set[int] = set()
         if helper is not None:
-            for m in _line(tl):  # a column at a time: the pipe takes it while the other process reads
-                self._send([m])
+            self.buf += helper.rest
+            if not held:  # (``held``: it built the timeline itself)
+                for m in _line(tl):  # a column at a time: the pipe takes it while the other process reads
+                    self._send([m])
 
     def recorded(self, cpu_scale: float = 1.0) -> float:
         return self.replay(cpu_scale, RECORDED)
@@ -337,7 +470,7 @@ def main(argv: List[str]) -> int:
     enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_TO)
     buf = bytearray()
     tl: Optional[Timeline] = None
-    head: Optional[_Line] = None
+    head: Optional[Union[_Line, _Build]] = None
     cols: Dict[str, array[Any]] = {}
     scenarios: dict[int, Scenario] = {}
     stack: List[Tuple[int, float]] = []
@@ -353,12 +486,17 @@ def main(argv: List[str]) -> int:
                 return 0
             buf += data
             for m in frames(buf, dec, _MAX_FRAME):
-                if isinstance(m, _Line):
+                if isinstance(m, (_Line, _Build)):
                     head, cols = m, {}
                 elif isinstance(m, _Col):
                     cols[m.name] = _column(m)
-                    if len(cols) == len(COLUMNS) and head is not None:
+                    if isinstance(head, _Line) and len(cols) == len(COLUMNS):
                         tl, cols = _timeline(head, cols), {}
+                    elif isinstance(head, _Build) and len(cols) == len(INPUTS):
+                        tl, cols = _built(head, cols), {}
+                        for line in _line(tl):  # the timeline, back to the process that asked
+                            out.write(frame(enc, line))
+                        out.flush()
                 else:
                     _job(m, scenarios, stack, dropped)
             try:

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from perfstack.errors import InputError
 from perfstack.model import Finding, Run
 from perfstack.records.meta import run_meta
-from perfstack.profile import (accumulation, busy, comm, copies, cpu, efficiency, recompute, replays, rules, scatter,
-                               waste)
+from perfstack.profile import accumulation, busy, comm, copies, efficiency, recompute, replays, rules, scatter, waste
 from perfstack.profile.analysis import Analysis
 from perfstack.profile.analyze import analyze
 from perfstack.records.profile.means import OverheadMethod
@@ -392,13 +391,11 @@ def _summarize(path: str | Path, spec_name: str | None, unprofiled_step_ms: floa
 def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None, unprofiled_step_ms: float | None,
               unprofiled_note: str | None, model_flops: float | None) -> tuple[Section, GpuSpec | None]:
     A = Analysis(trace)
-    # the replay timeline first, so that the second process (if any) takes it in and replays what needs no
-    # more than it while this one sums up the steps and the kernels
-    tl = cpu.timeline(A.trace, A.att, A.windows, A.cs)
-    rp = Replays(tl, helper) if tl is not None else None
+    building = replays.build(trace, A.att, A.windows, A.cs, helper)  # the second process builds the timeline ...
+    analysed = analyze(trace, A)  # ... while this one sums up the steps and the kernels
+    rp = replays.timeline(trace, A.att, A.windows, A.cs, helper, building)
     if rp is not None:
         rp.want([(RECORDED, 1.0), (RECORDED, MIN_SCALE)])
-    analysed = analyze(trace, A)
     p = analysed.section
     spec = _spec(spec_name or p.device_name)
     gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)

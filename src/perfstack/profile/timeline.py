@@ -47,7 +47,7 @@ class Spans:
         self._set([s for s, _ in merged], [e for _, e in merged])
 
     @classmethod
-    def of_merged(cls, starts: list[float], ends: list[float]) -> Spans:
+    def of_merged(cls, starts: Sequence[float], ends: Sequence[float]) -> Spans:
         """Spans from intervals already disjoint and sorted (as ``union`` leaves them)."""
         self = cls.__new__(cls)
         self._set(starts, ends)
