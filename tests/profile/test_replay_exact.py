@@ -275,7 +275,8 @@ def test_the_actions_columns_are_the_sorted_calls(seed, in_order):
     calls = Calls([r.ts for r in rts], [r.dur for r in rts], [r.name for r in rts])
     work = Work([g.ts for g in gpu], [g.dur for g in gpu], [g.stream for g in gpu], [1] * len(gpu), [], [])
     got = _actions(t, calls, work, by_launch, at, t0, t_end)
-    assert (*got, list(t.g_action)) == want
+    assert (list(got.ts), got.names, list(got.took), got.kinds, [list(evs) for evs in got.events],
+            list(t.g_action)) == want
 
 
 @settings(max_examples=200, deadline=None)

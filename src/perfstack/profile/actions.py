@@ -19,7 +19,7 @@ from operator import attrgetter, eq, le, sub
 from typing import TYPE_CHECKING, Any, List, NamedTuple, Sequence
 
 from perfstack.profile.cpu import ALLOC_SYNCS, BLOCKING_COPIES, GRAPH_LAUNCHES, KERNEL_LAUNCHES, SYNC_CALLS, CpuSpans
-from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Timeline
+from perfstack.profile.simulate import COPY_SYNC, LAUNCH, SYNC, Ragged, Timeline
 from perfstack.profile.timeline import first_after
 
 if TYPE_CHECKING:
@@ -70,36 +70,41 @@ def timeline(trace: Trace, att: Attribution, windows: Windows, cs: CpuSpans) -> 
 
 def build(calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> Timeline:
     """The frozen timeline of these columns (``windows``: at least one)."""
-    by_launch: dict[int, list[int]] = {}
+    # the events of each launch: most launch one, held as its index (a list for each of the 340k launches of a 1 GB
+    # trace took 20 MB more)
+    by_launch: dict[int, int | list[int]] = {}
     for i, (j, k) in enumerate(zip(work.launch, work.step)):
         if j >= 0 and k >= 0:
-            lst = by_launch.get(j)
-            if lst is None:
-                by_launch[j] = [i]
+            evs = by_launch.get(j)
+            if evs is None:
+                by_launch[j] = i
+            elif isinstance(evs, int):
+                by_launch[j] = [evs, i]
             else:
-                lst.append(i)
+                evs.append(i)
     t0, t_end = windows[0][1], windows[-1][2]
     tl = Timeline(t0=t0, n_steps=len(windows), tail_us=0.0)
     at = _gpu_events(tl, work, by_launch)
     tl.latency_us = _latency(work, calls)
     _bubbles(tl, work, calls, at)
     actions = _actions(tl, calls, work, by_launch, at, t0, t_end)
-    del by_launch, at  # (a list per launch: tens of MB of a large trace, not held while the gaps are worked out)
+    del by_launch, at  # (tens of MB of a large trace, not held while the gaps are worked out)
     cursor = _add_actions(tl, actions, [a for _, a, _ in windows], cs)
     tl.tail_us = max(0.0, t_end - cursor)
     return tl.freeze()
 
 
 class Actions(NamedTuple):
-    """The actions of a timeline in start order, as parallel lists."""
-    ts: list[float]  # the runtime call's start
+    """The actions of a timeline in start order, as parallel columns (arrays and one Ragged, not a list of floats
+    and a list per action: 40 MB less for the 340k actions of a 1 GB trace)."""
+    ts: Sequence[float]  # the runtime call's start
     names: list[str]
-    took: list[float]  # its duration
+    took: Sequence[float]  # its duration
     kinds: list[int]  # LAUNCH, COPY_SYNC or SYNC
-    events: list[list[int]]  # the GPU events it launches (positions in the timeline, in order)
+    events: Ragged  # the GPU events it launches (positions in the timeline, in order)
 
 
-def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, list[int]], at: list[int],
+def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, int | list[int]], at: Sequence[int],
              t0: float, t_end: float) -> Actions:
     """The runtime calls of the profiled steps that the replay models, in start order: launches of
     attributed GPU work (a launch that waits for its work to begin is a copy-sync) and syncs; each GPU
@@ -109,7 +114,7 @@ def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, list[i
     ts, took = array("d"), array("d")
     names: list[str] = []
     kinds: list[int] = []
-    events: list[list[int]] = []
+    flat, ends = array("q"), array("q")
     g_action = tl.g_action
     c_ts, c_dur, c_name, g_ts = calls.ts, calls.dur, calls.name, work.ts
     i = len(tl.kind)  # the next action's index
@@ -121,12 +126,13 @@ def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, list[i
         name = c_name[j]
         launched = by_launch.get(j)
         if launched is not None:
-            if len(launched) == 1:
-                k = at[launched[0]]
-                evs = [k]
+            if isinstance(launched, int):
+                k = at[launched]
+                flat.append(k)
                 g_action[k] = i
             else:
                 evs = sorted(at[e] for e in launched)
+                flat.extend(evs)
                 for k in evs:
                     g_action[k] = i
             # a call that returns only after its GPU work began (a pageable copy, a blocking memcpy) also
@@ -134,11 +140,11 @@ def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, list[i
             # most calls are kernel launches)
             d = c_dur[j]
             blocking = name in BLOCKING_COPIES or (d > 20.0 and name not in KERNEL_LAUNCHES and name not in GRAPH_LAUNCHES
-                                                   and min(g_ts[e] for e in launched) < t + d)
+                                                   and (g_ts[launched] if isinstance(launched, int)
+                                                        else min(g_ts[e] for e in launched)) < t + d)
             kinds.append(COPY_SYNC if blocking else LAUNCH)
         elif name in SYNC_CALLS or name in BLOCKING_COPIES or name in ALLOC_SYNCS:
             d = c_dur[j]
-            evs = []
             kinds.append(SYNC)
         else:
             continue
@@ -148,24 +154,33 @@ def _actions(tl: Timeline, calls: Calls, work: Work, by_launch: dict[int, list[i
         ts.append(t)
         names.append(name)
         took.append(d)
-        events.append(evs)
+        ends.append(len(flat))
         i += 1
+    events = Ragged(flat, ends)
     if in_order:
-        return Actions(ts.tolist(), names, took.tolist(), kinds, events)
+        return Actions(ts, names, took, kinds, events)
     order = sorted(range(len(ts)), key=ts.__getitem__)  # stable: calls starting together stay in trace order
-    out = Actions([ts[k] for k in order], [names[k] for k in order], [took[k] for k in order],
-                  [kinds[k] for k in order], [events[k] for k in order])
-    for i, evs in enumerate(out.events, len(tl.kind)):
-        for k in evs:
+    out = Actions(array("d", map(ts.__getitem__, order)), [names[k] for k in order],
+                  array("d", map(took.__getitem__, order)), [kinds[k] for k in order],
+                  Ragged.of([events[k] for k in order]))
+    for i, moved in enumerate(out.events, len(tl.kind)):
+        for k in moved:
             g_action[k] = i
     return out
 
 
-def _gpu_events(tl: Timeline, work: Work, by_launch: dict[int, list[int]]) -> list[int]:
+def _gpu_events(tl: Timeline, work: Work, by_launch: dict[int, int | list[int]]) -> array[int]:
     """The attributed GPU events into the timeline, in start order (durations, streams; bubbles and
     dependencies are filled by ``_bubbles``, actions by ``_actions``); the position there of each event of
-    ``work`` (-1: not there; a list, not a dict: the passes after this look every event up)."""
-    order = sorted((i for evs in by_launch.values() for i in evs), key=work.ts.__getitem__)
+    ``work`` (-1: not there; an array indexed by event, not a dict: the passes after this look every event up)."""
+    launched: list[int] = []
+    for evs in by_launch.values():
+        if isinstance(evs, int):
+            launched.append(evs)
+        else:
+            launched += evs
+    order = sorted(launched, key=work.ts.__getitem__)
+    del launched
     first = len(tl.g_dur)
     tl.g_dur.extend(map(work.dur.__getitem__, order))
     tl.g_stream.extend(map(work.stream.__getitem__, order))
@@ -173,13 +188,13 @@ def _gpu_events(tl: Timeline, work: Work, by_launch: dict[int, list[int]]) -> li
     tl.g_dep.extend([False] * len(order))
     tl.g_index.extend(order)
     tl.g_action.extend([-1] * len(order))
-    at = [-1] * len(work.ts)
+    at = array("q", [-1]) * len(work.ts)
     for k, i in enumerate(order, first):
         at[i] = k
     return at
 
 
-def _bubbles(tl: Timeline, work: Work, calls: Calls, at: list[int]) -> None:
+def _bubbles(tl: Timeline, work: Work, calls: Calls, at: Sequence[int]) -> None:
     """Each GPU event's bubble: the idle before it that neither its launch nor its stream explains."""
     # a pass over every event of the device: maxima written as comparisons (no call per event), each
     # choosing the same value max() would
@@ -222,13 +237,11 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     # count each call at most a few times the typical cost of its kind, and let the replay's GPU
     # timeline supply the wait.
     cap = _caps(names, took, kinds)
-    durs = [m if (m := cap[name] if kind == LAUNCH else 8.0) < d else d for name, kind, d in zip(names, kinds, took)]
+    tl.dur.extend(m if (m := cap[name] if kind == LAUNCH else 8.0) < d else d for name, kind, d in zip(names, kinds, took))
     # the CPU gap before each action: from the end of the latest action before it (the first: from the window's
     # start) to its start; one loop for the three (the running maximum inline: max() called per action, and a
-    # comprehension per figure, took twice as long)
-    gap_a: list[float] = []
-    gap_b: list[float] = []
-    gap: list[float] = []
+    # comprehension per figure, took twice as long); arrays, a third of the memory of lists of new floats
+    gap_a, gap_b, gap = array("d"), array("d"), array("d")
     cursor = tl.t0
     for t, d in zip(ts, took):
         gap_a.append(cursor)
@@ -241,7 +254,6 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     dl = cs.dataloader.overlaps(gap_a, gap_b)  # an empty gap overlaps nothing: 0.0
     op = cs.ops.overlaps(gap_a, gap_b)
     tl.kind.extend(kinds)
-    tl.dur.extend(durs)
     tl.step.extend(_steps(ts, starts))
     tl.gap.extend(gap)
     tl.gap_dl.extend(dl)
@@ -249,12 +261,15 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     # (without DataLoader spans there is nothing to take off: x - 0.0 is x)
     tl.gap_op.extend([x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op)])
     assert isinstance(tl.events, list)  # (not frozen yet)
-    tl.events.extend(events)
+    if tl.events:
+        tl.events.extend(map(list, events))
+    else:
+        tl.events = events  # (freeze keeps it as it is)
     tl.alloc_sync.extend([kind == SYNC and name in ALLOC_SYNCS for name, kind in zip(names, kinds)])
     return cursor
 
 
-def _caps(names: list[str], took: list[float], kinds: list[int]) -> dict[str, float]:
+def _caps(names: list[str], took: Sequence[float], kinds: list[int]) -> dict[str, float]:
     """The most a launch call of each name counts: max(4 m, m + 30 µs), m the typical cost of the launches of
     that name (``_median`` of their durations), from the distinct (name, duration) pairs counted at once."""
     counts = Counter(compress(zip(names, took), map(eq, kinds, repeat(LAUNCH))))
@@ -272,7 +287,7 @@ def _caps(names: list[str], took: list[float], kinds: list[int]) -> dict[str, fl
     return cap
 
 
-def _steps(ts: list[float], starts: list[float]) -> list[int]:
+def _steps(ts: Sequence[float], starts: list[float]) -> list[int]:
     """The step of each action (``ts``: their starts, in time order): the last window starting before it
     (bisect_left(starts, t + 1e-9) - 1), the first window for those before every window; the windows' bounds
     found by bisection, not each action's step."""

@@ -1,5 +1,6 @@
 """The CPU side of a trace: what the host was doing (data loading, allocator calls, blocking syncs,
-operator dispatch), why each GPU idle gap happened, and the action sequence the replay model runs.
+operator dispatch) and why each GPU idle gap happened. The action sequence the replay model runs is
+``actions``'.
 
 Why a gap happened is decided by the launch of the kernel that ends it (its correlation id): if
 that launch had already returned when the GPU went idle, the kernel was queued and the GPU was

@@ -5,15 +5,18 @@ A summary replays its timeline a score of times (the overhead's CPU scales, then
 or three of them), each a pass over every action and GPU event: two seconds of a 1 GB trace's analysis,
 on one core, while the core that read half of its text sits idle. Where a core is spare and the trace is
 large, a second process is started as soon as the trace is read (``start``: it costs a tenth of a second
-to start, hidden behind the analysis) and is sent the frozen timeline when there is one. The summary
+to start, hidden behind the analysis). It is sent what the timeline is built from (``build``: the columns
+of the runtime calls and GPU events, 32 MB for a 1 GB trace), builds the timeline (``actions.build``, three
+seconds of that trace's analysis) while this process sums up the steps and the kernels, and sends it back
+(``timeline``); where that fails, the timeline is built here and sent to it. The summary
 then says which replays it will ask for, in the order it will ask (``want``), as soon as it knows them;
 the other process takes the newest first (the ones asked for last), while this one, asked for a replay
 (``replay``), uses the other's figure where it has come, waits where the other has started it, and
 otherwise works it out itself. So the second process works while this one runs the waste detectors,
 and both meet in the middle of the fixes' replays.
 
-A replay is the same arithmetic on the same doubles in either process, so every figure is the same to
-the last bit whoever worked it out. Anything going wrong with the second process -- it cannot start,
+A replay, and the timeline's build, are the same arithmetic on the same doubles in either process, so every
+figure is the same to the last bit whoever worked it out. Anything going wrong with the second process -- it cannot start,
 dies, stalls, or sends anything but its frames -- and this one replays the rest itself, the reference.
 """
 
