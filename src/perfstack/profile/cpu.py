@@ -1,6 +1,6 @@
 """The CPU side of a trace: what the host was doing (data loading, allocator calls, blocking syncs,
-operator dispatch) and why each GPU idle gap happened. The action sequence the replay model runs is
-``actions``'.
+operator dispatch) and why each GPU idle gap happened. The action sequence the replay model runs is built
+in ``actions``.
 
 Why a gap happened is decided by the launch of the kernel that ends it (its correlation id): if
 that launch had already returned when the GPU went idle, the kernel was queued and the GPU was
