@@ -251,15 +251,17 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
         end = t + d
         if end > cursor:  # the value max(cursor, end) keeps
             cursor = end
-    dl = cs.dataloader.overlaps(gap_a, gap_b)  # an empty gap overlaps nothing: 0.0
-    op = cs.ops.overlaps(gap_a, gap_b)
     tl.kind.extend(kinds)
     tl.step.extend(_steps(ts, starts))
     tl.gap.extend(gap)
+    # what filled each gap, one kind at a time (a list of new floats each, not held at once)
+    dl = array("d", cs.dataloader.overlaps(gap_a, gap_b))  # an empty gap overlaps nothing: 0.0
     tl.gap_dl.extend(dl)
     tl.gap_alloc.extend(cs.alloc.overlaps(gap_a, gap_b))
+    op = cs.ops.overlaps(gap_a, gap_b)
     # (without DataLoader spans there is nothing to take off: x - 0.0 is x)
-    tl.gap_op.extend([x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op)])
+    tl.gap_op.extend(x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op))
+    del dl, op
     assert isinstance(tl.events, list)  # (not frozen yet)
     if tl.events:
         tl.events.extend(map(list, events))

@@ -5,6 +5,7 @@ read it; it lives apart from them so that each pass can name it without importin
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from operator import attrgetter
 from typing import Any
@@ -35,7 +36,7 @@ class Analysis:
         self._op_time: dict[int, float] | None = None
         self._op_names: frozenset[str] | None = None
         self._event_costs: list[flops.Cost | None] | None = None
-        self._in_steps: dict[str, list[int]] | None = None
+        self._in_steps: dict[str, array[int]] | None = None
 
     def op_names(self) -> frozenset[str]:
         """The distinct names of the trace's operators: a pass that looks for a name asks here first, and
@@ -74,16 +75,20 @@ class Analysis:
             self._event_costs = out
         return self._event_costs
 
-    def in_steps(self, category: str) -> list[int]:
+    def in_steps(self, category: str) -> array[int]:
         """The GPU events of one category launched inside the steps, in order: a pass that looks at GEMMs
-        only, or copies only, reads these rather than every event of the trace."""
+        only, or copies only, reads these rather than every event of the trace. Arrays (3 MB for the 340k events
+        of a 1 GB trace, where lists of ints took 15), held for the passes after."""
         if self._in_steps is None:
-            by_cat: dict[str, list[int]] = defaultdict(list)
+            by_cat: dict[str, array[int]] = {}
             for i, (s, c) in enumerate(zip(self.att.step, self.att.category)):
                 if s >= 0:
-                    by_cat[c].append(i)
+                    events = by_cat.get(c)
+                    if events is None:
+                        events = by_cat[c] = array("q")
+                    events.append(i)
             self._in_steps = by_cat
-        return self._in_steps.get(category, [])
+        return self._in_steps.get(category, array("q"))
 
     def known_cost(self, o: int) -> flops.Cost:
         """The cost of op ``o``, where the caller has already seen that there is one."""
