@@ -79,13 +79,7 @@ def vocab_loss(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         return None
     w = Waste("large-vocab-loss")
     per_step = fused / n
-    first_of_step: set[int] = set()
-    for i in members:
-        if att.step[i] not in first_of_step:
-            first_of_step.add(att.step[i])
-            w.new_dur[i] = per_step
-        else:
-            w.new_dur[i] = 0.0
+    w.new_dur.update(_one_per_step(members, att.step, per_step))
     w.evidence = LargeVocabLoss(vocab=vocab, rows=rows, fp32=fp32, kernels_per_step=round(len(members) / n, 1),
                                 time_ms=round(t / n / 1e3, 3),
                                 fused_ms=round(per_step / 1e3, 3))
@@ -241,12 +235,20 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     if fused >= t:
         return None
     w = Waste("optimizer-not-fused")
-    seen: set[int] = set()
-    for i in idx:
-        if att.step[i] not in seen:
-            seen.add(att.step[i])
-            w.new_dur[i] = fused
-        else:
-            w.new_dur[i] = 0.0
+    w.new_dur.update(_one_per_step(idx, att.step, fused))
     w.evidence = OptimizerNotFused(round(len(idx) / n, 1), round(t / 1e3, 3), round(fused / 1e3, 3), params)
     return w
+
+
+def _one_per_step(events: Iterable[int], step: Sequence[int], fused_us: float) -> dict[int, float]:
+    """New durations where one fused kernel per step replaces ``events``: the first of each step takes the fused
+    kernel's time, the others go."""
+    out: dict[int, float] = {}
+    seen: set[int] = set()
+    for i in events:
+        if step[i] not in seen:
+            seen.add(step[i])
+            out[i] = fused_us
+        else:
+            out[i] = 0.0
+    return out
