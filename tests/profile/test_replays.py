@@ -17,9 +17,9 @@ import pytest
 from test_replay_exact import random_timeline, scenarios
 
 from perfstack.profile import busy, replays
+from perfstack.profile import replaywire as wire
 from perfstack.profile.cores import frame
-from perfstack.profile.replays import (Helper, Replays, _Col, _column, _Line, _line, _Sc, _sc, _scenario, _Started,
-                                       _timeline)
+from perfstack.profile.replays import Helper, Replays
 from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
 
 T = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -62,35 +62,35 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def travelled(t: Timeline) -> Timeline:
     """The timeline as the second process builds it from the frames it is sent."""
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(Union[_Line, _Col])
-    head, *cols = [dec.decode(enc.encode(m)) for m in _line(t)]
-    return _timeline(head, {m.name: _column(m) for m in cols})
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(Union[wire.Line, wire.Col])
+    head, *cols = [dec.decode(enc.encode(m)) for m in wire.line(t)]
+    return wire.timeline_of(head, {m.name: wire.column(m) for m in cols})
 
 
 def test_the_timeline_and_scenarios_travel_to_the_last_bit() -> None:
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Sc)
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(wire.Sc)
     for seed in range(8):
         t, scs = timeline(seed, 60)
         there = travelled(t)
         assert list(map(list, there.events)) == list(map(list, t.events))
         for sc in scs:
-            theirs = _scenario(dec.decode(enc.encode(_sc(3, sc))))
+            theirs = wire.scenario(dec.decode(enc.encode(wire.sc(3, sc))))
             assert bits([replay(there, s, theirs) for s in SCALES]) == bits([replay(t, s, sc) for s in SCALES])
 
 
 def test_columns_that_do_not_make_a_timeline_are_refused() -> None:
     t, _ = timeline(1, 30)
-    head, *cols = list(_line(t))
-    arrays = {m.name: _column(m) for m in cols}
+    head, *cols = list(wire.line(t))
+    arrays = {m.name: wire.column(m) for m in cols}
     for name, broken in (("gap", arrays["gap"][:-1]),  # one action's work short
                          ("flat", array("q", [len(t.g_dur)] + list(arrays["flat"][1:]))),  # an event past the last
                          ("ends", array("q", reversed(arrays["ends"])))):  # lists that end before they start
-        with pytest.raises(replays._Bad):
-            _timeline(head, {**arrays, name: broken})
-    with pytest.raises(replays._Bad):
-        _column(replays._Col("nothing", b""))
-    with pytest.raises(replays._Bad):
-        _column(replays._Col("gap", b"123"))  # not a whole double
+        with pytest.raises(wire.Bad):
+            wire.timeline_of(head, {**arrays, name: broken})
+    with pytest.raises(wire.Bad):
+        wire.column(wire.Col("nothing", b""))
+    with pytest.raises(wire.Bad):
+        wire.column(wire.Col("gap", b"123"))  # not a whole double
 
 
 def test_a_frozen_timeline_holds_its_events_flat_and_replays_as_before() -> None:
@@ -174,7 +174,7 @@ READ_AWAY = "import sys\nwhile sys.stdin.buffer.read(1 << 16): pass\n"  # takes 
 def test_a_second_process_that_misbehaves_is_given_up(answer: str) -> None:
     t, scs = timeline(3, 200)
     want = serial(t, scs)
-    done = frame(msgspec.msgpack.Encoder(), replays._Done(999, 1.0, 1.0))
+    done = frame(msgspec.msgpack.Encoder(), wire.Done(999, 1.0, 1.0))
     code = f"import sys, time\nFRAME_DONE_UNKNOWN = {done!r}\n{answer}\n{READ_AWAY}"
     helper = helper_running(code)
     rp = Replays(t, helper)
@@ -191,7 +191,7 @@ def test_a_second_process_that_misbehaves_is_given_up(answer: str) -> None:
 def test_a_stalled_second_process_is_waited_for_no_longer_than_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     t, scs = timeline(4, 200)
     monkeypatch.setattr(replays, "STALL_S", 0.5)
-    started = frame(msgspec.msgpack.Encoder(), _Started(0, 1.0))  # says it started the first job, then nothing
+    started = frame(msgspec.msgpack.Encoder(), wire.Started(0, 1.0))  # says it started the first job, then nothing
     helper = helper_running(f"import sys, time\nsys.stdout.buffer.write({started!r}); sys.stdout.flush()\n"
                             "time.sleep(60)")
     rp = Replays(t, helper)
@@ -266,7 +266,7 @@ def same_timeline(a: Timeline, b: Timeline) -> bool:
     def raw(t: Timeline) -> list[bytes]:
         events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
         return [array(code, events.flat if k == "flat" else events.ends if k == "ends" else getattr(t, k)).tobytes()
-                for k, code in replays.COLUMNS.items()]
+                for k, code in wire.COLUMNS.items()]
     scalars = [(x.t0, type(x.t0), x.n_steps, x.tail_us.hex(), x.latency_us.hex()) for x in (a, b)]
     return scalars[0] == scalars[1] and raw(a) == raw(b)
 
@@ -307,9 +307,9 @@ def test_a_second_process_that_does_not_build_the_timeline_is_given_up(answer: s
     here = actions.timeline(A.trace, A.att, A.windows, A.cs)
     assert here is not None
     enc = msgspec.msgpack.Encoder()
-    head = frame(enc, next(iter(_line(here))))
-    code = (f"import sys, time\nFRAME_DONE_UNKNOWN = {frame(enc, replays._Done(0, 1.0, 1.0))!r}\n"
-            f"FRAME_WRONG_COLUMN = {head + frame(enc, _Col('c_ts', b''))!r}\n{answer}\n{READ_AWAY}")
+    head = frame(enc, next(iter(wire.line(here))))
+    code = (f"import sys, time\nFRAME_DONE_UNKNOWN = {frame(enc, wire.Done(0, 1.0, 1.0))!r}\n"
+            f"FRAME_WRONG_COLUMN = {head + frame(enc, wire.Col('c_ts', b''))!r}\n{answer}\n{READ_AWAY}")
     helper = helper_running(code)
     try:
         building = replays.build(A.trace, A.att, A.windows, A.cs, helper)
@@ -325,16 +325,16 @@ def test_inputs_that_do_not_make_a_timeline_are_refused() -> None:
     A = analysed()
     inputs = actions.inputs(A.trace, A.att, A.windows)
     assert inputs is not None
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(replays._TO)
-    head, *cols = [dec.decode(enc.encode(m)) for m in replays._inputs(*inputs, A.windows, A.cs)]
-    arrays = {m.name: _column(m) for m in cols}
-    assert same_timeline(replays._built(head, arrays), actions.build(*inputs, A.windows, A.cs))
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(wire.TO)
+    head, *cols = [dec.decode(enc.encode(m)) for m in wire.inputs(*inputs, A.windows, A.cs)]
+    arrays = {m.name: wire.column(m) for m in cols}
+    assert same_timeline(wire.built(head, arrays), actions.build(*inputs, A.windows, A.cs))
     n_calls = len(arrays["c_ts"])
     for name, broken in (("c_dur", arrays["c_dur"][:-1]),  # a call's duration short
                          ("w_step", arrays["w_step"][1:]),  # an event's step short
                          ("c_name", array("q", [len(head.names)]) + arrays["c_name"][1:]),  # a name past the table
                          ("w_launch", array("q", [n_calls]) + arrays["w_launch"][1:])):  # a launch past the calls
-        with pytest.raises(replays._Bad):
-            replays._built(head, {**arrays, name: broken})
-    with pytest.raises(replays._Bad):
-        replays._built(replays._Build(head.names, []), arrays)  # no step
+        with pytest.raises(wire.Bad):
+            wire.built(head, {**arrays, name: broken})
+    with pytest.raises(wire.Bad):
+        wire.built(wire.Build(head.names, []), arrays)  # no step

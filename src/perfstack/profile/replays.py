@@ -17,7 +17,8 @@ and both meet in the middle of the fixes' replays.
 
 A replay, and the timeline's build, are the same arithmetic on the same doubles in either process, so every
 figure is the same to the last bit whoever worked it out. Anything going wrong with the second process -- it cannot start,
-dies, stalls, or sends anything but its frames -- and this one replays the rest itself, the reference.
+dies, stalls, or sends anything but its frames (``replaywire``) -- and this one replays the rest itself,
+the reference.
 """
 
 from __future__ import annotations
@@ -29,16 +30,15 @@ import subprocess
 import sys
 import threading
 from array import array
-from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import msgspec
 
-from perfstack.profile import actions
+from perfstack.profile import actions, replaywire as wire
 from perfstack.profile.actions import Calls, Windows, Work
 from perfstack.profile.cores import child_command, frame, frames, spare_core, widen_pipe
 from perfstack.profile.cpu import CpuSpans
-from perfstack.profile.simulate import Ragged, Scenario, Timeline, replay
-from perfstack.profile.timeline import Spans
+from perfstack.profile.simulate import Scenario, Timeline, replay
 
 if TYPE_CHECKING:
     from perfstack.profile.attribute import Attribution
@@ -51,186 +51,6 @@ _MAX_FRAME = 1 << 31
 RECORDED = Scenario()  # the timeline as recorded (simulate.replay's default)
 
 Job = Tuple[Scenario, float]  # a scenario, at a CPU scale
-
-
-# --- the frames ----------------------------------------------------------------------------------
-# 8 bytes of length (little-endian), then msgpack. To the second process: the timeline once, each
-# scenario once, jobs by the scenario's number, and jobs no longer wanted; from it: a job started, a
-# job done. Arrays travel as their bytes (doubles to the last bit).
-
-_Num = Union[int, float]  # a time as it was worked out: an int stays one
-
-
-class _Line(msgspec.Struct, array_like=True, tag=0):
-    """The timeline's scalars; its columns follow, one _Col each (COLUMNS)."""
-    t0: _Num
-    n_steps: int
-    tail_us: _Num
-    latency_us: _Num
-
-
-class _Build(msgspec.Struct, array_like=True, tag=7):
-    """What the timeline is built from, to the second process: the runtime calls' distinct names and the steps'
-    windows; the columns follow, one _Col each (INPUTS)."""
-    names: List[str]
-    windows: List[Tuple[int, _Num, _Num]]
-
-
-class _Col(msgspec.Struct, array_like=True, tag=6):
-    name: str
-    data: bytes
-
-
-# a frozen timeline's columns, with the type of each array; "ends" and "flat" are its events
-COLUMNS = {"kind": "b", "step": "q", "dur": "d", "gap": "d", "gap_dl": "d", "gap_alloc": "d", "gap_op": "d",
-           "alloc_sync": "b", "ends": "q", "flat": "q", "g_dur": "d", "g_stream": "q", "g_bubble": "d", "g_dep": "b",
-           "g_index": "q", "g_action": "q"}
-_PER_ACTION = ("kind", "step", "dur", "gap", "gap_dl", "gap_alloc", "gap_op", "alloc_sync", "ends")
-_PER_EVENT = ("g_dur", "g_stream", "g_bubble", "g_dep", "g_index", "g_action")
-# what it is built from (actions.Calls as c_, actions.Work as w_, the names as indexes into _Build.names; the
-# cpu.CpuSpans' starts and ends)
-_SPANS = ("dataloader", "alloc", "sync", "ops")
-INPUTS = {"c_ts": "d", "c_dur": "d", "c_name": "q", "w_ts": "d", "w_dur": "d", "w_stream": "q", "w_kernel": "b",
-          "w_launch": "q", "w_step": "q", **{f"{k}_{end}": "d" for k in _SPANS for end in ("starts", "ends")}}
-
-
-class _Sc(msgspec.Struct, array_like=True, tag=1):
-    number: int
-    keep_sync: str
-    no_dataloader: bool
-    no_allocator: bool
-    graph: bool
-    g_dur: Optional[bytes]
-    g_bubble: Optional[bytes]
-    no_dispatch: bytes  # array("q")
-
-
-class _Key(msgspec.Struct, array_like=True):
-    number: int  # the scenario's
-    scale: float
-
-
-class _Job(_Key, tag=2):
-    pass
-
-
-class _Drop(_Key, tag=3):
-    pass
-
-
-class _Started(_Key, tag=4):
-    pass
-
-
-class _Done(_Key, tag=5):
-    us: float
-
-
-_TO = Union[_Line, _Build, _Col, _Sc, _Job, _Drop]
-_FROM = Union[_Started, _Done]
-_BUILT = Union[_Line, _Col]
-
-
-class _Bad(Exception):
-    """The other process sent something that is not its frames."""
-
-
-def _line(t: Timeline) -> Iterator[Union[_Line, _Col]]:
-    """The frozen timeline as it travels, a column at a time (each as the bytes of the array it is: a copy of
-    one column, not of the whole, is made to send it)."""
-    yield _Line(t.t0, t.n_steps, t.tail_us, t.latency_us)
-    events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
-    for name, code in COLUMNS.items():
-        xs = getattr(events, name) if name in ("ends", "flat") else getattr(t, name)
-        if not (isinstance(xs, array) and xs.typecode == code):
-            xs = array(code, xs)
-        yield _Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
-
-
-def _column(m: _Col) -> array[Any]:
-    code = COLUMNS.get(m.name) or INPUTS.get(m.name)
-    if code is None:
-        raise _Bad(f"no column {m.name[:40]!r}")
-    out = array(code)
-    try:
-        out.frombytes(m.data)
-    except ValueError as e:
-        raise _Bad(f"column {m.name}: {e}") from None
-    return out
-
-
-def _timeline(head: _Line, a: Dict[str, array[Any]]) -> Timeline:
-    """The timeline its columns make (_Bad where they do not make one)."""
-    if len({len(a[k]) for k in _PER_ACTION}) != 1 or len({len(a[k]) for k in _PER_EVENT}) != 1:
-        raise _Bad("columns of unequal length")
-    n, n_actions = len(a["g_dur"]), len(a["kind"])
-    if any(not 0 <= e < n for e in a["flat"]) or any(not -1 <= x < n_actions for x in a["g_action"]):
-        raise _Bad("an event or an action out of range")
-    if any(e < 0 for e in a["g_index"]):
-        raise _Bad("a negative event index")
-    try:
-        events = Ragged(a.pop("flat"), a.pop("ends"))
-    except ValueError as e:
-        raise _Bad(str(e)) from None
-    return Timeline(head.t0, head.n_steps, head.tail_us, kind=a["kind"], dur=a["dur"], step=a["step"], gap=a["gap"],
-                    gap_dl=a["gap_dl"], gap_alloc=a["gap_alloc"], gap_op=a["gap_op"], alloc_sync=a["alloc_sync"],
-                    events=events, g_dur=a["g_dur"], g_stream=a["g_stream"], g_bubble=a["g_bubble"], g_dep=a["g_dep"],
-                    g_index=a["g_index"], g_action=a["g_action"], latency_us=head.latency_us).freeze()
-
-
-def _inputs(calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> Iterator[Union[_Build, _Col]]:
-    """What the timeline is built from, as it travels (OverflowError, TypeError: a value no array holds)."""
-    table: Dict[str, int] = {}
-    names = array("q", [table.setdefault(n, len(table)) for n in calls.name])
-    yield _Build(list(table), [tuple(w) for w in windows])
-    cols: Dict[str, Any] = {"c_ts": calls.ts, "c_dur": calls.dur, "c_name": names, "w_ts": work.ts, "w_dur": work.dur,
-                            "w_stream": work.stream, "w_kernel": work.kernel, "w_launch": work.launch,
-                            "w_step": work.step}
-    for k in _SPANS:
-        spans = getattr(cs, k)
-        cols[f"{k}_starts"], cols[f"{k}_ends"] = spans.starts, spans.ends
-    for name, code in INPUTS.items():
-        xs = cols[name]
-        if not (isinstance(xs, array) and xs.typecode == code):
-            xs = array(code, xs)
-        yield _Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
-
-
-def _built(head: _Build, a: Dict[str, array[Any]]) -> Timeline:
-    """The timeline built from its inputs (_Bad where they do not make one)."""
-    if len({len(a[k]) for k in INPUTS if k.startswith("c_")}) != 1 or \
-            len({len(a[k]) for k in INPUTS if k.startswith("w_")}) != 1 or not head.windows:
-        raise _Bad("inputs of unequal length")
-    n_names, n_calls = len(head.names), len(a["c_ts"])
-    if any(not 0 <= i < n_names for i in a["c_name"]) or any(not -1 <= j < n_calls for j in a["w_launch"]):
-        raise _Bad("a name or a launch out of range")
-    calls = Calls(a["c_ts"], a["c_dur"], list(map(head.names.__getitem__, a["c_name"])))
-    work = Work(a["w_ts"], a["w_dur"], a["w_stream"], a["w_kernel"], a["w_launch"], a["w_step"])
-    try:
-        cs = CpuSpans(*(Spans.of_merged(a[f"{k}_starts"], a[f"{k}_ends"]) for k in _SPANS))
-    except ValueError as e:
-        raise _Bad(str(e)) from None
-    return actions.build(calls, work, head.windows, cs)
-
-
-def _sc(number: int, sc: Scenario) -> _Sc:
-    def d(xs: Any) -> Optional[bytes]:
-        return None if xs is None else array("d", xs).tobytes()
-    return _Sc(number, sc.keep_sync, sc.no_dataloader, sc.no_allocator, sc.graph, d(sc.g_dur), d(sc.g_bubble),
-               array("q", sorted(sc.no_dispatch)).tobytes())
-
-
-def _scenario(m: _Sc) -> Scenario:
-    def d(data: Optional[bytes]) -> Optional[array[float]]:
-        if data is None:
-            return None
-        out = array("d")
-        out.frombytes(data)
-        return out
-    gone = array("q")
-    gone.frombytes(m.no_dispatch)
-    return Scenario(keep_sync=m.keep_sync, no_dataloader=m.no_dataloader, no_allocator=m.no_allocator,
-                    graph=m.graph, g_dur=d(m.g_dur), g_bubble=d(m.g_bubble), no_dispatch=frozenset(gone))
 
 
 # --- this side -----------------------------------------------------------------------------------
@@ -250,7 +70,7 @@ class Helper:
         """Sends what the timeline is built from: the second process builds it while this one goes on. False
         where nothing could be sent (then it is built here)."""
         try:
-            msgs = list(_inputs(calls, work, windows, cs))
+            msgs = list(wire.inputs(calls, work, windows, cs))
             out = self.proc.stdin
             enc = msgspec.msgpack.Encoder()
             for m in msgs:
@@ -262,31 +82,31 @@ class Helper:
 
     def built(self) -> Optional[Timeline]:
         """The timeline the second process built; None where it failed to (it is then ended)."""
-        dec = msgspec.msgpack.Decoder(_BUILT)
+        dec = msgspec.msgpack.Decoder(wire.BUILT)
         buf = self.rest
-        head: Optional[_Line] = None
+        head: Optional[wire.Line] = None
         cols: Dict[str, array[Any]] = {}
         try:
             while True:
                 if not select.select([self.fd], [], [], STALL_S)[0]:
-                    raise _Bad("stalled")
+                    raise wire.Bad("stalled")
                 try:
                     data = os.read(self.fd, PIPE_BYTES)
                 except BlockingIOError:
                     continue
                 if not data:
-                    raise _Bad("it ended")
+                    raise wire.Bad("it ended")
                 buf += data
                 for m in frames(buf, dec, _MAX_FRAME):
-                    if isinstance(m, _Line):
+                    if isinstance(m, wire.Line):
                         head = m
-                    elif head is None or m.name not in COLUMNS:
-                        raise _Bad("not its timeline")
+                    elif head is None or m.name not in wire.COLUMNS:
+                        raise wire.Bad("not its timeline")
                     else:
-                        cols[m.name] = _column(m)
-                    if len(cols) == len(COLUMNS):
-                        return _timeline(head, cols)  # (it sends nothing more before it is asked for a replay)
-        except (OSError, ValueError, _Bad, msgspec.MsgspecError):
+                        cols[m.name] = wire.column(m)
+                    if len(cols) == len(wire.COLUMNS):
+                        return wire.timeline_of(head, cols)  # (it sends nothing more before it is asked for a replay)
+        except (OSError, ValueError, wire.Bad, msgspec.MsgspecError):
             pass
         self.close()
         return None
@@ -353,7 +173,7 @@ class Replays:
         self.kept: List[Scenario] = []  # ... for as long as these scenarios are held
         self.helper = helper
         self.enc = msgspec.msgpack.Encoder()
-        self.dec = msgspec.msgpack.Decoder(_FROM)
+        self.dec = msgspec.msgpack.Decoder(wire.FROM)
         self.buf = bytearray()
         self.sent: set[Tuple[int, float]] = set()
         self.started: set[Tuple[int, float]] = set()
@@ -362,7 +182,7 @@ class Replays:
         if helper is not None:
             self.buf += helper.rest
             if not held:  # (``held``: it built the timeline itself)
-                for m in _line(tl):  # a column at a time: the pipe takes it while the other process reads
+                for m in wire.line(tl):  # a column at a time: the pipe takes it while the other process reads
                     self._send([m])
 
     def recorded(self, cpu_scale: float = 1.0) -> float:
@@ -380,7 +200,7 @@ class Replays:
             if key not in self.done and key not in self.sent:
                 self.sent.add(key)
                 self.order.append(key)
-                msgs.append(_Job(number, scale))
+                msgs.append(wire.Job(number, scale))
         self._send(msgs)
 
     def replay(self, cpu_scale: float = 1.0, sc: Scenario = RECORDED) -> float:
@@ -404,7 +224,7 @@ class Replays:
             self.kept.append(sc)
         if msgs is not None and number not in self.scenarios_sent:
             self.scenarios_sent.add(number)
-            msgs.append(_sc(number, sc))
+            msgs.append(wire.sc(number, sc))
         return number
 
     def _theirs(self, key: Tuple[int, float]) -> None:
@@ -418,15 +238,15 @@ class Replays:
                 if other is not None:
                     self._mine(other)
                 elif not select.select([self.helper.fd], [], [], STALL_S)[0]:  # type: ignore[union-attr]
-                    raise _Bad("stalled")
+                    raise wire.Bad("stalled")
                 self._read()
-        except (OSError, ValueError, _Bad, msgspec.MsgspecError):
+        except (OSError, ValueError, wire.Bad, msgspec.MsgspecError):
             self.close()  # whatever it was doing is done here
 
     def _mine(self, key: Tuple[int, float]) -> None:
         """Works the replay out here (the other process, if it has it, is told to drop it)."""
         if key in self.sent and self.helper is not None:
-            self._send([_Drop(*key)])
+            self._send([wire.Drop(*key)])
         self.done[key] = replay(self.tl, key[1], self.kept[key[0]])
 
     def _read(self) -> None:
@@ -437,13 +257,13 @@ class Replays:
             except BlockingIOError:
                 return
             if not data:
-                raise _Bad("it ended")
+                raise wire.Bad("it ended")
             self.buf += data
             for m in frames(self.buf, self.dec, _MAX_FRAME):
                 key = (m.number, m.scale)
                 if key not in self.sent:
-                    raise _Bad("a job never sent")
-                if isinstance(m, _Started):
+                    raise wire.Bad("a job never sent")
+                if isinstance(m, wire.Started):
                     self.started.add(key)
                 else:
                     self.done.setdefault(key, m.us)
@@ -470,10 +290,10 @@ def main(argv: List[str]) -> int:
     # replay runs here (it takes the interpreter lock only for each read)
     threading.Thread(target=_pump, args=(sys.stdin.buffer.fileno(), inbox), daemon=True).start()
     out: IO[bytes] = sys.stdout.buffer
-    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_TO)
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(wire.TO)
     buf = bytearray()
     tl: Optional[Timeline] = None
-    head: Optional[Union[_Line, _Build]] = None
+    head: Optional[Union[wire.Line, wire.Build]] = None
     cols: Dict[str, array[Any]] = {}
     scenarios: dict[int, Scenario] = {}
     stack: List[Tuple[int, float]] = []
@@ -489,15 +309,15 @@ def main(argv: List[str]) -> int:
                 return 0
             buf += data
             for m in frames(buf, dec, _MAX_FRAME):
-                if isinstance(m, (_Line, _Build)):
+                if isinstance(m, (wire.Line, wire.Build)):
                     head, cols = m, {}
-                elif isinstance(m, _Col):
-                    cols[m.name] = _column(m)
-                    if isinstance(head, _Line) and len(cols) == len(COLUMNS):
-                        tl, cols = _timeline(head, cols), {}
-                    elif isinstance(head, _Build) and len(cols) == len(INPUTS):
-                        tl, cols = _built(head, cols), {}
-                        for line in _line(tl):  # the timeline, back to the process that asked
+                elif isinstance(m, wire.Col):
+                    cols[m.name] = wire.column(m)
+                    if isinstance(head, wire.Line) and len(cols) == len(wire.COLUMNS):
+                        tl, cols = wire.timeline_of(head, cols), {}
+                    elif isinstance(head, wire.Build) and len(cols) == len(wire.INPUTS):
+                        tl, cols = wire.built(head, cols), {}
+                        for line in wire.line(tl):  # the timeline, back to the process that asked
                             out.write(frame(enc, line))
                         out.flush()
                 else:
@@ -512,19 +332,19 @@ def main(argv: List[str]) -> int:
                 break
         else:
             continue
-        out.write(frame(enc, _Started(*key)))
+        out.write(frame(enc, wire.Started(*key)))
         out.flush()
         us = replay(tl, key[1], scenarios[key[0]])
-        out.write(frame(enc, _Done(*key, us)))
+        out.write(frame(enc, wire.Done(*key, us)))
         out.flush()
 
 
 def _job(m: Any, scenarios: dict[int, Scenario], stack: List[Tuple[int, float]],
          dropped: set[Tuple[int, float]]) -> None:
     """A scenario, a job or a job dropped, as the second process keeps them."""
-    if isinstance(m, _Sc):
-        scenarios[m.number] = _scenario(m)
-    elif isinstance(m, _Job):
+    if isinstance(m, wire.Sc):
+        scenarios[m.number] = wire.scenario(m)
+    elif isinstance(m, wire.Job):
         stack.append((m.number, m.scale))
         dropped.discard((m.number, m.scale))
     else:
