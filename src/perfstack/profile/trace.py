@@ -49,14 +49,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterator, List, Optional, Union
+from typing import Any, Iterator, List, Optional
 
 import msgspec
-from msgspec import Meta, Raw
+from msgspec import Raw
 
 from perfstack.errors import InputError
 from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, BatchKind, _generic
 from perfstack.profile.traceread import read
+from perfstack.profile.tracetypes import EVENT, EVENTS, MAX_TIME_US, NO_ARGS
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
             "memcpy": "memcpy", "memset": "memset"}
@@ -122,68 +123,6 @@ class Trace:
     peak_reserved: dict[int, int] = field(default_factory=dict)
 
 
-# --- what is decoded ----------------------------------------------------------------------------
-# Typed fast path: an event whose fields have other JSON types fails validation here and is
-# decoded again by the lenient path (_Builder.loose), which defines what every field means.
-
-_I64 = Annotated[int, Meta(ge=-(2**63) + 1, le=2**63 - 1)]  # what _int keeps
-
-
-class _Args(msgspec.Struct, gc=False):
-    device: Optional[_I64] = None
-    stream: Optional[_I64] = None
-    correlation: Optional[_I64] = None
-    external_id: Optional[_I64] = msgspec.field(default=None, name="External id")
-    bytes: Optional[_I64] = None
-    dims: Raw = msgspec.field(default=_NULL, name="Input Dims")
-    types: Raw = msgspec.field(default=_NULL, name="Input type")
-    concrete: Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
-    strides: Raw = msgspec.field(default=_NULL, name="Input Strides")
-    device_type: Optional[_I64] = msgspec.field(default=None, name="Device Type")  # [memory] events
-    device_id: Optional[_I64] = msgspec.field(default=None, name="Device Id")
-    allocated: Optional[_I64] = msgspec.field(default=None, name="Total Allocated")
-    reserved: Optional[_I64] = msgspec.field(default=None, name="Total Reserved")
-
-
-# No clock gives a time beyond 2**53 µs (285 years; past it a float has no µs left): a trace that
-# claims one is refused when read, not left to turn into inf and NaN in the analysis.
-MAX_TIME_US = float(2**53)
-_TIME = Annotated[float, Meta(ge=-MAX_TIME_US, le=MAX_TIME_US)]
-
-
-# An event is told by its phase ("ph") before anything else of it is decoded: the builder reads complete
-# events ("X") and instants ("i", the allocator's [memory] events) only, and of a phase it does not read,
-# often a third of a trace's events (the flow arrows between a launch and its kernel), nothing is built.
-# An event with no phase, or one outside the trace event format's, fails its batch's typed decoding, and the
-# batch is read event by event, as other odd events are (_Builder.raw).
-
-
-class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    ph: ClassVar[str] = "X"
-    cat: Optional[str] = None
-    name: Optional[str] = None
-    ts: Optional[_TIME] = None
-    dur: Optional[_TIME] = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
-    args: Optional[_Args] = None
-
-
-class _Instant(_Event, tag="i"):
-    ph: ClassVar[str] = "i"
-
-
-def _unread(phase: str) -> type:
-    return msgspec.defstruct(f"_Phase{ord(phase)}", [("ph", ClassVar[str], phase)], gc=False, tag_field="ph",
-                             tag=phase)
-
-
-_PHASES: Any = Union[(_Event, _Instant, *map(_unread, "BEICbneSTpFstfPNODMVvRc()"))]
-
-
-_NO_ARGS = _Args()  # what an event without args reads as
-
-
 class _Shapes(dict[bytes, Any]):
     """Input Dims / Input type / Concrete Inputs by their text, decoded once per distinct text (the
     first _MAX_CACHE of them kept); ``null`` (the field absent) is None."""
@@ -201,8 +140,6 @@ class _Shapes(dict[bytes, Any]):
 # Concatenations, the only operators whose Input Strides are kept (they show a window rolled forward)
 CONCAT_OPS = frozenset({"aten::cat", "aten::_cat", "aten::concat", "aten::concatenate"})
 
-_EVENT = msgspec.json.Decoder(_PHASES)
-_EVENTS = msgspec.json.Decoder(List[_PHASES])
 _MAX_CACHE = 1 << 18
 _INF = float("inf")
 _TS = attrgetter("ts")
@@ -232,7 +169,7 @@ def _load(p: Path, lenient: bool = False) -> Trace:
     """``lenient=True`` sends every event through the forgiving per-event path (what an event with
     unexpected JSON types gets); for a well-formed trace the result is the same."""
     with collector_paused():
-        build, head, n_events = read(p, lambda: _Builder(Trace(path=str(p)), lenient), None if lenient else _EVENTS,
+        build, head, n_events = read(p, lambda: _Builder(Trace(path=str(p)), lenient), None if lenient else EVENTS,
                                      (GpuEvent, CpuEvent, Step))
         build.finish()
     t: Trace = build.t
@@ -374,7 +311,7 @@ class _Builder:
         """Raw events, each decoded on its own: one the typed decoder rejects goes through the
         lenient path in its turn, after the events before it are built, so every list keeps the
         file's order."""
-        dec = _EVENT.decode
+        dec = EVENT.decode
         done: list[Any] = []
         for r in batch:
             try:
@@ -393,7 +330,7 @@ class _Builder:
         t = self.t
         add_runtime, add_op, add_step = t.runtime.append, t.ops.append, t.steps.append
         names, cats, tids, shapes = self.names, self.cats, self.tids, self.shapes
-        noargs = _NO_ARGS
+        noargs = NO_ARGS
         gpu: list[Any] = []
         skipped = 0
         for e in events:

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import List
 
-from perfstack.profile.trace import _EVENTS, Trace, _Builder
+from perfstack.profile.trace import Trace, _Builder
+from perfstack.profile.tracetypes import EVENTS
 from perfstack.profile.tracefile import Events
 from perfstack.profile.traceread import _OBJECT_START, Sender, part
 
@@ -22,7 +23,7 @@ def main(argv: List[str]) -> int:
     p, start, size, obj = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3] == "1"
     gc.disable()  # as trace.load: millions of new objects, none of them in a cycle
     build = _Builder(Trace(path=str(p)), False)
-    events = Events(p, _EVENTS, part(p, start, size, _OBJECT_START if obj else b"[", b"", end=True))
+    events = Events(p, EVENTS, part(p, start, size, _OBJECT_START if obj else b"[", b"", end=True))
     send = Sender(build, sys.stdout.buffer)
     for kind, batch in events:
         if kind != "typed":  # an event the typed decoder refused: read serially, where it is read leniently
