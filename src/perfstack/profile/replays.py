@@ -283,8 +283,9 @@ class Replays:
 # --- the second process --------------------------------------------------------------------------
 
 def main(argv: List[str]) -> int:
-    """The second process: reads the timeline, the scenarios and the jobs from its input and replays the
-    newest job wanted first, saying when it starts one and what it found; exits at the end of its input."""
+    """The second process: reads the timeline (or what it is built from: it then builds it and sends it back),
+    the scenarios and the jobs from its input, and replays the newest job wanted first, saying when it starts one
+    and what it found; exits at the end of its input."""
     inbox: queue.SimpleQueue[bytes] = queue.SimpleQueue()
     # a thread reads the input as it comes, so that the other side never waits on a full pipe while a
     # replay runs here (it takes the interpreter lock only for each read)
