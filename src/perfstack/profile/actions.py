@@ -262,18 +262,15 @@ def _add_actions(tl: Timeline, actions: Actions, starts: list[float], cs: CpuSpa
     # (without DataLoader spans there is nothing to take off: x - 0.0 is x)
     tl.gap_op.extend(x if x > 0.0 else 0.0 for x in (map(sub, op, dl) if len(cs.dataloader) else op))
     del dl, op
-    assert isinstance(tl.events, list)  # (not frozen yet)
-    if tl.events:
-        tl.events.extend(map(list, events))
-    else:
-        tl.events = events  # (freeze keeps it as it is)
+    assert isinstance(tl.events, list) and not tl.events  # (built once, into a new timeline)
+    tl.events = events  # (freeze keeps it as it is)
     tl.alloc_sync.extend([kind == SYNC and name in ALLOC_SYNCS for name, kind in zip(names, kinds)])
     return cursor
 
 
 def _caps(names: list[str], took: Sequence[float], kinds: list[int]) -> dict[str, float]:
     """The most a launch call of each name counts: max(4 m, m + 30 µs), m the typical cost of the launches of
-    that name (``_median`` of their durations), from the distinct (name, duration) pairs counted at once."""
+    that name (``_counted_median`` of their durations), from the distinct (name, duration) pairs counted at once."""
     counts = Counter(compress(zip(names, took), map(eq, kinds, repeat(LAUNCH))))
     by_name: dict[str, dict[float, int]] = {}
     for (name, d), c in counts.items():
@@ -305,15 +302,10 @@ def _steps(ts: Sequence[float], starts: list[float]) -> list[int]:
     return out
 
 
-def _median(values: list[float]) -> float:
-    """``sorted(values)[len(values) // 2]``, sorting each distinct value once: a launch's duration takes a
-    few thousand distinct values (the trace's resolution), and sorting a third of a million of them took
-    longer than counting them."""
-    return _counted_median(Counter(values), len(values))
-
-
 def _counted_median(counts: dict[float, int], n: int) -> float:
-    """``_median`` of ``n`` values, from how many times each distinct one occurs."""
+    """``sorted(values)[n // 2]`` of ``n`` values, from how many times each distinct one occurs: a launch's
+    duration takes a few thousand distinct values (the trace's resolution), and sorting a third of a million of
+    them took longer than counting them."""
     k = n // 2
     for value in sorted(counts):
         k -= counts[value]

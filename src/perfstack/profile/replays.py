@@ -64,26 +64,33 @@ class Helper:
         os.set_blocking(self.fd, False)
         widen_pipe(proc.stdin.fileno(), PIPE_BYTES)  # type: ignore[union-attr]  # room for a scenario's arrays
         widen_pipe(self.fd, PIPE_BYTES)  # and for the timeline it sends back
-        self.rest = bytearray()  # what came after the timeline it built
+        self.enc = msgspec.msgpack.Encoder()
+        self.buf = bytearray()  # what it sent that is not taken yet
+
+    def send(self, msgs: Iterable[Any]) -> bool:
+        """Writes these messages to it, as frames; False where its pipe is gone."""
+        try:
+            out = self.proc.stdin
+            for m in msgs:
+                out.write(frame(self.enc, m))  # type: ignore[union-attr]
+            out.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            return False
+        return True
 
     def build(self, calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> bool:
         """Sends what the timeline is built from: the second process builds it while this one goes on. False
         where nothing could be sent (then it is built here)."""
         try:
             msgs = list(wire.inputs(calls, work, windows, cs))
-            out = self.proc.stdin
-            enc = msgspec.msgpack.Encoder()
-            for m in msgs:
-                out.write(frame(enc, m))  # type: ignore[union-attr]
-            out.flush()  # type: ignore[union-attr]
-        except (OSError, ValueError, TypeError, OverflowError):
+        except (TypeError, OverflowError):  # a value no array holds
             return False
-        return True
+        return self.send(msgs)
 
     def built(self) -> Optional[Timeline]:
         """The timeline the second process built; None where it failed to (it is then ended)."""
         dec = msgspec.msgpack.Decoder(wire.BUILT)
-        buf = self.rest
+        buf = self.buf
         head: Optional[wire.Line] = None
         cols: Dict[str, array[Any]] = {}
         try:
@@ -172,18 +179,15 @@ class Replays:
         self.numbers: dict[int, int] = {}  # a scenario's number, by its id ...
         self.kept: List[Scenario] = []  # ... for as long as these scenarios are held
         self.helper = helper
-        self.enc = msgspec.msgpack.Encoder()
         self.dec = msgspec.msgpack.Decoder(wire.FROM)
-        self.buf = bytearray()
+        self.buf = helper.buf if helper is not None else bytearray()  # (what came after a timeline it built)
         self.sent: set[Tuple[int, float]] = set()
         self.started: set[Tuple[int, float]] = set()
         self.order: List[Tuple[int, float]] = []  # the replays wanted, in the order they were
         self.scenarios_sent: set[int] = set()
-        if helper is not None:
-            self.buf += helper.rest
-            if not held:  # (``held``: it built the timeline itself)
-                for m in wire.line(tl):  # a column at a time: the pipe takes it while the other process reads
-                    self._send([m])
+        if helper is not None and not held:  # (``held``: it built the timeline itself)
+            for m in wire.line(tl):  # a column at a time: the pipe takes it while the other process reads
+                self._send([m])
 
     def recorded(self, cpu_scale: float = 1.0) -> float:
         return self.replay(cpu_scale, RECORDED)
@@ -269,14 +273,7 @@ class Replays:
                     self.done.setdefault(key, m.us)
 
     def _send(self, msgs: List[Any]) -> None:
-        if self.helper is None or not msgs:
-            return
-        try:
-            out = self.helper.proc.stdin
-            for m in msgs:
-                out.write(frame(self.enc, m))  # type: ignore[union-attr]
-            out.flush()  # type: ignore[union-attr]
-        except (OSError, ValueError):
+        if self.helper is not None and msgs and not self.helper.send(msgs):
             self.close()
 
 

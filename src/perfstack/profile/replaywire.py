@@ -102,10 +102,14 @@ def line(t: Timeline) -> Iterator[Union[Line, Col]]:
     yield Line(t.t0, t.n_steps, t.tail_us, t.latency_us)
     events = t.events if isinstance(t.events, Ragged) else Ragged.of(t.events)
     for name, code in COLUMNS.items():
-        xs = getattr(events, name) if name in ("ends", "flat") else getattr(t, name)
-        if not (isinstance(xs, array) and xs.typecode == code):
-            xs = array(code, xs)
-        yield Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
+        yield _col(name, code, getattr(events, name) if name in ("ends", "flat") else getattr(t, name))
+
+
+def _col(name: str, code: str, xs: Any) -> Col:
+    """A column as it travels: the bytes of the array it is (an array of ``code`` made where it is not one)."""
+    if not (isinstance(xs, array) and xs.typecode == code):
+        xs = array(code, xs)
+    return Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
 
 
 def column(m: Col) -> array[Any]:
@@ -151,10 +155,7 @@ def inputs(calls: Calls, work: Work, windows: Windows, cs: CpuSpans) -> Iterator
         spans = getattr(cs, k)
         cols[f"{k}_starts"], cols[f"{k}_ends"] = spans.starts, spans.ends
     for name, code in INPUTS.items():
-        xs = cols[name]
-        if not (isinstance(xs, array) and xs.typecode == code):
-            xs = array(code, xs)
-        yield Col(name, memoryview(xs).cast("B"))  # type: ignore[arg-type]
+        yield _col(name, code, cols[name])
 
 
 def built(head: Build, a: Dict[str, array[Any]]) -> Timeline:
@@ -174,11 +175,11 @@ def built(head: Build, a: Dict[str, array[Any]]) -> Timeline:
     return actions.build(calls, work, head.windows, cs)
 
 
-def sc(number: int, sc: Scenario) -> Sc:
+def sc(number: int, s: Scenario) -> Sc:
     def d(xs: Any) -> Optional[bytes]:
         return None if xs is None else array("d", xs).tobytes()
-    return Sc(number, sc.keep_sync, sc.no_dataloader, sc.no_allocator, sc.graph, d(sc.g_dur), d(sc.g_bubble),
-               array("q", sorted(sc.no_dispatch)).tobytes())
+    return Sc(number, s.keep_sync, s.no_dataloader, s.no_allocator, s.graph, d(s.g_dur), d(s.g_bubble),
+              array("q", sorted(s.no_dispatch)).tobytes())
 
 
 def scenario(m: Sc) -> Scenario:
