@@ -130,6 +130,8 @@ def _profile(p: ProfileView) -> str:
         parts.append(f'<div class="chips">{"".join(chips)}</div>')
     if p.steps:
         parts.append("<h3>Time per step by category</h3>")
+        if p.steps_note:
+            parts.append(f'<p class="muted">{e(p.steps_note)}.</p>')
         parts.append(charts.stacked_bars(p.steps, "Per-step time breakdown", "ms", kind="profile-steps"))
     if p.ranked:
         parts.append(_profile_ranked(p))

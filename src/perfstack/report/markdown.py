@@ -112,6 +112,7 @@ def profile_md(p: ProfileView) -> str:
         step_rows = [[label] + [num(d.get(c)) for c in p.categories] + [num(sum(d.values()))]
                      for (label, _), d in zip(p.steps, per)]
         out.append("### Time per step by category (ms)\n\n"
+                   + (f"{t(p.steps_note)}.\n\n" if p.steps_note else "")
                    + table(["step", *p.categories, "total"], step_rows, right=range(1, len(p.categories) + 2)))
     if p.ranked:
         rows = [(_fid(f), f.severity.value, num(f.recoverable_ms),

@@ -31,7 +31,7 @@ def render_profile(view: RunView, console: Console, verbose: bool = False) -> No
     pv = view.profile or ProfileView(categories=[], steps=[], step_ms=None, gaps=[], ranked=[], kernels=[])
     p = pv.section
     _header(pv, console)
-    _steps(p, console)
+    _steps(pv, console, verbose)
     _lines(pv, console, verbose)
     _ops(p, console, verbose)
     if verbose:
@@ -55,16 +55,20 @@ def _header(pv: ProfileView, console: Console) -> None:
         console.print(Text(f"note: {n}", style="dim"))
 
 
-def _steps(p: Section, console: Console) -> None:
+def _steps(pv: ProfileView, console: Console, verbose: bool) -> None:
+    p = pv.section
     if not p.steps:
         return
+    shown = p.steps if verbose else pv.shown_steps
     t = Table(box=None, pad_edge=False, title="per step (ms)", title_justify="left")
     for col in ("step", "wall", "GPU busy", "idle", "kernels", "syncs", "breakdown"):
         t.add_column(col, justify="right" if col not in ("breakdown",) else "left")
-    for s in p.steps:
+    for s in shown:
         t.add_row(Text(str(s.step)), f"{s.total_ms:.2f}", f"{s.busy_pct:.0f}%", f"{s.idle_ms:.2f}",
                   str(s.kernels), str(s.syncs), _bar(s.categories, s.total_ms))
     console.print(t)
+    if pv.steps_note and not verbose:
+        console.print(Text(f"{pv.steps_note} (-v shows them all)", style="dim"))
     legend = Text("mean: ")
     for c, v in sorted(p.breakdown_ms.items(), key=lambda kv: -kv[1]):
         legend.append(f"{c} {v:.2f}  ", style=COLORS.get(c, "white"))

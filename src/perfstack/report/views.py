@@ -19,13 +19,15 @@ from typing import Any, Mapping
 
 from perfstack.audit import summary as audit_summary
 from perfstack.model import LAYERS, CheckResult, Finding, Measurement, Run, layer_rank
-from perfstack.records.profile import KernelClass, OpRow, Section
+from perfstack.records.profile import KernelClass, OpRow, Section, Step
 from perfstack.records.estimates import EstimateSheet
 from perfstack.report.estimate_view import TIME_UNITS, EstimateView, estimate_view
 from perfstack.report.try_view import TryView, try_view
 from perfstack.rules import fix_first
 
 MAX_GAPS = 10  # the largest idle gaps a report lists; the Run keeps them all
+MAX_STEPS = 16  # steps a report shows one by one; past that, a chosen few (the Run keeps them all)
+SLOWEST, FASTEST = 10, 3  # the chosen few: the slowest steps, the fastest, and the median one
 
 # Facts shown at the top of every report, in this order.
 KEY_FACTS = (("GPUs", "gpu.summary"), ("driver", "driver.version"), ("CUDA (driver)", "driver.cuda_version"),
@@ -98,6 +100,8 @@ class ProfileView:
     ops: list[OpRow] = field(default_factory=list)  # operators by GPU time, with efficiency
     section: Section = field(default_factory=Section)  # the profile section, typed (empty when the Run has none)
     warnings: list[str] = field(default_factory=list)  # what reading the traces warned of
+    shown_steps: list[Step] = field(default_factory=list)  # the section's steps a report shows, in step order
+    steps_note: str | None = None  # which steps were chosen, where not all are shown
 
 
 @dataclass
@@ -331,19 +335,39 @@ def profile_view(run: Run, profile: Section | None) -> ProfileView | None:
         return None
     p = profile or Section()
     mean = p.breakdown()
-    steps = _step_bars(p, mean)
+    shown, steps_note = chosen_steps(p.steps)
+    steps = _step_bars(shown, mean)
     cats: list[str] = []
     for _, segs in steps:
         cats += [c for c, _ in segs if c not in cats]
     gaps = sorted((g.to_dict() for g in p.idle_gaps), key=lambda g: -(g.get("duration_ms") or 0))[:MAX_GAPS]
     return ProfileView(categories=cats, steps=steps, step_ms=p.step_time(mean), gaps=gaps, ranked=ranked,
                        kernels=profile_kernels(p), timing=profile_timing(p), ops=p.ops[:15],
-                       section=p, warnings=list(run.meta.warnings or []))
+                       section=p, warnings=list(run.meta.warnings or []), shown_steps=shown,
+                       steps_note=steps_note)
 
 
-def _step_bars(p: Section, mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
-    """Each step's time by category, then the mean of them (alone when no step has categories)."""
-    steps = [(f"step {s.step}", [(c, float(v)) for c, v in s.categories.items()]) for s in p.steps]
+def chosen_steps(steps: list[Step]) -> tuple[list[Step], str | None]:
+    """The steps a report shows, in step order: all of them up to MAX_STEPS; past that (a long recording
+    has hundreds), the slowest, where a stall, a checkpoint save or a straggling input shows, the fastest
+    and the median step, with a line that says so. The mean over every step is shown beside them."""
+    if len(steps) <= MAX_STEPS:
+        return list(steps), None
+    by_time = sorted(range(len(steps)), key=lambda i: (steps[i].total_ms, i))
+    median = by_time[len(by_time) // 2]
+    keep = sorted({*by_time[-SLOWEST:], *by_time[:FASTEST], median})
+    walls = [steps[i].total_ms for i in by_time]
+    mid = steps[median].total_ms
+    slow = sum(w > 1.1 * mid for w in walls)  # how common the slow steps are, which the chosen few cannot show
+    note = (f"{len(steps)} steps (wall {walls[0]:.2f}–{walls[-1]:.2f} ms, median {mid:.2f}; {slow} over 1.1× the "
+            f"median): shown are the {SLOWEST} slowest, the {FASTEST} fastest and the median; the Run holds every step")
+    return [steps[i] for i in keep], note
+
+
+def _step_bars(shown: list[Step], mean: dict[str, float] | None) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Each shown step's time by category, then the mean over every step (alone when no step has
+    categories)."""
+    steps = [(f"step {s.step}", [(c, float(v)) for c, v in s.categories.items()]) for s in shown]
     if mean and not steps:
         steps = [("mean step", list(mean.items()))]
     elif mean and len(steps) > 1:
