@@ -94,6 +94,52 @@ def test_conv_flops_from_shapes_stride_and_padding():
     assert flops.cost("aten::cudnn_convolution", [[1, 3, 8, 8], [4, 3, 3, 3]], ["float", "float"], None).flops is None
 
 
+# A transposed convolution in each form the profiler records it (a conv VAE's decoder on an H200): the
+# module's op, aten::convolution and _convolution with transposed=True, and cuDNN's own op, whose arguments
+# are in another order (padding, output_padding, stride, dilation). PyTorch's flop counter gives 2·N·Cin·H·W·
+# Cout·r·s for each (torch.utils.flop_counter, checked for these shapes), and twice that for the backward.
+X, W = [128, 256, 8, 8], [256, 128, 4, 4]  # stride 2, padding 1: 8x8 -> 16x16, 256 -> 128 channels
+TRANSPOSED = {
+    "aten::conv_transpose2d": ["", "", "", "[2, 2]", "[1, 1]", "[0, 0]", "1", "[1, 1]"],
+    "aten::convolution": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "1"],
+    "aten::_convolution": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "1", "False", "False", "True",
+                           "True"],
+    "aten::cudnn_convolution_transpose": ["", "", "[1, 1]", "[0, 0]", "[2, 2]", "[1, 1]", "1", "False", "False",
+                                          "True"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
+def test_transposed_conv_flops_in_every_recorded_form(name):
+    c = flops.cost(name, [X, W, [128], [], [], [], [], [], []], ["float", "float", "float"], TRANSPOSED[name])
+    assert c.flops == 2 * 128 * 256 * 8 * 8 * 128 * 4 * 4
+    assert c.shape == "N128 C256→K128 16x16 k4x4 transposed"
+    assert c.bytes == 4 * (128 * 256 * 8 * 8 + 256 * 128 * 4 * 4 + 128 * 128 * 16 * 16)
+    bwd = flops.cost("aten::convolution_backward", [[128, 128, 16, 16], X, W, [], [], [], [], [], [], [], []],
+                     ["float"] * 3, ["", "", "", "[128]", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[0, 0]", "1",
+                                     "[True, True, True]"])
+    assert bwd.flops == 2 * c.flops
+
+
+@pytest.mark.parametrize("name", ["aten::cudnn_convolution", *sorted(TRANSPOSED)])
+@pytest.mark.parametrize("stride", ["[0, 0]", "[-1, 2]", "[]", "two"])
+def test_a_convolution_with_a_nonsense_stride_gets_no_flops_and_never_raises(name, stride):
+    args = list(TRANSPOSED.get(name, ["", "", "[1, 1]", "[2, 2]", "[1, 1]", "1"]))
+    args[4 if name == "aten::cudnn_convolution_transpose" else 3] = stride  # (where each form keeps its stride)
+    c = flops.cost(name, [X, [128, 256, 4, 4] if name == "aten::cudnn_convolution" else W], ["float", "float"],
+                   args)
+    assert c.flops is None and c.bytes and c.bytes > 0
+
+
+def test_a_conv_vae_whose_decoder_is_transposed_convolutions_is_profiled():
+    # recorded on an H200 (benchmarks/record_matrix_profiles.sh): cuDNN's transposed op crashed the profile
+    trace = Path(__file__).parents[1] / "fixtures" / "traces" / "validation" / "h200-matrix" / "conv-vae.pt.trace.json.gz"
+    run = profile_run([trace])
+    up = next(r for r in run.profile.ops if r.op == "aten::cudnn_convolution_transpose")  # (the largest row)
+    assert 20 < up.tflops < 494.7  # achieved, under the H200's dense TF32 peak
+    assert run.findings[0].id == "fp32-conv"
+
+
 def test_attention_flops_halved_when_causal_and_scaled_for_backward():
     q = [8, 16, 2048, 64]
     fwd = flops.cost("aten::_scaled_dot_product_flash_attention", [q, q, q, []], ["c10::BFloat16"] * 3,

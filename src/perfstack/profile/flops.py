@@ -20,7 +20,37 @@ Concrete = Optional[Sequence[Any]]
 _FLASH = re.compile(r"_flash_attention|_efficient_attention|_cudnn_attention|flash_attn|_scaled_dot_product_flash|"
                     r"_scaled_dot_product_efficient|_scaled_dot_product_cudnn", re.I)
 _CONV_FWD = re.compile(r"^aten::(cudnn_convolution|_convolution|convolution|conv\dd|mkldnn_convolution|"
-                       r"cudnn_convolution_transpose)$")
+                       r"cudnn_convolution_transpose|conv_transpose\dd)$")
+
+
+class _ConvArgs(NamedTuple):
+    """Where a convolution op's stride, padding, dilation, output padding and groups sit among its
+    arguments, and whether it is transposed (an index: read from the op's ``transposed`` argument)."""
+    stride: int
+    pad: int
+    dil: int
+    out_pad: int | None = None
+    groups: int | None = None
+    transposed: bool | int = False
+
+
+_CONV_ARGS = {
+    # (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...)
+    "aten::convolution": _ConvArgs(3, 4, 5, 7, 8, transposed=6),
+    "aten::_convolution": _ConvArgs(3, 4, 5, 7, 8, transposed=6),
+    # (input, weight, padding, stride, dilation, groups, ...)
+    "aten::cudnn_convolution": _ConvArgs(3, 2, 4, groups=5),
+    # (input, weight, padding, output_padding, stride, dilation, groups, ...)
+    "aten::cudnn_convolution_transpose": _ConvArgs(4, 2, 5, 3, 6, transposed=True),
+    # (input, weight, bias, padding, stride, dilation, groups)
+    "aten::mkldnn_convolution": _ConvArgs(4, 3, 5, groups=6),
+    # conv1d/2d/3d (input, weight, bias, stride, padding, dilation, groups)
+    "conv": _ConvArgs(3, 4, 5, groups=6),
+    # conv_transpose1d/2d/3d (input, weight, bias, stride, padding, output_padding, groups, dilation)
+    "conv_transpose": _ConvArgs(3, 4, 7, 5, 6, transposed=True),
+}
+# convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, ...)
+_CONV_BACKWARD_TRANSPOSED = 7
 
 
 class Cost(NamedTuple):  # one per operator of a trace: a tuple keeps them small on every Python
@@ -138,8 +168,11 @@ def _conv(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | 
             return Cost(None, None, dtype)
         go, x, w = four[0], four[1], four[2]
         n, k_out, ho, wo = go
-        cin_g, r, s = w[1], w[2], w[3]
-        fwd = 2.0 * n * k_out * ho * wo * cin_g * r * s
+        r, s = w[2], w[3]
+        # each weight meets every element of the larger side once: the output's of a convolution, the input's
+        # of a transposed one (its weight is (in, out / groups, r, s))
+        transposed = _flag(concrete, _CONV_BACKWARD_TRANSPOSED)
+        fwd = 2.0 * classify.numel(x if transposed else go) * w[1] * r * s
         grads = 2.0  # input and weight gradients; output_mask says when the input needs none
         mask = next((c for c in reversed(concrete or ()) if isinstance(c, str) and "true" in c.lower()), None)
         if mask:
@@ -151,22 +184,40 @@ def _conv(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | 
         return Cost(None, None, dtype)
     x, w = four[0], four[1]
     n, c, h, wd = x
-    k_out, cin_g, r, s = w
-    # aten::cudnn_convolution(input, weight, padding, stride, dilation, ...); aten::convolution,
-    # _convolution and conv2d(input, weight, bias, stride, padding, dilation, ...)
-    i_pad, i_stride, i_dil = (2, 3, 4) if name == "aten::cudnn_convolution" else (4, 3, 5)
+    at = _CONV_ARGS.get(name) or _CONV_ARGS["conv_transpose" if "transpose" in name else "conv"]
     args = list(concrete or ())
-    stride = _int_list(args[i_stride]) if len(args) > i_stride else None
-    pad = _int_list(args[i_pad]) if len(args) > i_pad else None
-    dil = _int_list(args[i_dil]) if len(args) > i_dil else None
-    if not stride:
-        return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype,
-                    f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}")
+
+    def arg(i: int | None) -> list[int] | None:
+        return _int_list(args[i]) if i is not None and len(args) > i else None
+
+    stride, pad, dil, out_pad = arg(at.stride), arg(at.pad), arg(at.dil), arg(at.out_pad)
+    transposed = at.transposed if isinstance(at.transposed, bool) else _flag(concrete, at.transposed)
+    r, s = w[2], w[3]
+    groups = max((arg(at.groups) or [1])[0], 1)
+    k_out = w[1] * groups if transposed else w[0]
+    kind = " transposed" if transposed else ""
+    label = f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}{kind}"
+    if not stride or min(stride) <= 0:  # (unknown, or a trace's nonsense: no figure rather than a wrong one)
+        return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype, label)
     sh, sw = (stride + stride)[:2]
     ph, pw = ((pad or [0]) * 2)[:2]
     dh, dw = ((dil or [1]) * 2)[:2]
-    ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
-    wo = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
-    flops = 2.0 * n * k_out * ho * wo * cin_g * r * s
+    if transposed:  # every input element is scattered through the weight: (in, out / groups, r, s)
+        oh, ow = ((out_pad or [0]) * 2)[:2]
+        ho = (h - 1) * sh - 2 * ph + dh * (r - 1) + oh + 1
+        wo = (wd - 1) * sw - 2 * pw + dw * (s - 1) + ow + 1
+        flops = 2.0 * n * c * h * wd * w[1] * r * s
+    else:
+        ho = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+        wo = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+        flops = 2.0 * n * k_out * ho * wo * w[1] * r * s
+    if ho <= 0 or wo <= 0:
+        return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype, label)
     nbytes = float(size * (classify.numel(x) + classify.numel(w) + n * k_out * ho * wo))
-    return Cost(flops, nbytes, dtype, f"N{n} C{c}→K{k_out} {ho}x{wo} k{r}x{s}")
+    label = f"N{n} C{c}→K{k_out} {ho}x{wo} k{r}x{s}{kind}"
+    return Cost(flops, nbytes, dtype, label)
+
+
+def _flag(concrete: Concrete, i: int) -> bool:
+    """A boolean argument recorded in "Concrete Inputs" ("True"/"False")."""
+    return concrete is not None and len(concrete) > i and str(concrete[i]).strip().lower() == "true"
