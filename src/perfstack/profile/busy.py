@@ -21,6 +21,7 @@ from perfstack.records.profile import AttentionUnfused, LargeVocabLoss, Optimize
 if TYPE_CHECKING:
     from perfstack.profile.analysis import Analysis
     from perfstack.profile.flops import Cost
+    from perfstack.profile.trace import CpuEvent
     from perfstack.specs.table import GpuSpec
 
 VOCAB_MIN = 16384
@@ -218,15 +219,7 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     opt_ops = {att.op[i] for i in idx if att.op[i] >= 0}
     if any(PAGEABLE_FUSED.search(ops[o].name) for o in opt_ops):
         return None
-    params = 0
-    for o in sorted(opt_ops):
-        dims = ops[o].dims
-        if ops[o].name.startswith("aten::_foreach_") and dims:
-            shapes = dims[0]
-            if isinstance(shapes, list):
-                params = sum(classify.numel(s) for s in shapes if classify.dims(s)) or params
-                if params:
-                    break
+    params = _params_updated([ops[o] for o in sorted(opt_ops)], len(A.windows))
     if not params:
         return None
     n = max(1, len(A.windows))
@@ -236,8 +229,33 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
         return None
     w = Waste("optimizer-not-fused")
     w.new_dur.update(_one_per_step(idx, att.step, fused))
+    w.merged = {i for i, d in w.new_dur.items() if d == 0.0}  # their launches go with them
     w.evidence = OptimizerNotFused(round(len(idx) / n, 1), round(t / 1e3, 3), round(fused / 1e3, 3), params)
     return w
+
+
+def _params_updated(opt_ops: list[CpuEvent], n_steps: int) -> int:
+    """The parameters an unfused optimizer updates per step, from its operators' shapes: a foreach op's
+    tensor list holds them all; a per-parameter loop runs the same few operators once per parameter
+    (Adam: lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_), each with that parameter's shape first, so
+    each operator's shapes add up to the parameters once for every time it runs per parameter (an SGD's
+    add_ twice), counted against the operator that runs fewest times."""
+    for op in opt_ops:
+        if op.name.startswith("aten::_foreach_") and op.dims and isinstance(op.dims[0], list):
+            params = sum(classify.numel(s) for s in op.dims[0] if classify.dims(s))
+            if params:
+                return params
+    calls: dict[str, int] = {}
+    numel: dict[str, int] = {}
+    for op in opt_ops:
+        shape = classify.dims(op.dims[0]) if op.dims else None
+        if shape:
+            calls[op.name] = calls.get(op.name, 0) + 1
+            numel[op.name] = numel.get(op.name, 0) + classify.numel(shape)
+    least = min(calls.values(), default=0)
+    if least < 8 * max(1, n_steps):  # not a loop over parameters (or too few of them to say)
+        return 0
+    return max(numel[k] // max(1, round(calls[k] / least)) for k in calls) // max(1, n_steps)
 
 
 def _one_per_step(events: Iterable[int], step: Sequence[int], fused_us: float) -> dict[int, float]:

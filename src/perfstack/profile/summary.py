@@ -333,7 +333,7 @@ def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
 # kernels a fix merges into one: the bubbles between them go with them
 _MERGING = ("unfused-elementwise", "large-vocab-loss", "attention-unfused", "optimizer-not-fused")
 # work a fix takes out of the program: its operators stop dispatching whatever bounds the step
-_REMOVING = ("activation-recompute", "sliced-backward", "ddp-sync-per-microbatch")
+_REMOVING = ("activation-recompute", "sliced-backward", "ddp-sync-per-microbatch", "optimizer-not-fused")
 
 
 def _fix_scenario(w: waste.Waste, A: Analysis, tl: Timeline, cpu_free: bool) -> Scenario:
