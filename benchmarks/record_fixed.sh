@@ -6,7 +6,7 @@
 # raises the finding its fix answers. Also records the streaming-window copies workload, slow and fixed, and
 # times it without the profiler (alternating rounds, wall time of the whole run, the minimum kept).
 #
-#   bash benchmarks/record_fixed.sh OUT LANE        LANE: copies | decay | models | convs | ddp (one GPU each;
+#   bash benchmarks/record_fixed.sh OUT LANE        LANE: copies | decay | models | convs | graphs | graphs2 | ddp (one GPU each;
 #                                                 ddp two) | smoke (a CPU check of the script)
 #
 # Run the lanes side by side, one per GPU (CUDA_VISIBLE_DEVICES), each pinned to its own cores.
@@ -72,6 +72,10 @@ models)
 convs)
     fixed resnet18-fixed compile-cudagraphs 60 280 --skip-first 12 --steps 2 -- $W/resnet18_train.py
     fixed resnet50-fixed compile-cudagraphs 60 280 --skip-first 12 --steps 2 -- $W/resnet50_train.py ;;
+graphs)  # launch-bound steps whose launches are mostly a per-parameter optimizer's, the model compiled with graphs
+    fixed adam-many-params-graphed compile-cudagraphs 60 280 --skip-first 12 --steps 2 -- $W/adam_many_params_train.py ;;
+graphs2)
+    fixed tiny-launch-bound-graphed compile-cudagraphs 60 280 --skip-first 12 --steps 2 -- $W/tiny_launch_bound_train.py ;;
 ddp)
     export NCCL_P2P_DISABLE=1  # the job's stale setting, as in the library's slow variant
     fixed ddp-accum-fixed ddp-no-sync 60 240 --nproc 2 --steps 2 -- $W/ddp_accum_train.py

@@ -64,6 +64,7 @@ class Sc(msgspec.Struct, array_like=True, tag=1):
     g_dur: Optional[bytes]
     g_bubble: Optional[bytes]
     no_dispatch: bytes  # array("q")
+    eager: bytes = b""  # array("q")
 
 
 class Key(msgspec.Struct, array_like=True):
@@ -179,7 +180,7 @@ def sc(number: int, s: Scenario) -> Sc:
     def d(xs: Any) -> Optional[bytes]:
         return None if xs is None else array("d", xs).tobytes()
     return Sc(number, s.keep_sync, s.no_dataloader, s.no_allocator, s.graph, d(s.g_dur), d(s.g_bubble),
-              array("q", sorted(s.no_dispatch)).tobytes())
+              array("q", sorted(s.no_dispatch)).tobytes(), array("q", sorted(s.eager)).tobytes())
 
 
 def scenario(m: Sc) -> Scenario:
@@ -189,7 +190,9 @@ def scenario(m: Sc) -> Scenario:
         out = array("d")
         out.frombytes(data)
         return out
-    gone = array("q")
+    gone, eager = array("q"), array("q")
     gone.frombytes(m.no_dispatch)
+    eager.frombytes(m.eager)
     return Scenario(keep_sync=m.keep_sync, no_dataloader=m.no_dataloader, no_allocator=m.no_allocator,
-                    graph=m.graph, g_dur=d(m.g_dur), g_bubble=d(m.g_bubble), no_dispatch=frozenset(gone))
+                    graph=m.graph, g_dur=d(m.g_dur), g_bubble=d(m.g_bubble), no_dispatch=frozenset(gone),
+                    eager=frozenset(eager))

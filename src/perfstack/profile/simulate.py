@@ -175,6 +175,8 @@ class Scenario:
     g_dur: Sequence[float] | None = None  # new GPU durations (same indexing as Timeline.g_dur)
     g_bubble: Sequence[float] | None = None
     no_dispatch: frozenset[int] = frozenset()  # launches that disappear (their op is fused into another)
+    # actions a graph leaves eager: the optimizer step's, which compiling the model does not capture
+    eager: frozenset[int] = frozenset()
 
 
 def replay(t: Timeline, cpu_scale: float = 1.0, sc: Scenario = Scenario()) -> float:
@@ -263,7 +265,13 @@ def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, Seq
     changed = sc.no_dataloader or sc.no_allocator or sc.graph or sc.no_dispatch
     gap = plan.work(t, sc) if changed else t.gap
     if sc.graph:
-        return plan, gap, plan.graph_own, 1.0
+        if not sc.eager:
+            return plan, gap, plan.graph_own, 1.0
+        mixed = array("d", plan.graph_own)  # (scaled here: the graph's own cost is not)
+        for i in sc.eager:
+            if 0 <= i < len(mixed):
+                mixed[i] = t.dur[i] * cpu_scale
+        return plan, gap, mixed, 1.0
     own: Sequence[float] = t.dur
     if sc.no_dispatch:
         own = mine = array("d", own)
@@ -293,13 +301,13 @@ class _Plan:
         self.graph_own = array("d", [GRAPH_US_PER_KERNEL * (b - a) for a, b in zip(starts, ends)])
         # what a scenario changes on the CPU side, by what it removes (not by the CPU scale: a summary replays the
         # same scenario at two or three scales)
-        self._work: dict[tuple[bool, bool, bool, frozenset[int]], Sequence[float]] = {}
+        self._work: dict[tuple[bool, bool, bool, frozenset[int], frozenset[int]], Sequence[float]] = {}
         self._skipped: dict[tuple[bool, str], set[int] | None] = {}
 
     def work(self, t: Timeline, sc: Scenario) -> Sequence[float]:
         """``_cpu_work(t, sc)``, worked out once per change of the CPU work for a frozen timeline (one not yet
         frozen may still change: nothing is kept)."""
-        key = (sc.no_dataloader, sc.no_allocator, sc.graph, sc.no_dispatch)
+        key = (sc.no_dataloader, sc.no_allocator, sc.graph, sc.no_dispatch, sc.eager)
         out = self._work.get(key)
         if out is None:
             out = _cpu_work(t, sc)
@@ -329,7 +337,9 @@ def _cpu_work(t: Timeline, sc: Scenario) -> Sequence[float]:
     if sc.no_allocator:
         out = array("d", map(sub, out, t.gap_alloc))
     if sc.graph:
-        out = array("d", map(sub, out, t.gap_op))
+        eager = sc.eager
+        out = array("d", map(sub, out, t.gap_op) if not eager else
+                    (w if i in eager else w - op for i, (w, op) in enumerate(zip(out, t.gap_op))))
     else:  # only some launches go: only theirs change
         for i in gone:
             if 0 <= i < len(out):

@@ -89,12 +89,12 @@ def _overhead_jobs(estimated: float, unprofiled_ms: float | None) -> list[Job]:
     return [(RECORDED, 1.0), (RECORDED, estimated)] + ([(RECORDED, MIN_SCALE)] if unprofiled_ms else [])
 
 
-def _early_jobs(p: Section, tl: Timeline, unprofiled_ms: float | None) -> list[Job]:
+def _early_jobs(p: Section, tl: Timeline, unprofiled_ms: float | None, eager: frozenset[int]) -> list[Job]:
     """The replays ``overhead`` and ``whatifs`` will ask for that are known before the waste is found: the
     second process works on them while this one looks for it. Where the step time is measured, the scale it
     gives is not known yet: only the replays as recorded."""
     estimated, high = _estimates(p, tl)
-    cpu_side = _cpu_scenarios(p)
+    cpu_side = _cpu_scenarios(p, eager)
     if unprofiled_ms:
         return [*_overhead_jobs(estimated, unprofiled_ms), (RECORDED, MIN_SCALE),
                 *((sc, 1.0) for sc in cpu_side.values())]
@@ -144,9 +144,9 @@ class _EarlyFixes:
     estimate (``overhead``), known before the waste is; ``whatifs`` takes them where its scale and its
     ``cpu_free`` are the ones they were made with."""
 
-    def __init__(self, p: Section, A: Analysis, rp: Replays) -> None:
+    def __init__(self, p: Section, A: Analysis, rp: Replays, eager: frozenset[int]) -> None:
         estimated, high = _estimates(p, rp.tl)
-        self.p, self.A, self.rp = p, A, rp
+        self.p, self.A, self.rp, self.eager = p, A, rp, eager
         self.scale, self.fast = round(estimated, 4), round(high, 4)  # as the overhead section keeps them
         self.cpu_free = rp.recorded(self.scale) < rp.recorded(MIN_SCALE) * 1.05
         self.made: dict[str, Scenario] = {}
@@ -157,7 +157,7 @@ class _EarlyFixes:
         tl = self.rp.tl
         new = {w.id: _fix_scenario(w, self.A, tl, self.cpu_free)}
         if w.id == "unfused-elementwise":
-            graphed = _compile_graphs(self.p, self.A, tl, [w], new, self.cpu_free)
+            graphed = _compile_graphs(self.p, self.A, tl, [w], new, self.cpu_free, self.eager)
             if graphed is not None:
                 new[COMPILE_GRAPHS] = graphed
         self.made.update(new)
@@ -165,7 +165,7 @@ class _EarlyFixes:
 
 
 def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste],
-            early: _EarlyFixes | None = None) -> tuple[WasteFound, dict[str, WhatIf]]:
+            early: _EarlyFixes | None = None, eager: frozenset[int] = frozenset()) -> tuple[WasteFound, dict[str, WhatIf]]:
     """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
     fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
     evidence = WasteFound.of({w.id: w.evidence for w in found})
@@ -176,7 +176,7 @@ def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste
     scale = p.overhead.cpu_scale if p.overhead else 1.0
     o = p.overhead or Overhead()
     fast = o.fast_cpu_scale
-    cpu_side = _cpu_scenarios(p)
+    cpu_side = _cpu_scenarios(p, eager)
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
@@ -184,7 +184,7 @@ def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste
     cpu_free = rp.recorded(scale) < floor * 1.05
     made = early.made if early is not None and (early.scale, early.cpu_free) == (scale, cpu_free) else {}
     scenarios = {**cpu_side, **{w.id: made.get(w.id) or _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
-    graphed = made.get(COMPILE_GRAPHS) or _compile_graphs(p, A, tl, found, scenarios, cpu_free)
+    graphed = made.get(COMPILE_GRAPHS) or _compile_graphs(p, A, tl, found, scenarios, cpu_free, eager)
     if graphed is not None:
         scenarios[graphed.name] = graphed
     saved_ms = {w.id: w.saved_us(A.gpu) / 1e3 / n for w in found if w.new_dur}
@@ -263,7 +263,7 @@ COMPILE_GRAPHS = "compile-cudagraphs"
 
 
 def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Waste],
-                    scenarios: dict[str, Scenario], cpu_free: bool) -> Scenario | None:
+                    scenarios: dict[str, Scenario], cpu_free: bool, eager: frozenset[int] = frozenset()) -> Scenario | None:
     """Compiled with CUDA graphs: the fusion scenario (what Inductor does to the kernels: chains fused, GEMMs
     padded, convolutions in channels_last) with every launch replayed from a graph. None where neither part
     applies (no fusion found, and a step too short of kernels or already graphed). ``scenarios``: the fixes'
@@ -272,7 +272,7 @@ def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Was
     graph = launch.kernels_per_step >= 50 and not launch.graph_launches_per_step
     fused = next((w for w in found if w.id == "unfused-elementwise" and w.new_dur), None)
     if fused is None:
-        return Scenario(COMPILE_GRAPHS, graph=True) if graph else None
+        return Scenario(COMPILE_GRAPHS, graph=True, eager=eager) if graph else None
     made = scenarios.get(fused.id)
     if made is None:
         sc = _fix_scenario(fused, A, tl, True)
@@ -280,7 +280,16 @@ def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Was
         sc = made  # the same scenario
     else:  # the same kernels, with the launches fusion leaves empty gone (see _fix_scenario)
         sc = replace(made, no_dispatch=_no_dispatch(fused, tl, True))
-    return replace(sc, name=COMPILE_GRAPHS, graph=graph)
+    return replace(sc, name=COMPILE_GRAPHS, graph=graph, eager=eager if graph else frozenset())
+
+
+def graph_eager(A: Analysis, tl: Timeline) -> frozenset[int]:
+    """The actions a CUDA-graph fix leaves eager: those that launch the optimizer step's kernels. Compiling the
+    model (torch.compile(model, mode="reduce-overhead"), the fix as it is applied) captures its forward and
+    backward, not the optimizer step, whose launches stay one by one (a per-parameter optimizer's thousands:
+    fused=True is their fix, optimizer-not-fused)."""
+    phase, index = A.att.phase, tl.g_index
+    return frozenset(a for k, a in enumerate(tl.g_action) if a >= 0 and phase[index[k]] == "optimizer")
 
 
 def compute_busy_ms(p: Section) -> float:
@@ -314,7 +323,7 @@ def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> di
     return out
 
 
-def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
+def _cpu_scenarios(p: Section, eager: frozenset[int] = frozenset()) -> dict[str, Scenario]:
     """CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
     on large traces)."""
     scenarios: dict[str, Scenario] = {}
@@ -326,7 +335,7 @@ def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
     if alloc.calls_per_step > 0 or alloc.ms_per_step > 0:
         scenarios["allocator-churn"] = Scenario("no allocator calls", no_allocator=True)
     if launch.kernels_per_step >= 50 and not launch.graph_launches_per_step:
-        scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True)
+        scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True, eager=eager)
     return scenarios
 
 
@@ -400,13 +409,14 @@ def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None
     spec = _spec(spec_name or p.device_name)
     gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)
     p = replace(p, gemms=gemms, ops=ops, gpu_spec=spec.name if spec else None, kernel_classes=classes)
-    early = None
+    early, eager = None, frozenset[int]()
     if rp is not None:
-        rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms))  # the second process, if any, replays ...
-        early = _EarlyFixes(p, A, rp) if not unprofiled_step_ms else None
+        eager = graph_eager(A, rp.tl)
+        rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms, eager))  # the second process, if any, replays ...
+        early = _EarlyFixes(p, A, rp, eager) if not unprofiled_step_ms else None
     wasted = find_waste(A, spec, early)  # ... while this one looks for the waste
     p = replace(p, overhead=overhead(p, rp, unprofiled_step_ms, unprofiled_note))
-    found, whatif = whatifs(p, A, rp, wasted, early)
+    found, whatif = whatifs(p, A, rp, wasted, early, eager)
     p = replace(p, waste=found, whatif=whatif)
     if p.comm is not None and p.comm.ms_per_step:
         # the overlap model, and whether DistributedDataParallel is already in use (the fix then differs)
