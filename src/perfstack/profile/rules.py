@@ -86,8 +86,21 @@ def launch_bound(p: Section, ctx: Context) -> PHit | None:
                 f"the profiler) against {p.busy_ms:.2f} ms of GPU work; idle while the CPU dispatched: "
                 f"{p.idle_by_reason_ms.get('cpu dispatch', 0.0):.2f} ms per step (profiled); a graph cannot make the "
                 f"step shorter than the GPU's busy time, so at most the {fmt(max(0.0, step - p.busy_ms))} ms the GPU "
-                f"idles in the {fmt(step)} ms step without the profiler ({o.method})" + note, ms,
+                f"idles in the {fmt(step)} ms step without the profiler ({o.method})" + note + _eager_optimizer(p), ms,
                 claims={"cpu dispatch": p.idle_by_reason_ms.get("cpu dispatch", 0.0)}, confidence=conf)
+
+
+def _eager_optimizer(p: Section) -> str:
+    """What compiling the model alone leaves: the figure above graphs the whole step, the optimizer step too
+    (capturable=True); torch.compile(model, mode='reduce-overhead') captures the forward and backward only."""
+    L = p.launch or Launch()
+    n, g = L.optimizer_launches_per_step, p.whatif.get("compile-cudagraphs")
+    if not n or g is None or n < 0.25 * L.launches_per_step:  # (a fused or foreach optimizer's few: not worth a word)
+        return ""
+    return (f"; {n:g} of the launches per step are the optimizer step's, which compiling the model with graphs "
+            f"(mode='reduce-overhead') leaves eager: compiled so, ≈ {fmt(g.ms)} ms ({g.pct:.0f}%; measure it: perfstack "
+            "try --fix compile-cudagraphs); the rest needs the optimizer step captured too (capturable=True) or "
+            "fused (fused=True)")
 
 
 @profile_check("host-sync", "framework", "Host-device synchronizations inside the step",

@@ -89,12 +89,12 @@ def _overhead_jobs(estimated: float, unprofiled_ms: float | None) -> list[Job]:
     return [(RECORDED, 1.0), (RECORDED, estimated)] + ([(RECORDED, MIN_SCALE)] if unprofiled_ms else [])
 
 
-def _early_jobs(p: Section, tl: Timeline, unprofiled_ms: float | None, eager: frozenset[int]) -> list[Job]:
+def _early_jobs(p: Section, tl: Timeline, unprofiled_ms: float | None) -> list[Job]:
     """The replays ``overhead`` and ``whatifs`` will ask for that are known before the waste is found: the
     second process works on them while this one looks for it. Where the step time is measured, the scale it
     gives is not known yet: only the replays as recorded."""
     estimated, high = _estimates(p, tl)
-    cpu_side = _cpu_scenarios(p, eager)
+    cpu_side = _cpu_scenarios(p)
     if unprofiled_ms:
         return [*_overhead_jobs(estimated, unprofiled_ms), (RECORDED, MIN_SCALE),
                 *((sc, 1.0) for sc in cpu_side.values())]
@@ -176,7 +176,7 @@ def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste
     scale = p.overhead.cpu_scale if p.overhead else 1.0
     o = p.overhead or Overhead()
     fast = o.fast_cpu_scale
-    cpu_side = _cpu_scenarios(p, eager)
+    cpu_side = _cpu_scenarios(p)
     # Fused ops stop dispatching, but compiled code adds its own per-call cost (guards, graph launch) that
     # a trace of eager code cannot show: on a CPU-bound step the CPU side of fusion is unknown (on the
     # validation's CPU-bound MLP, torch.compile made the step 9% slower), so only GPU time counts there.
@@ -323,7 +323,7 @@ def _whatifs_unreplayed(p: Section, A: Analysis, found: list[waste.Waste]) -> di
     return out
 
 
-def _cpu_scenarios(p: Section, eager: frozenset[int] = frozenset()) -> dict[str, Scenario]:
+def _cpu_scenarios(p: Section) -> dict[str, Scenario]:
     """CPU-side scenarios, each replayed only where the trace has what it removes (replays cost time
     on large traces)."""
     scenarios: dict[str, Scenario] = {}
@@ -335,7 +335,7 @@ def _cpu_scenarios(p: Section, eager: frozenset[int] = frozenset()) -> dict[str,
     if alloc.calls_per_step > 0 or alloc.ms_per_step > 0:
         scenarios["allocator-churn"] = Scenario("no allocator calls", no_allocator=True)
     if launch.kernels_per_step >= 50 and not launch.graph_launches_per_step:
-        scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True, eager=eager)
+        scenarios["launch-bound"] = Scenario("CUDA-graph dispatch", graph=True)  # the whole step, optimizer too
     return scenarios
 
 
@@ -412,7 +412,9 @@ def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None
     early, eager = None, frozenset[int]()
     if rp is not None:
         eager = graph_eager(A, rp.tl)
-        rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms, eager))  # the second process, if any, replays ...
+        if eager and p.launch is not None:
+            p = replace(p, launch=replace(p.launch, optimizer_launches_per_step=round(len(eager) / max(1, p.n_steps), 1)))
+        rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms))  # the second process, if any, replays ...
         early = _EarlyFixes(p, A, rp, eager) if not unprofiled_step_ms else None
     wasted = find_waste(A, spec, early)  # ... while this one looks for the waste
     p = replace(p, overhead=overhead(p, rp, unprofiled_step_ms, unprofiled_note))

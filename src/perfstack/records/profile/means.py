@@ -56,6 +56,8 @@ class Launch(Record):
     launch_to_start_us: LaunchToStart = field(default_factory=LaunchToStart)
     launch_call_us: Optional[float] = None
     launch_cpu_ms_per_step: float = 0.0
+    # the launches of the optimizer step's kernels (set where it has any): compiling the model leaves them eager
+    optimizer_launches_per_step: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
