@@ -7,6 +7,7 @@ unfused optimizers. Each detector returns a ``waste.Waste``.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from itertools import compress, count, repeat
 from operator import and_, or_
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -219,7 +220,7 @@ def optimizer(A: Analysis, spec: GpuSpec | None) -> Waste | None:
     opt_ops = {att.op[i] for i in idx if att.op[i] >= 0}
     if any(PAGEABLE_FUSED.search(ops[o].name) for o in opt_ops):
         return None
-    params = _params_updated([ops[o] for o in sorted(opt_ops)], len(A.windows))
+    params = _params_updated([ops[o] for o in sorted(opt_ops)], len(A.windows)) or _params_accumulated(A)
     if not params:
         return None
     n = max(1, len(A.windows))
@@ -256,6 +257,25 @@ def _params_updated(opt_ops: list[CpuEvent], n_steps: int) -> int:
     if least < 8 * max(1, n_steps):  # not a loop over parameters (or too few of them to say)
         return 0
     return max(numel[k] // max(1, round(calls[k] / least)) for k in calls) // max(1, n_steps)
+
+
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+
+
+def _params_accumulated(A: Analysis) -> int:
+    """The parameters whose gradients the backward accumulates, per step: each AccumulateGrad node's input is
+    one parameter's gradient. (Where the foreach ops' tensor lists are recorded without shapes.)"""
+    if ACCUMULATE_GRAD not in A.op_names():
+        return 0
+    spans = sorted((a, b) for _, a, b in A.windows)
+    total = 0
+    for op in A.trace.ops:
+        if op.name == ACCUMULATE_GRAD and op.dims:
+            shape = classify.dims(op.dims[0])
+            k = bisect_right(spans, (op.ts, float("inf"))) - 1
+            if shape and k >= 0 and op.ts < spans[k][1]:
+                total += classify.numel(shape)
+    return total // max(1, len(spans))
 
 
 def _one_per_step(events: Iterable[int], step: Sequence[int], fused_us: float) -> dict[int, float]:

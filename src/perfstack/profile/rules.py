@@ -397,8 +397,10 @@ def pageable_memcpy(p: Section, ctx: Context) -> PHit | None:
                fix="torch.optim.AdamW(params, fused=True) (or Adam/SGD fused=True); capturable=True inside CUDA graphs.",
                measure=("fused-optimizer",),
                assumptions="""A fused Adam(W) moves 28 bytes per fp32 parameter (parameter, two moments read and
-               written, gradient read) at 90% of the HBM peak. Inputs: the optimizer's kernels and time,
-               parameters from the foreach ops' shapes.""",
+               written, gradient read) at 90% of the HBM peak, in one kernel per step; the unfused kernels and
+               their launches go. Inputs: the optimizer's kernels and time; the parameters from the foreach ops'
+               tensor lists, else from a per-parameter loop's operators (each with its parameter's shape first),
+               else from the backward's AccumulateGrad nodes (each one's input is a parameter's gradient).""",
                confidence="medium")
 def optimizer_not_fused(p: Section, ctx: Context) -> PHit | None:
     ms, pct = recovered(p, "optimizer-not-fused")

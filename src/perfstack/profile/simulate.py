@@ -270,7 +270,7 @@ def _cpu_inputs(t: Timeline, sc: Scenario, cpu_scale: float) -> tuple[_Plan, Seq
         mixed = array("d", plan.graph_own)  # (scaled here: the graph's own cost is not)
         for i in sc.eager:
             if 0 <= i < len(mixed):
-                mixed[i] = t.dur[i] * cpu_scale
+                mixed[i] = 0.0 if i in sc.no_dispatch else t.dur[i] * cpu_scale
         return plan, gap, mixed, 1.0
     own: Sequence[float] = t.dur
     if sc.no_dispatch:
@@ -337,7 +337,7 @@ def _cpu_work(t: Timeline, sc: Scenario) -> Sequence[float]:
     if sc.no_allocator:
         out = array("d", map(sub, out, t.gap_alloc))
     if sc.graph:
-        eager = sc.eager
+        eager = sc.eager - gone  # (an eager launch fused away goes as it would without the graph)
         out = array("d", map(sub, out, t.gap_op) if not eager else
                     (w if i in eager else w - op for i, (w, op) in enumerate(zip(out, t.gap_op))))
     else:  # only some launches go: only theirs change
