@@ -1,6 +1,6 @@
 """What the profile rules say of a fix's recoverable time: the step it is a share of, the what-if figures, how
 far a CPU-side figure rests on the profiler-overhead correction, and how numbers read in evidence. Shared by
-the rule modules (``rules``, ``rules_repeated``, ``rules_distributed``) and the summary that corrects for the
+the rule modules (``rules``, ``rules_cpu``, ``rules_repeated``, ``rules_distributed``) and the summary that corrects for the
 profiler."""
 
 from __future__ import annotations
