@@ -52,7 +52,9 @@ def dataloader_stall(p: Section, ctx: Context) -> PHit | None:
                the trace. Graphing part of the step (forward and backward only, the loss, syncs and optimizer
                eager) recovers less. A graph never makes the step shorter than the GPU's busy time. The fixes that
                do this are CUDA graphs and torch.compile(mode="reduce-overhead"), whose prediction also counts what
-               compiling fuses (the compile-cudagraphs what-if); default torch.compile removes only the launches
+               compiling fuses (the compile-cudagraphs what-if) and keeps the optimizer step's launches eager
+               (compiling the model does not capture it), at one graph per step: where Dynamo splits the model into
+               many graphs, each costs CPU time the eager trace cannot show, and that figure is high; default torch.compile removes only the launches
                of the kernels it fuses away (unfused-elementwise's figure), not the launch cost of those that stay
                nor the Python between them, so this finding predicts nothing for it. Inputs: kernels and launches
                per step, CPU time inside operators, GPU busy time; the CPU's speed without the profiler measured,
