@@ -284,10 +284,11 @@ def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Was
 
 
 def graph_eager(A: Analysis, tl: Timeline) -> frozenset[int]:
-    """The actions a CUDA-graph fix leaves eager: those that launch the optimizer step's kernels. Compiling the
-    model (torch.compile(model, mode="reduce-overhead"), the fix as it is applied) captures its forward and
-    backward, not the optimizer step, whose launches stay one by one (a per-parameter optimizer's thousands:
-    fused=True is their fix, optimizer-not-fused)."""
+    """The actions compiling the model with CUDA graphs leaves eager (the compile-cudagraphs what-if; launch-bound's
+    own graphs the whole step): those that launch the optimizer step's kernels. torch.compile(model,
+    mode="reduce-overhead"), the fix as it is applied, captures the forward and backward, not the optimizer step,
+    whose launches stay one by one (a per-parameter optimizer's thousands: fused=True is their fix,
+    optimizer-not-fused)."""
     phase, index = A.att.phase, tl.g_index
     return frozenset(a for k, a in enumerate(tl.g_action) if a >= 0 and phase[index[k]] == "optimizer")
 
