@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from perfstack.errors import InputError
 from perfstack.profile import trace as trace_mod
-from perfstack.profile import tracefile
+from perfstack.profile import tracefile, tracerepair
 from perfstack.profile.trace import CpuEvent, GpuEvent, Trace, load
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -303,9 +303,9 @@ def test_the_standard_library_fallback_reads_the_same_trace(tmp_path, monkeypatc
     raw = json.dumps(d, indent=1).encode()
     fast = load(write(tmp_path, raw, "fast.json"))
     cut = load(write(tmp_path, raw[: len(raw) * 3 // 4], "cut.json"))
-    monkeypatch.setattr(tracefile, "_MAX_PATCHES", 0)
-    monkeypatch.setattr(tracefile, "_NONFINITE_VALUE", tracefile.re.compile(rb"(?!)(x)"))
-    monkeypatch.setattr(tracefile, "_salvage", lambda *a: None)
+    monkeypatch.setattr(tracerepair, "_MAX_PATCHES", 0)
+    monkeypatch.setattr(tracerepair, "_NONFINITE_VALUE", tracerepair.re.compile(rb"(?!)(x)"))
+    monkeypatch.setattr(tracerepair, "salvage", lambda *a: None)
     slow = load(write(tmp_path, raw, "slow.json"))
     assert seen(slow) == seen(fast) and slow.skipped_events == fast.skipped_events == 2
     slow_cut = load(write(tmp_path, raw[: len(raw) * 3 // 4], "slowcut.json"))

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import perfstack
 from perfstack.errors import InputError
 from perfstack.profile import trace as trace_mod
-from perfstack.profile import tracefile, traceread
+from perfstack.profile import traceread, tracerepair
 from perfstack.profile.trace import Trace
 
 TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
@@ -311,8 +311,8 @@ def test_events_the_standard_library_reads_in_this_half(tmp_path, splits, monkey
     for at in (len(d["traceEvents"]) * 3 // 4, 40):
         d["traceEvents"][at:at] = [dict(k, ts=math.nan), dict(k, dur=-math.inf), dict(k, name="kept", ts=k["ts"] + 1)]
     p = write(tmp_path, json.dumps(d, indent=1).encode())
-    monkeypatch.setattr(tracefile, "_MAX_PATCHES", 0)  # NaN read by json.JSONDecoder, event by event
-    monkeypatch.setattr(tracefile, "_NONFINITE_VALUE", re.compile(rb"(?!)(x)"))
+    monkeypatch.setattr(tracerepair, "_MAX_PATCHES", 0)  # NaN read by json.JSONDecoder, event by event
+    monkeypatch.setattr(tracerepair, "_NONFINITE_VALUE", re.compile(rb"(?!)(x)"))
     t = fallback(p, splits)
     assert t.skipped_events == 4 and sum(g.name == "kept" for g in t.gpu) == 2
 

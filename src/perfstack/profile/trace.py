@@ -55,7 +55,8 @@ import msgspec
 from msgspec import Raw
 
 from perfstack.errors import InputError
-from perfstack.profile.tracefile import _ERRORS, _NULL, HINT, BatchKind, _generic
+from perfstack.profile.tracefile import _NULL, HINT, BatchKind
+from perfstack.profile.tracerepair import ERRORS, generic
 from perfstack.profile.traceread import read
 from perfstack.profile.tracetypes import EVENT, EVENTS, MAX_TIME_US, NO_ARGS
 
@@ -131,7 +132,7 @@ class _Shapes(dict[bytes, Any]):
         super().__init__({bytes(_NULL): None})
 
     def __missing__(self, key: bytes) -> Any:
-        v = _shapes(_generic(key))
+        v = _shapes(generic(key))
         if len(self) < _MAX_CACHE:
             self[key] = v
         return v
@@ -287,7 +288,7 @@ class _Builder:
                 self.loose(e)
         elif self.lenient:
             for e in batch:
-                self.loose(_generic(e))
+                self.loose(generic(e))
         elif kind == "typed":
             self.typed(batch)
         else:
@@ -316,10 +317,10 @@ class _Builder:
         for r in batch:
             try:
                 done.append(dec(r))
-            except _ERRORS:
+            except ERRORS:
                 self.typed(done)
                 done = []
-                self.loose(_generic(r))
+                self.loose(generic(r))
         self.typed(done)
 
     def typed(self, events: list[Any]) -> None:

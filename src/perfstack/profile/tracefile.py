@@ -7,12 +7,12 @@ document. A cut is only kept where the batch decodes as a whole list (a ``},{`` 
 nested object fails and the cut before it is tried). The recoveries work per batch: NaN / Infinity
 tokens patched in place, a batch the typed decoder refuses decoded again as raw per-event slices, a
 file or gzip stream cut short kept up to its last whole event, invalid UTF-8 replaced, and the
-standard-library decoder event by event as a last resort. The keys around the event list (before or
-after it) are the document's metadata."""
+standard-library decoder event by event as a last resort (those value-level repairs are ``tracerepair``'s;
+this module decides when each is tried). The keys around the event list (before or after it) are the
+document's metadata."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Dict, Generator, Iterator, List, Literal, NoReturn, Optional, Union
@@ -21,16 +21,16 @@ import msgspec
 from msgspec import Raw
 
 from perfstack.errors import InputError
+from perfstack.profile import tracerepair
+from perfstack.profile.tracerepair import ERRORS, MAX_CUTS
 from perfstack.profile.tracetext import PIECE, nothing, pieces
 
 HINT = "perfstack reads torch.profiler (Kineto) Chrome traces: prof.export_chrome_trace(path) or " \
        "torch.profiler.tensorboard_trace_handler(dir) write them"
 
 _NULL = Raw(b"null")  # the default of an absent raw field (one shared object)
-_ERRORS = (ValueError, msgspec.MsgspecError, RecursionError, OverflowError)
 _NONWS = re.compile(rb"[^ \t\r\n]")
 _NL = b"\n"
-_BAD = object()  # an event that is not JSON at all
 
 _HEAD_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds",
               "float32_matmul_precision", "allow_tf32", "torch_version", "record_shapes", "metadata", "perfstack")
@@ -52,103 +52,32 @@ class _Doc(msgspec.Struct):
 
 _TOP = msgspec.json.Decoder(Union[_Doc, List[Raw]])
 _RAWS = msgspec.json.Decoder(List[Raw])
-_ANY = msgspec.json.Decoder()
 _KEYS = msgspec.json.Decoder(Dict[str, Raw])
-_BYTE = re.compile(r"\(byte (\d+)\)")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # where one event ends and the next begins, likely
-_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
-_NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
-_MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
-_MAX_CUTS = 64  # candidate cut points tried in one batch
 _MAX_HEADS = 16  # "traceEvents" keys tried before the document is read whole
 _EMPTY_TAIL = b'{"traceEvents": []'  # what the text after the event list is read behind
 
 
 # --- values -------------------------------------------------------------------------------------
 
-def _generic(raw: Any) -> Any:
-    """A JSON value decoded to Python objects; what msgspec refuses (a number beyond a double, invalid
-    UTF-8) is read by the standard library instead; _BAD when neither can."""
-    try:
-        return _ANY.decode(raw)
-    except _ERRORS:
-        pass
-    try:
-        return json.loads(bytes(raw).decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        return _BAD
-
-
-def _nonfinite(buf: bytearray, pos: int, patch: bool) -> bool:
-    """Is a NaN / Infinity / -Infinity token at pos (where msgspec stopped)? With patch, overwrite it
-    in place with ``[]`` and spaces: a value that is neither a number nor a string, so the event
-    (or argument) holding it is judged unusable the way a NaN is."""
-    if buf[pos:pos + 3] == b"NaN":
-        n = 3
-    elif buf[pos:pos + 8] == b"Infinity":
-        n = 8
-    else:
-        return False
-    if pos and buf[pos - 1] == 0x2D:  # '-'
-        pos, n = pos - 1, n + 1
-    if patch:
-        buf[pos:pos + n] = b"[]" + b" " * (n - 2)
-    return True
-
-
-class _Patches:
-    """How many NaN / Infinity tokens one piece of text has had patched."""
-
-    def __init__(self) -> None:
-        self.n, self.bulk = 0, False
-
-    def patch(self, buf: bytearray, pos: int, stop: int) -> bool:
-        """Patch the token at pos; False when this piece has had its share (the stdlib decoder
-        reads it instead). Past the first few (a writer that emits NaN for some field of every
-        event), every such token that stands where a value does is patched at once."""
-        if self.n >= _MAX_PATCHES:
-            if self.bulk:
-                return False
-            for t in _NONFINITE_VALUE.finditer(buf, pos, stop):
-                buf[t.start(1):t.end(1)] = b"[]" + b" " * (t.end(1) - t.start(1) - 2)
-            self.bulk, self.n = True, 0
-        _nonfinite(buf, pos, patch=True)
-        self.n += 1
-        return True
-
-
-def _utf8(buf: bytearray, stop: int) -> tuple[bytearray, int]:
-    """(buf with invalid UTF-8 before stop replaced by U+FFFD, as the standard library reads it;
-    where stop is in it). The bytes from stop on are kept as they are."""
-    fixed = bytearray(bytes(buf[:stop]).decode("utf-8", "replace").encode("utf-8"))
-    at = len(fixed)
-    fixed += buf[stop:]
-    return fixed, at
-
-
 def _decoded_doc(doc: bytearray) -> tuple[Any, bytearray]:
     """(a small document -- the metadata around the event list, or one that is not a trace --
     decoded, the text decoded): NaN / Infinity tokens patched in place and invalid UTF-8 replaced.
     Raises what msgspec raises for anything else."""
-    patches = _Patches()
+    patches = tracerepair.Patches()
     while True:
         try:
             return _TOP.decode(doc), doc
         except UnicodeDecodeError:
-            doc = _utf8(doc, len(doc))[0]
+            doc = tracerepair.utf8(doc, len(doc))[0]
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as e:
-            pos = _position(str(e))
-            if pos is None or "invalid character" not in str(e) or not _nonfinite(doc, pos, patch=False) \
+            pos = tracerepair.position(str(e))
+            if pos is None or "invalid character" not in str(e) or not tracerepair.nonfinite(doc, pos, patch=False) \
                     or not patches.patch(doc, pos, len(doc)):
                 raise
-
-
-def _position(msg: str) -> Optional[int]:
-    m = _BYTE.search(msg)
-    return int(m.group(1)) if m else None
 
 
 def _line(p: Path, at: int) -> int:
@@ -215,7 +144,7 @@ class Events:
 
     def _where(self, msg: str, pos: Optional[int]) -> str:
         """Where a decode error at the current buffer's byte pos is, for a message."""
-        what = _BYTE.sub("", msg.split(": ", 1)[-1]).strip()
+        what = tracerepair.BYTE.sub("", msg.split(": ", 1)[-1]).strip()
         if pos is None:
             return "it ends in the middle of the document" if "truncated" in msg else what
         return f"line {_line(self.p, self.offset + pos)}: {what}"
@@ -260,7 +189,7 @@ class Events:
         doc += b'"traceEvents": []}'
         try:
             top = _decoded_doc(doc)[0]
-        except _ERRORS:
+        except ERRORS:
             return False
         if not isinstance(top, _Doc):
             return False
@@ -271,8 +200,8 @@ class Events:
         for k in _HEAD_KEYS:
             raw = getattr(top, k)
             if raw is not _NULL:
-                v = _generic(raw)
-                if v is not _BAD:
+                v = tracerepair.generic(raw)
+                if v is not tracerepair.BAD:
                     self.head[k] = v
 
     def _whole(self, buf: bytearray) -> List[Raw]:
@@ -286,7 +215,7 @@ class Events:
             _not_a_trace(self.p, buf)
         except msgspec.DecodeError as e:
             msg = str(e)
-            pos = _position(msg)
+            pos = tracerepair.position(msg)
             where = self._where(msg, pos)
             if pos is None or "trailing characters" not in msg:
                 raise InputError(f"trace file {self.p} is not valid JSON ({where})", hint=HINT) from None
@@ -345,7 +274,7 @@ class Events:
         (with a '[' before it), True when the event list (or what is readable of it) ended, None
         when no cut worked."""
         hi, tries = len(buf), 0
-        while tries < _MAX_CUTS:
+        while tries < MAX_CUTS:
             j = buf.rfind(b"}", 1, hi)
             if j < 0:
                 return None
@@ -373,7 +302,7 @@ class Events:
         restored), True when the list ended (its end, and what follows it, dealt with)."""
         if close:
             buf[stop - 1] = 0x5D  # ']'
-        patches = _Patches()
+        patches = tracerepair.Patches()
         typed = self.typed is not None
         while True:
             part = memoryview(buf)[:stop]
@@ -389,7 +318,7 @@ class Events:
                     typed = False
                     continue
                 msg = str(e)
-                pos = _position(msg)
+                pos = tracerepair.position(msg)
                 if pos is None or (close and pos == stop - 1):
                     if close:
                         buf[stop - 1] = 0x2C  # ','
@@ -398,7 +327,7 @@ class Events:
                     if close:
                         buf[stop - 1] = 0x2C
                     return (yield from self._end(buf, pos - 1))
-                if "invalid character" in msg and _nonfinite(buf, pos, patch=False):
+                if "invalid character" in msg and tracerepair.nonfinite(buf, pos, patch=False):
                     if patches.patch(buf, pos, stop):
                         continue
                     return (yield from self._stdlib(buf, stop, close))
@@ -437,7 +366,7 @@ class Events:
             _not_a_trace(self.p, doc)
         except msgspec.DecodeError as e:
             msg = str(e)
-            pos = _position(msg)
+            pos = tracerepair.position(msg)
             where = self._where(msg, None if pos is None else at + pos - base)
             if pos is None or "trailing characters" not in msg:
                 self.warnings.append(f"{self.p.name} is not valid JSON ({where}): the file looks truncated; "
@@ -446,7 +375,7 @@ class Events:
             self.warnings.append(f"{self.p.name}: ignored what follows the end of the JSON document ({where})")
             try:
                 top = _decoded_doc(doc[:pos - 1])[0]
-            except _ERRORS:
+            except ERRORS:
                 return
         if isinstance(top, _Doc):
             self._keep_head(top)
@@ -456,7 +385,7 @@ class Events:
         the events that end before, and stop there."""
         where = self._where(msg, pos)
         limit = stop if pos is None else min(pos, stop)
-        events = _salvage(buf, limit)
+        events = tracerepair.salvage(buf, limit)
         if events is None:
             return (yield from self._stdlib(buf, limit, close=False, where=where))
         self._cut_short(where, len(events))
@@ -476,19 +405,19 @@ class Events:
         """The slow way, for what msgspec will not read (NaN tokens everywhere, a broken batch none
         of whose cuts decodes): the standard library's decoder, one event at a time, up to the end
         of the list or the first event that does not parse. Returns as _batch does."""
-        fixed, stop = _utf8(buf, stop)
+        fixed, stop = tracerepair.utf8(buf, stop)
         text = str(memoryview(fixed)[:stop], "utf-8")
         events: list[Any] = []
         i, why = 1, None
         while True:
-            i = _skip(text, i)
+            i = tracerepair.skip(text, i)
             if i >= len(text):
                 why = where or "it ends in the middle of the document"
                 break
             if text[i] == "]":
                 break
             try:
-                obj, i = _DECODER.raw_decode(text, i)
+                obj, i = tracerepair.STDLIB.raw_decode(text, i)
             except RecursionError:
                 why = where or "an event is nested too deeply"
                 break
@@ -513,45 +442,10 @@ class Events:
         return True
 
 
-def _salvage(buf: bytearray, limit: int) -> Optional[list[Any]]:
-    """The events of buf (a list from buf[0]) that end before limit, the list closed in place
-    after the last of them. Empty when none does; None when none of the cuts tried decodes."""
-    hi, tries = limit, 0
-    while tries < _MAX_CUTS:
-        j = buf.rfind(b"}", 1, hi)
-        if j < 0:
-            return []
-        hi = j
-        c = j + 1
-        if not _AFTER_EVENT.match(buf, c, limit):
-            continue  # a '}' that does not end an element of the event list
-        tries += 1
-        saved = buf[c]
-        buf[c] = 0x5D  # ']'
-        part = memoryview(buf)[:c + 1]
-        try:
-            return _RAWS.decode(part)
-        except _ERRORS:
-            part.release()
-            buf[c] = saved
-    return None
-
-
 def _not_a_trace(p: Path, buf: Any) -> NoReturn:
     try:
         keys = list(_KEYS.decode(buf))
-    except _ERRORS:
+    except ERRORS:
         keys = None
     nsys = keys is not None and any(k.lower().startswith(("nsys", "cupti", "target")) for k in keys)
     raise InputError(f"{p} is not a {'nsys export' if nsys else 'Chrome trace'} with traceEvents", hint=HINT) from None
-
-
-_DECODER = json.JSONDecoder()  # one for every event: building it per call costs more than the parse
-
-
-def _skip(text: str, i: int) -> int:
-    """Past whitespace and commas (between events)."""
-    n = len(text)
-    while i < n and text[i] in " \t\r\n,":
-        i += 1
-    return i
