@@ -7,13 +7,12 @@ unfused optimizers. Each detector returns a ``waste.Waste``.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from itertools import compress, count, repeat
 from operator import and_, or_
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from perfstack.profile import classify
-from perfstack.profile.attribute import ATTN_MATH, LOSS
+from perfstack.profile.attribute import ATTN_MATH, LOSS, launch_steps
 from perfstack.profile.fusion import compile_pads, fusion
 from perfstack.profile.precision import fp32_conv, fp32_matmul, gemm_misaligned
 from perfstack.profile.waste import FLASH_PRACTICAL, Waste, hbm_gbps
@@ -267,15 +266,11 @@ def _params_accumulated(A: Analysis) -> int:
     one parameter's gradient. (Where the foreach ops' tensor lists are recorded without shapes.)"""
     if ACCUMULATE_GRAD not in A.op_names():
         return 0
-    spans = sorted((a, b) for _, a, b in A.windows)
-    total = 0
-    for op in A.trace.ops:
-        if op.name == ACCUMULATE_GRAD and op.dims:
-            shape = classify.dims(op.dims[0])
-            k = bisect_right(spans, (op.ts, float("inf"))) - 1
-            if shape and k >= 0 and op.ts < spans[k][1]:
-                total += classify.numel(shape)
-    return total // max(1, len(spans))
+    nodes = [(op.ts, shape) for op in A.trace.ops
+             if op.name == ACCUMULATE_GRAD and op.dims and (shape := classify.dims(op.dims[0]))]
+    steps = launch_steps([ts for ts, _ in nodes], A.windows)
+    total = sum(classify.numel(shape) for (_, shape), k in zip(nodes, steps) if k >= 0)
+    return total // max(1, len(A.windows))
 
 
 def _one_per_step(events: Iterable[int], step: Sequence[int], fused_us: float) -> dict[int, float]:

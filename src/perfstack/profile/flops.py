@@ -196,9 +196,10 @@ def _conv(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | 
     groups = max((arg(at.groups) or [1])[0], 1)
     k_out = w[1] * groups if transposed else w[0]
     kind = " transposed" if transposed else ""
-    label = f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}{kind}"
+    unknown = Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype,
+                   f"N{n} C{c}→K{k_out} {h}x{wd} k{r}x{s}{kind}")  # (the input's size: the output's is not known)
     if not stride or min(stride) <= 0:  # (unknown, or a trace's nonsense: no figure rather than a wrong one)
-        return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype, label)
+        return unknown
     sh, sw = (stride + stride)[:2]
     ph, pw = ((pad or [0]) * 2)[:2]
     dh, dw = ((dil or [1]) * 2)[:2]
@@ -212,10 +213,9 @@ def _conv(name: str, dims: Dims, types: Types, concrete: Concrete, dtype: str | 
         wo = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
         flops = 2.0 * n * k_out * ho * wo * w[1] * r * s
     if ho <= 0 or wo <= 0:
-        return Cost(None, float(size * (classify.numel(x) + classify.numel(w))), dtype, label)
+        return unknown
     nbytes = float(size * (classify.numel(x) + classify.numel(w) + n * k_out * ho * wo))
-    label = f"N{n} C{c}→K{k_out} {ho}x{wo} k{r}x{s}{kind}"
-    return Cost(flops, nbytes, dtype, label)
+    return Cost(flops, nbytes, dtype, f"N{n} C{c}→K{k_out} {ho}x{wo} k{r}x{s}{kind}")
 
 
 def _flag(concrete: Concrete, i: int) -> bool:

@@ -144,9 +144,9 @@ class _EarlyFixes:
     estimate (``overhead``), known before the waste is; ``whatifs`` takes them where its scale and its
     ``cpu_free`` are the ones they were made with."""
 
-    def __init__(self, p: Section, A: Analysis, rp: Replays, eager: frozenset[int]) -> None:
+    def __init__(self, p: Section, A: Analysis, rp: Replays) -> None:
         estimated, high = _estimates(p, rp.tl)
-        self.p, self.A, self.rp, self.eager = p, A, rp, eager
+        self.p, self.A, self.rp = p, A, rp
         self.scale, self.fast = round(estimated, 4), round(high, 4)  # as the overhead section keeps them
         self.cpu_free = rp.recorded(self.scale) < rp.recorded(MIN_SCALE) * 1.05
         self.made: dict[str, Scenario] = {}
@@ -157,7 +157,7 @@ class _EarlyFixes:
         tl = self.rp.tl
         new = {w.id: _fix_scenario(w, self.A, tl, self.cpu_free)}
         if w.id == "unfused-elementwise":
-            graphed = _compile_graphs(self.p, self.A, tl, [w], new, self.cpu_free, self.eager)
+            graphed = _compile_graphs(self.p, self.A, tl, [w], new, self.cpu_free)
             if graphed is not None:
                 new[COMPILE_GRAPHS] = graphed
         self.made.update(new)
@@ -165,7 +165,7 @@ class _EarlyFixes:
 
 
 def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste],
-            early: _EarlyFixes | None = None, eager: frozenset[int] = frozenset()) -> tuple[WasteFound, dict[str, WhatIf]]:
+            early: _EarlyFixes | None = None) -> tuple[WasteFound, dict[str, WhatIf]]:
     """The busy-GPU waste found (``waste``: evidence by id) and the recoverable time of each candidate
     fix (``whatif``), replayed at the corrected CPU speed and as recorded."""
     evidence = WasteFound.of({w.id: w.evidence for w in found})
@@ -184,7 +184,7 @@ def whatifs(p: Section, A: Analysis, rp: Replays | None, found: list[waste.Waste
     cpu_free = rp.recorded(scale) < floor * 1.05
     made = early.made if early is not None and (early.scale, early.cpu_free) == (scale, cpu_free) else {}
     scenarios = {**cpu_side, **{w.id: made.get(w.id) or _fix_scenario(w, A, tl, cpu_free) for w in found if w.new_dur}}
-    graphed = made.get(COMPILE_GRAPHS) or _compile_graphs(p, A, tl, found, scenarios, cpu_free, eager)
+    graphed = made.get(COMPILE_GRAPHS) or _compile_graphs(p, A, tl, found, scenarios, cpu_free)
     if graphed is not None:
         scenarios[graphed.name] = graphed
     saved_ms = {w.id: w.saved_us(A.gpu) / 1e3 / n for w in found if w.new_dur}
@@ -263,13 +263,14 @@ COMPILE_GRAPHS = "compile-cudagraphs"
 
 
 def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Waste],
-                    scenarios: dict[str, Scenario], cpu_free: bool, eager: frozenset[int] = frozenset()) -> Scenario | None:
+                    scenarios: dict[str, Scenario], cpu_free: bool) -> Scenario | None:
     """Compiled with CUDA graphs: the fusion scenario (what Inductor does to the kernels: chains fused, GEMMs
     padded, convolutions in channels_last) with every launch replayed from a graph. None where neither part
     applies (no fusion found, and a step too short of kernels or already graphed). ``scenarios``: the fixes'
     own, made with ``cpu_free``; the fusion fix's durations and bubbles are taken from its one."""
     launch = p.launch or Launch()
     graph = launch.kernels_per_step >= 50 and not launch.graph_launches_per_step
+    eager = graph_eager(A, tl) if graph else frozenset[int]()
     fused = next((w for w in found if w.id == "unfused-elementwise" and w.new_dur), None)
     if fused is None:
         return Scenario(COMPILE_GRAPHS, graph=True, eager=eager) if graph else None
@@ -280,7 +281,7 @@ def _compile_graphs(p: Section, A: Analysis, tl: Timeline, found: list[waste.Was
         sc = made  # the same scenario
     else:  # the same kernels, with the launches fusion leaves empty gone (see _fix_scenario)
         sc = replace(made, no_dispatch=_no_dispatch(fused, tl, True))
-    return replace(sc, name=COMPILE_GRAPHS, graph=graph, eager=eager if graph else frozenset())
+    return replace(sc, name=COMPILE_GRAPHS, graph=graph, eager=eager)
 
 
 def graph_eager(A: Analysis, tl: Timeline) -> frozenset[int]:
@@ -410,16 +411,15 @@ def _analysed(trace: Trace, helper: replays.Helper | None, spec_name: str | None
     spec = _spec(spec_name or p.device_name)
     gemms, ops, classes = efficiency.against_peaks(p.gemms, p.ops, analysed.ops_all, spec)
     p = replace(p, gemms=gemms, ops=ops, gpu_spec=spec.name if spec else None, kernel_classes=classes)
-    early, eager = None, frozenset[int]()
+    early = None
     if rp is not None:
-        eager = graph_eager(A, rp.tl)
-        if eager and p.launch is not None:
+        if p.launch is not None and (eager := graph_eager(A, rp.tl)):
             p = replace(p, launch=replace(p.launch, optimizer_launches_per_step=round(len(eager) / max(1, p.n_steps), 1)))
         rp.want(_early_jobs(p, rp.tl, unprofiled_step_ms))  # the second process, if any, replays ...
-        early = _EarlyFixes(p, A, rp, eager) if not unprofiled_step_ms else None
+        early = _EarlyFixes(p, A, rp) if not unprofiled_step_ms else None
     wasted = find_waste(A, spec, early)  # ... while this one looks for the waste
     p = replace(p, overhead=overhead(p, rp, unprofiled_step_ms, unprofiled_note))
-    found, whatif = whatifs(p, A, rp, wasted, early, eager)
+    found, whatif = whatifs(p, A, rp, wasted, early)
     p = replace(p, waste=found, whatif=whatif)
     if p.comm is not None and p.comm.ms_per_step:
         # the overlap model, and whether DistributedDataParallel is already in use (the fix then differs)

@@ -22,7 +22,7 @@ from msgspec import Raw
 
 from perfstack.errors import InputError
 from perfstack.profile import tracerepair
-from perfstack.profile.tracerepair import ERRORS, MAX_CUTS
+from perfstack.profile.tracerepair import ERRORS, MAX_CUTS, RAWS
 from perfstack.profile.tracetext import PIECE, nothing, pieces
 
 HINT = "perfstack reads torch.profiler (Kineto) Chrome traces: prof.export_chrome_trace(path) or " \
@@ -51,7 +51,6 @@ class _Doc(msgspec.Struct):
 
 
 _TOP = msgspec.json.Decoder(Union[_Doc, List[Raw]])
-_RAWS = msgspec.json.Decoder(List[Raw])
 _KEYS = msgspec.json.Decoder(Dict[str, Raw])
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # where one event ends and the next begins, likely
@@ -307,7 +306,7 @@ class Events:
         while True:
             part = memoryview(buf)[:stop]
             try:
-                events = self.typed.decode(part) if typed else _RAWS.decode(part)  # type: ignore[union-attr]
+                events = self.typed.decode(part) if typed else RAWS.decode(part)  # type: ignore[union-attr]
             except (msgspec.ValidationError, UnicodeDecodeError):
                 part.release()
                 typed = False  # some event's fields have other types, or are not UTF-8: each on its own

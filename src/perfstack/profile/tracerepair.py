@@ -14,7 +14,7 @@ import msgspec
 ERRORS = (ValueError, msgspec.MsgspecError, RecursionError, OverflowError)
 BAD = object()  # an event that is not JSON at all
 _ANY = msgspec.json.Decoder()
-_RAWS = msgspec.json.Decoder(List[msgspec.Raw])
+RAWS = msgspec.json.Decoder(List[msgspec.Raw])  # an event list, each event kept as its text
 BYTE = re.compile(r"\(byte (\d+)\)")  # where msgspec says it stopped
 _NONFINITE_VALUE = re.compile(rb"[:,\[][ \t\r\n]*(-?(?:NaN|Infinity))(?=[ \t\r\n]*[,\]}])")
 _MAX_PATCHES = 16  # NaN / Infinity tokens patched in place before the stdlib decoder takes over
@@ -105,7 +105,7 @@ def salvage(buf: bytearray, limit: int) -> Optional[list[Any]]:
         buf[c] = 0x5D  # ']'
         part = memoryview(buf)[:c + 1]
         try:
-            return _RAWS.decode(part)
+            return RAWS.decode(part)
         except ERRORS:
             part.release()
             buf[c] = saved
