@@ -11,7 +11,7 @@ from synthetic import ESTIMATES, doctor, full_run
 from perfstack.compare import diff_runs
 from perfstack.records import estimates as estimate_record
 from perfstack.model import Measurement, Run
-from perfstack.report import charts, html, markdown, md_blocks
+from perfstack.report import charts, html, markdown, md_blocks, numbers
 from perfstack.report.views import build, gemm_intensity, series_key
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -143,7 +143,7 @@ def test_helpers():
     m = Measurement(bench="h2d", name="h2d.pinned.256MiB", value=1.0, unit="GB/s", params={"bytes": 2**28})
     assert series_key(m) == "h2d.pinned"
     assert charts.nice_ticks(0, 68)[-1] >= 68
-    assert charts.num(1234.5, "GB/s") == "1,234 GB/s" and charts.num(8) == "8" and charts.num(None) == "—"
+    assert numbers.num(1234.5, "GB/s") == "1,234 GB/s" and numbers.num(8) == "8" and numbers.num(None) == "—"
 
 
 # -- HTML -------------------------------------------------------------------------------------

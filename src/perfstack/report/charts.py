@@ -14,6 +14,7 @@ import zlib
 from typing import Any, Callable, Iterable, Sequence
 
 from perfstack.report.inert import html_text as escape
+from perfstack.report.numbers import num
 from perfstack.units import size_tick
 
 W, H = 720, 300
@@ -21,43 +22,6 @@ PAD_L, PAD_R, PAD_T, PAD_B = 64, 24, 16, 44
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7a7a00", "#6a3d9a", "#999999",
            "#1b9e77")
 SEVERITY_COLOR = {"good": "#2e8540", "below expected": "#c98a00", "low": "#c0392b", "no reference": "#7f8c8d"}
-
-
-# -- number formatting shared by the renderers ------------------------------------------------
-def num(v: float | None, unit: str = "") -> str:
-    """3 significant digits, thousands separated; '—' for None."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,} {unit}".rstrip() if unit else f"{v:,}"
-    a = abs(v)
-    if a >= 100:
-        s = f"{v:,.0f}"
-    elif a >= 10:
-        s = f"{v:,.1f}"
-    elif a >= 1 or a == 0:
-        s = f"{v:,.2f}"
-    else:
-        s = f"{v:.3g}"
-    return f"{s} {unit}".rstrip() if unit else s
-
-
-def human(v: Any, unit: str) -> str:
-    """A value in base units (bytes, seconds, FLOP, per second) in the unit a reader expects."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return "—" if v is None else str(v)
-    if unit == "s":
-        return num(v * 1e3, "ms") if abs(v) < 1 else num(v, "s")
-    if unit == "fraction":
-        return pct(v, 1)
-    scale = {"B": (1e9, "GB"), "FLOP": (1e12, "TFLOP"), "FLOP/s": (1e12, "TFLOP/s"), "B/s": (1e9, "GB/s")}.get(unit)
-    if scale and abs(v) >= scale[0] / 1e3:
-        return num(v / scale[0], scale[1])
-    return num(v, unit)
-
-
-def pct(f: float | None, digits: int = 0) -> str:
-    return "—" if f is None else f"{f * 100:.{digits}f}%"
 
 
 # -- scales -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfstack.records.diff import Diff
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.loadtest_diff import render_text as loadtest_diff_text
 from perfstack.report.text_blocks import VERDICT, delta_row, delta_table
 

@@ -7,7 +7,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from perfstack.fleet.compare import FleetDiff
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.fleet_text import STYLE, inert, nodes_list
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from perfstack.records.fleet import FleetAnalysis, HeatMap
 from perfstack.report.fleet_view import FleetView
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.html_blocks import Section, code, e, page, table
 
 MAX_ROWS = 400  # heat map rows drawn; the flagged nodes come first, the JSON has every row

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from perfstack.records.fleet import FleetAnalysis
 from perfstack.report.fleet_view import FleetView
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

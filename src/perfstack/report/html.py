@@ -14,8 +14,8 @@ from perfstack import outfile
 from perfstack.records.diff import Diff
 from perfstack.model import Measurement, Run
 from perfstack.records.profile import OpRow
-from perfstack.report import charts
-from perfstack.report.charts import num, pct
+from perfstack.report import charts, numbers
+from perfstack.report.numbers import num, pct
 from perfstack.report.html_blocks import Section, code, delta_row, e, finding, page, table
 from perfstack.report.loadtest_diff import render_html as loadtest_diff_html
 from perfstack.report.loadtest_html import render_loadtest_html
@@ -185,9 +185,9 @@ def _estimates(est: EstimateView) -> str:
             parts.append(f'<p>{code(which)}: {e(num(total, "GB"))}{e(cap)}{over}</p>')
     if est.latency:
         parts.append("<h3>Latency bounds</h3>")
-        parts.append(charts.value_bars([(p, ms, charts.human(v, unit)) for p, ms, v, unit in est.latency],
+        parts.append(charts.value_bars([(p, ms, numbers.human(v, unit)) for p, ms, v, unit in est.latency],
                                        "Latency bounds", "ms", kind="latency"))
-    rows = [(f"{code(r.path)}", e(r.label), e(charts.human(r.value, r.unit)),
+    rows = [(f"{code(r.path)}", e(r.label), e(numbers.human(r.value, r.unit)),
              f'<span class="mono">{e(r.formula)}</span>') for r in est.rows]
     parts.append("<details><summary>Every estimated figure, with its formula</summary>"
                  + table(("figure", "what", "value", "formula"), rows, num_cols=(2,)) + "</details>")

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 from perfstack import __version__
 from perfstack.records.diff import MeasurementDelta
 from perfstack.model import Finding
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.inert import html_text as escape
 
 

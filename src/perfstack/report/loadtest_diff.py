@@ -17,7 +17,7 @@ from rich.text import Text
 from perfstack.compare.loadtest import MIN_CHANGE, MIN_TAIL_CHANGE, MIN_TAIL_VALUES, WINDOWS
 from perfstack.records.diff import IMPROVED, REGRESSED, LoadtestDiff, MeasurementDelta, SweepDelta
 from perfstack.report import charts, html_blocks, md_blocks, text_blocks
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.html_blocks import e
 from perfstack.report.md_blocks import t
 from perfstack.report.views import DELTA_COLUMNS, DELTA_NUMERIC

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfstack.records.diff import Diff
 from perfstack.model import Finding, Measurement
-from perfstack.report.charts import human, num, pct
+from perfstack.report.numbers import human, num, pct
 from perfstack.report.inert import Md, md_code, md_text
 from perfstack.report.loadtest_diff import render_md as loadtest_diff_md
 from perfstack.report.md_blocks import delta_row, t, table

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from perfstack.records.diff import MeasurementDelta
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 from perfstack.report.inert import md_code, md_text
 
 

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from perfstack.records.diff import MeasurementDelta
 from perfstack.model import Finding
-from perfstack.report.charts import num
+from perfstack.report.numbers import num
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
